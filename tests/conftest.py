@@ -1,0 +1,27 @@
+"""Test-session set-up: two logical CPUs, configured before TF initialises.
+
+Every stateful behaviour is tested under a 2-replica MirroredStrategy, which
+needs the logical devices to exist before TensorFlow's runtime starts; pytest
+imports this file before any test module, so this is the place.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_CPU = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+NUM_REPLICAS = 2
+
+
+@pytest.fixture
+def mirrored_strategy():
+  """A MirroredStrategy over the two logical CPUs."""
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  assert strategy.num_replicas_in_sync == NUM_REPLICAS
+  return strategy

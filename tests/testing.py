@@ -1,0 +1,22 @@
+"""Shared test helpers."""
+
+import os
+
+import tensorflow as tf
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+
+INF = float("inf")
+NAN = float("nan")
+
+
+def fixture_path(*parts):
+  """Absolute path of a committed fixture under tests/fixtures/."""
+  return os.path.join(FIXTURES, *parts)
+
+
+def per_replica(strategy, values):
+  """A distributed value holding `values[i]` on replica i."""
+  values = list(values)
+  return strategy.experimental_distribute_values_from_function(
+      lambda ctx: tf.constant(values[ctx.replica_id_in_sync_group]))

@@ -1,0 +1,36 @@
+"""TensorFlow 2.3/2.4 mixed-precision loss scaling, on today's TensorFlow.
+
+Importing this package patches nothing. Use the classes directly, through the
+TensorFlow-shaped trees `tf_mixed_precision_compat.v2` and `.v1`, or call
+`install()` to make the old `tf.` endpoints resolve again.
+"""
+
+from tf_mixed_precision_compat import _version_check
+
+_version_check.check()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat import endpoints
+from tf_mixed_precision_compat.loss_scale import deserialize
+from tf_mixed_precision_compat.loss_scale import DynamicLossScale
+from tf_mixed_precision_compat.loss_scale import FixedLossScale
+from tf_mixed_precision_compat.loss_scale import get
+from tf_mixed_precision_compat.loss_scale import LossScale
+from tf_mixed_precision_compat.loss_scale import serialize
+
+__version__ = "0.1.0"
+
+v1 = endpoints.namespace("v1")
+v2 = endpoints.namespace("v2")
+
+__all__ = sorted([
+    "DynamicLossScale",
+    "FixedLossScale",
+    "LossScale",
+    "deserialize",
+    "endpoints",
+    "get",
+    "serialize",
+    "v1",
+    "v2",
+])

@@ -1,0 +1,53 @@
+"""Deprecation warnings worded as TensorFlow 2.4 worded them.
+
+TensorFlow logged these through its own logger (`tf.get_logger()`, named
+"tensorflow"), once per deprecated callable, prefixed with the caller's file and
+line. Users filter on that logger and on the fixed phrases, so both are kept.
+"""
+
+import os
+import sys
+import threading
+
+import tensorflow as tf
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_warned = set()
+_lock = threading.Lock()
+
+
+def _caller_location():
+  """Returns 'file:line' of the first frame outside this package."""
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    filename = frame.f_code.co_filename
+    if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
+      return f"{filename}:{frame.f_lineno}"
+    frame = frame.f_back
+  return "<unknown>"
+
+
+def deprecation_message(qualname, module, instructions):
+  """The body of TensorFlow's `deprecated(None, instructions)` warning."""
+  return (f"{qualname} (from {module}) is deprecated and will be removed in a "
+          f"future version.\nInstructions for updating:\n{instructions}")
+
+
+def warn_once(key, message):
+  """Logs `message` to the "tensorflow" logger the first time `key` is seen.
+
+  Args:
+    key: Any hashable identifying the deprecated callable.
+    message: The warning text, without the "From file:line:" prefix.
+  """
+  with _lock:
+    if key in _warned:
+      return
+    _warned.add(key)
+  tf.get_logger().warning("From %s: %s", _caller_location(), message)
+
+
+def reset_for_testing():
+  """Forgets which warnings were logged, so tests can observe them again."""
+  with _lock:
+    _warned.clear()

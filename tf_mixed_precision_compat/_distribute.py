@@ -1,0 +1,43 @@
+"""Distribution helpers: making every replica agree on a step's fate.
+
+A step is applied only when the gradients of *all* replicas are finite. Each
+replica checks its own gradients, the verdicts are summed across replicas as
+floats (booleans cannot be reduced) and compared with the replica count, as
+TF 2.3 did; so a single overflowing replica skips the step everywhere.
+"""
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _scaling
+
+
+def all_finite(grads):
+  """Whether all of `grads` are finite on every replica.
+
+  Args:
+    grads: A nested structure of gradients (tensors, `tf.IndexedSlices`,
+      None, or per-replica values of those in cross-replica context).
+
+  Returns:
+    A scalar bool tensor, identical on every replica.
+
+  Raises:
+    RuntimeError: If called in a replica context of a distribution strategy.
+  """
+  flat = tf.nest.flatten(grads)
+  if not tf.distribute.has_strategy():
+    return _scaling.local_all_finite(flat)
+  if not tf.distribute.in_cross_replica_context():
+    raise RuntimeError(
+        "Loss scale update(grads) must be called in a cross-replica context "
+        "when a tf.distribute.Strategy is used; call it from "
+        "tf.distribute.get_replica_context().merge_call(...) or outside "
+        "strategy.run.")
+  strategy = tf.distribute.get_strategy()
+
+  def replica_verdict(*local_grads):
+    return tf.cast(_scaling.local_all_finite(local_grads), tf.float32)
+
+  verdicts = strategy.run(replica_verdict, args=tuple(flat))
+  total = strategy.reduce(tf.distribute.ReduceOp.SUM, verdicts, axis=None)
+  return tf.equal(total, float(strategy.num_replicas_in_sync))

@@ -1,0 +1,69 @@
+"""The arithmetic of dynamic loss scaling, shared by every loss scaler here.
+
+One step, given whether all gradients were finite:
+
+    if finite:
+      counter += 1
+      if counter >= growth_steps:
+        scale = scale * multiplier  if that is finite, else scale
+        counter = 0
+    else:
+      scale = max(scale / multiplier, 1)
+      counter = 0
+
+It is written with `tf.where` rather than `tf.cond`: both branches are a
+handful of scalar ops, a select is cheaper than a conditional in graphs and
+under XLA, and the values are bit-identical to TF 2.3/2.4's `cond` version
+(the same float32 multiply and divide are computed).
+"""
+
+import tensorflow as tf
+
+
+def local_all_finite(grads):
+  """Whether every gradient in the flat list `grads` is finite (None skipped).
+
+  Args:
+    grads: A flat list of tensors, `tf.IndexedSlices` or None.
+
+  Returns:
+    A scalar bool tensor; True for an empty list.
+  """
+  checks = []
+  for g in grads:
+    if g is None:
+      continue
+    if isinstance(g, tf.IndexedSlices):
+      g = g.values
+    checks.append(tf.reduce_all(tf.math.is_finite(g)))
+  if not checks:
+    return tf.constant(True)
+  if len(checks) == 1:
+    return checks[0]
+  return tf.reduce_all(tf.stack(checks))
+
+
+def dynamic_update(scale, counter, is_finite, growth_steps, multiplier):
+  """Computes the next (scale, counter) of dynamic loss scaling.
+
+  Args:
+    scale: Current float32 loss scale (tensor or variable).
+    counter: Current int64 count of consecutive finite steps.
+    is_finite: Scalar bool, whether this step's gradients were all finite.
+    growth_steps: Python int, finite steps before the scale grows.
+    multiplier: Python float, the growth and shrink factor.
+
+  Returns:
+    `(new_scale, new_counter)` tensors.
+  """
+  scale = tf.convert_to_tensor(scale)
+  counter = tf.convert_to_tensor(counter)
+  next_count = counter + 1
+  grow = tf.logical_and(is_finite, next_count >= growth_steps)
+  grown = scale * multiplier
+  grown = tf.where(tf.math.is_finite(grown), grown, scale)
+  shrunk = tf.maximum(scale / multiplier, 1.)
+  new_scale = tf.where(is_finite, tf.where(grow, grown, scale), shrunk)
+  new_counter = tf.where(tf.logical_and(is_finite, tf.logical_not(grow)),
+                         next_count, tf.zeros_like(counter))
+  return new_scale, new_counter

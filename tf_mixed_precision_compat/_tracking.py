@@ -1,0 +1,78 @@
+"""Per-graph weights for trackables that must checkpoint like TF 2.3's.
+
+TF 2.3's loss scales keep one set of variables per graph: eager code, and each
+`tf.compat.v1` graph the object is used in, get their own, and a checkpoint
+saved or restored in a context sees only that context's variables. A
+`tf.function` belongs to the context it was traced from, which is what
+`tf.init_scope()` lifts to; so that is the key used here.
+
+Only the public Trackable protocol is used: `_trackable_children` and
+`_lookup_dependency` are the hooks TensorFlow documents for conditional
+dependencies, `_handle_deferred_dependencies` the one for restore-before-create.
+"""
+
+import tensorflow as tf
+
+
+def graph_key():
+  """Identifies the context variables are owned by: None when eager."""
+  with tf.init_scope():
+    if tf.executing_eagerly():
+      return None
+    return tf.compat.v1.get_default_graph()
+
+
+class PerGraphWeights(tf.__internal__.tracking.Trackable):
+  """A Trackable whose weights are created and checkpointed per graph."""
+
+  def __init__(self):
+    self._weights = {}
+
+  def _add_weight(self, name, initial_value, dtype):
+    """Creates a non-trainable, never-aggregated variable named `name`.
+
+    Args:
+      name: The variable's name and its checkpoint key.
+      initial_value: Its initial value.
+      dtype: Its dtype.
+
+    Returns:
+      The variable.
+
+    Raises:
+      RuntimeError: If a weight `name` already exists in this context.
+    """
+    key = (name, graph_key())
+    if key in self._weights:
+      raise RuntimeError(f"Duplicate variables detected. {key}")
+    with tf.init_scope():
+      # `use_resource=True` keeps graph-mode variables resource variables even
+      # after `tf.compat.v1.disable_v2_behavior()`, as TF 2.3 created them.
+      variable = tf.compat.v1.Variable(
+          initial_value=initial_value,
+          name=name,
+          dtype=dtype,
+          trainable=False,
+          use_resource=True,
+          synchronization=tf.VariableSynchronization.AUTO,
+          aggregation=tf.VariableAggregation.NONE)
+    self._weights[key] = variable
+    # A checkpoint restored into this object before the variable existed has
+    # queued its value here; apply it now.
+    self._handle_deferred_dependencies(name=name, trackable=variable)
+    return variable
+
+  def _current_weights(self):
+    key = graph_key()
+    return {name: v for (name, g), v in self._weights.items() if g is key}
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    children.update(self._current_weights())
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    found = super()._lookup_dependency(name, cached_dependencies)
+    if found is None:
+      found = self._weights.get((name, graph_key()))
+    return found

@@ -1,0 +1,173 @@
+"""Registry of the TensorFlow endpoints this package re-creates.
+
+Every public symbol is registered with the paths TensorFlow 2.3.4 and 2.4.4
+exported it under: v2 paths (under `tf.`) and v1 paths (under `tf.compat.v1.`),
+plus which of those paths TensorFlow marked as deprecated endpoints and the
+warning text the symbol logs when used. The registry is the single source for
+
+* the attribute trees `tf_mixed_precision_compat.v1` / `.v2`, which mirror the
+  TensorFlow namespaces (`tf_mixed_precision_compat.v2.mixed_precision.
+  experimental.DynamicLossScale`),
+* `install()`, which grafts the same paths onto `tf` and `tf.compat.v1`,
+* the API goldens under `api_golden/`.
+
+Example:
+
+>>> from tf_mixed_precision_compat import endpoints
+>>> spec = endpoints.lookup("v2", "mixed_precision.experimental.DynamicLossScale")
+>>> spec.symbol.__name__
+'DynamicLossScale'
+"""
+
+import dataclasses
+import sys
+import types
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+__all__ = ["EndpointSpec", "all_specs", "export", "lookup", "namespace"]
+
+_API_VERSIONS = ("v1", "v2")
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class EndpointSpec:
+  """What is known about one exported symbol.
+
+  Attributes:
+    symbol: The Python object (class or function).
+    v2: Paths under `tf.` (e.g. `"mixed_precision.experimental.LossScale"`).
+    v1: Paths under `tf.compat.v1.`.
+    deprecated: The subset of paths TensorFlow marked as deprecated endpoints.
+    warning: The deprecation warning the symbol logs when used, or `None`.
+  """
+  symbol: Any
+  v2: Tuple[str, ...]
+  v1: Tuple[str, ...]
+  deprecated: Tuple[str, ...] = ()
+  warning: Optional[str] = None
+
+  def paths(self, api_version: str) -> Tuple[str, ...]:
+    """Returns the paths of this symbol in `api_version` ("v1" or "v2")."""
+    _check_api_version(api_version)
+    return getattr(self, api_version)
+
+
+_SPECS: Dict[int, EndpointSpec] = {}
+_ROOTS: Dict[str, types.ModuleType] = {}
+
+
+def _check_api_version(api_version):
+  if api_version not in _API_VERSIONS:
+    raise ValueError(
+        f"api_version must be one of {_API_VERSIONS}, got {api_version!r}.")
+
+
+def export(*v2: str,
+           v1: Tuple[str, ...] = (),
+           deprecated: Tuple[str, ...] = (),
+           warning: Optional[str] = None) -> Callable[[Any], Any]:
+  """Decorator registering a symbol under its TensorFlow endpoint paths.
+
+  Args:
+    *v2: Paths under `tf.` that TF 2.3.4/2.4.4 exported the symbol as.
+    v1: Paths under `tf.compat.v1.`.
+    deprecated: Paths (from `v2` or `v1`) TensorFlow marked deprecated.
+    warning: The deprecation warning text the symbol logs, if any.
+
+  Returns:
+    A decorator that registers its argument and returns it unchanged.
+
+  Raises:
+    ValueError: If a deprecated path is not among the exported paths, or a
+      path is already taken by another symbol.
+  """
+  unknown = set(deprecated) - set(v2) - set(v1)
+  if unknown:
+    raise ValueError(f"deprecated paths {sorted(unknown)} are not exported.")
+
+  def decorator(symbol):
+    spec = EndpointSpec(symbol, tuple(v2), tuple(v1), tuple(deprecated),
+                        warning)
+    for api_version in _API_VERSIONS:
+      for path in spec.paths(api_version):
+        existing = _find(api_version, path)
+        if existing is not None and existing.symbol is not symbol:
+          raise ValueError(f"{api_version} path {path!r} is already "
+                           f"registered to {existing.symbol!r}.")
+    _SPECS[id(symbol)] = spec
+    for api_version in _API_VERSIONS:
+      for path in spec.paths(api_version):
+        _graft(namespace(api_version), path, symbol)
+    return symbol
+
+  return decorator
+
+
+def _graft(root, path, symbol):
+  *parents, leaf = path.split(".")
+  node = root
+  for part in parents:
+    child = getattr(node, part, None)
+    if child is None:
+      child = types.ModuleType(f"{node.__name__}.{part}")
+      child.__doc__ = f"Mirror of the TensorFlow `{part}` namespace."
+      sys.modules[child.__name__] = child
+      setattr(node, part, child)
+    node = child
+  setattr(node, leaf, symbol)
+
+
+def namespace(api_version: str) -> types.ModuleType:
+  """Returns the root of the `api_version` attribute tree.
+
+  Args:
+    api_version: "v1" (paths under `tf.compat.v1`) or "v2" (under `tf`).
+
+  Returns:
+    A module whose attributes mirror TensorFlow's namespaces.
+
+  Raises:
+    ValueError: If `api_version` is not "v1" or "v2".
+  """
+  _check_api_version(api_version)
+  if api_version not in _ROOTS:
+    root = types.ModuleType(f"{_PACKAGE}.{api_version}")
+    root.__doc__ = (f"TensorFlow {api_version} endpoints re-created by "
+                    f"{_PACKAGE}.")
+    sys.modules[root.__name__] = root
+    _ROOTS[api_version] = root
+  return _ROOTS[api_version]
+
+
+def all_specs() -> Iterator[EndpointSpec]:
+  """Yields every registered symbol's spec, in registration order."""
+  return iter(list(_SPECS.values()))
+
+
+def _find(api_version, path):
+  for spec in _SPECS.values():
+    if path in spec.paths(api_version):
+      return spec
+  return None
+
+
+def lookup(api_version: str, path: str) -> EndpointSpec:
+  """Returns the spec registered at `path` in `api_version`.
+
+  Args:
+    api_version: "v1" or "v2".
+    path: A dotted path relative to `tf` (v2) or `tf.compat.v1` (v1).
+
+  Returns:
+    The matching `EndpointSpec`.
+
+  Raises:
+    ValueError: If `api_version` is unknown.
+    KeyError: If nothing is registered at `path`.
+  """
+  _check_api_version(api_version)
+  spec = _find(api_version, path)
+  if spec is None:
+    raise KeyError(f"no {api_version} endpoint {path!r} is registered.")
+  return spec

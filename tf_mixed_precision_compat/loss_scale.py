@@ -1,0 +1,404 @@
+"""TF 2.3's loss scale classes: `LossScale`, `FixedLossScale`, `DynamicLossScale`.
+
+Loss scaling multiplies the loss by a factor before differentiation and divides
+the gradients by it afterwards, so that small float16 gradients do not flush to
+zero. A `LossScale` holds that factor: calling it returns the factor as a
+float32 scalar, and `update(grads)` adjusts it from the step's (unscaled)
+gradients and says whether the step should be applied.
+
+These classes checkpoint exactly as TF 2.3.4's did (`current_loss_scale`,
+`good_steps`), so TF 2.3 checkpoints restore into them bit for bit. TF 2.21's
+own `tf.compat.v1.mixed_precision` loss scales are accepted wherever ours are
+(they are registered as virtual subclasses of `LossScale`).
+"""
+
+import abc
+import math
+import numbers
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _deprecation
+from tf_mixed_precision_compat import _distribute
+from tf_mixed_precision_compat import _scaling
+from tf_mixed_precision_compat import _tracking
+from tf_mixed_precision_compat.endpoints import export
+
+__all__ = [
+    "DynamicLossScale", "FixedLossScale", "LossScale", "deserialize", "get",
+    "serialize"
+]
+
+
+def _deprecation_text(cls_name):
+  return _deprecation.deprecation_message(
+      f"{cls_name}.__init__", __name__,
+      "Use tf.keras.mixed_precision.LossScaleOptimizer instead. "
+      f"LossScaleOptimizer now has all the functionality of {cls_name}")
+
+
+def _is_real_number(value):
+  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and
+          not isinstance(value, tf.Tensor))
+
+
+@export(
+    "mixed_precision.experimental.LossScale",
+    "train.experimental.LossScale",
+    v1=("mixed_precision.LossScale", "mixed_precision.experimental.LossScale",
+        "train.experimental.LossScale"),
+    deprecated=("mixed_precision.experimental.LossScale",
+                "train.experimental.LossScale"))
+class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
+  """Base class of the TF 2.3 loss scales.
+
+  Subclasses return the loss scale when called and adjust it in `update`. The
+  loss scale's variables are kept per graph (eagerly, and once per
+  `tf.compat.v1` graph) and are saved by `tf.train.Checkpoint` under their
+  variable names.
+
+  In most places that take a `LossScale` you may also pass an int or float
+  (a `FixedLossScale`) or the string `"dynamic"` (a `DynamicLossScale`); see
+  `get`.
+
+  Example:
+
+  >>> loss_scale = FixedLossScale(128)
+  >>> float(loss_scale())
+  128.0
+  """
+
+  @abc.abstractmethod
+  def __call__(self):
+    """Returns the current loss scale as a scalar float32 tensor."""
+
+  @abc.abstractmethod
+  def update(self, grads):
+    """Adjusts the loss scale from the gradients of one step.
+
+    Eagerly the loss scale changes at once; in graph mode the returned op
+    changes it when run. Under a `tf.distribute.Strategy` this must be called
+    in cross-replica context, and every replica gets the same verdict.
+
+    Args:
+      grads: A nested structure of unscaled gradients (tensors,
+        `tf.IndexedSlices` or None, which are ignored).
+
+    Returns:
+      `(update_op, should_apply_gradients)`: `update_op` is None eagerly and an
+      op in graph mode; `should_apply_gradients` is a bool or scalar bool
+      tensor, False when the step's gradients must not be applied.
+    """
+
+  @abc.abstractmethod
+  def get_config(self):
+    """Returns the constructor arguments as a dict."""
+
+  @classmethod
+  def from_config(cls, config):
+    """Creates a loss scale from a `get_config` dict."""
+    return cls(**config)
+
+
+# TF 2.21 still ships TF 2.3's classes under tf.compat.v1; they behave the same
+# and are accepted wherever ours are.
+LossScale.register(tf.compat.v1.mixed_precision.LossScale)
+
+
+@export(
+    "mixed_precision.experimental.FixedLossScale",
+    "train.experimental.FixedLossScale",
+    v1=("mixed_precision.FixedLossScale",
+        "mixed_precision.experimental.FixedLossScale",
+        "train.experimental.FixedLossScale"),
+    deprecated=("mixed_precision.experimental.FixedLossScale",
+                "train.experimental.FixedLossScale"),
+    warning=_deprecation_text("FixedLossScale"))
+class FixedLossScale(LossScale):
+  """A loss scale that never changes.
+
+  Example:
+
+  >>> loss_scale = FixedLossScale(1024)
+  >>> float(loss_scale())
+  1024.0
+  >>> loss_scale.update([tf.constant(float("inf"))])[1]
+  True
+  """
+
+  def __init__(self, loss_scale_value):
+    """Creates the fixed loss scale.
+
+    Args:
+      loss_scale_value: A Python int or float, at least 1 and finite.
+
+    Raises:
+      ValueError: If `loss_scale_value` is not a Python number, is less than 1
+        or is not finite.
+    """
+    _deprecation.warn_once(FixedLossScale, _deprecation_text("FixedLossScale"))
+    super().__init__()
+    if not _is_real_number(loss_scale_value):
+      raise ValueError("loss_scale_value must be a Python int or float.")
+    if loss_scale_value < 1:
+      raise ValueError("loss_scale_value must be at least 1.")
+    if not math.isfinite(loss_scale_value):
+      raise ValueError(
+          f"loss_scale_value must be finite, got {loss_scale_value}.")
+    # Kept as a Python float: a tensor made here could live on another device
+    # or in another graph than the one the loss scale is used in.
+    self._loss_scale_value = float(loss_scale_value)
+
+  def __call__(self):
+    return tf.convert_to_tensor(self._loss_scale_value)
+
+  def update(self, grads):
+    del grads
+    return tf.no_op(), True
+
+  def __repr__(self):
+    return f"FixedLossScale({self._loss_scale_value})"
+
+  def get_config(self):
+    return {"loss_scale_value": self._loss_scale_value}
+
+
+def _validated_dynamic_args(initial_loss_scale, increment_period, multiplier):
+  """Checks DynamicLossScale's arguments; TF 2.3 accepted nonsense here."""
+  if not _is_real_number(initial_loss_scale):
+    raise ValueError("initial_loss_scale must be a Python int or float, got "
+                     f"{initial_loss_scale!r}.")
+  if not math.isfinite(initial_loss_scale) or initial_loss_scale < 1:
+    raise ValueError("initial_loss_scale must be finite and at least 1, got "
+                     f"{initial_loss_scale}.")
+  if (not _is_real_number(increment_period) or
+      increment_period != int(increment_period)):
+    raise ValueError("increment_period must be a Python int, got "
+                     f"{increment_period!r}.")
+  if increment_period < 1:
+    raise ValueError(
+        f"increment_period must be at least 1, got {increment_period}.")
+  if not _is_real_number(multiplier):
+    raise ValueError(
+        f"multiplier must be a Python int or float, got {multiplier!r}.")
+  if not math.isfinite(multiplier) or multiplier <= 1:
+    raise ValueError(
+        f"multiplier must be finite and greater than 1, got {multiplier}.")
+  return float(initial_loss_scale), int(increment_period), float(multiplier)
+
+
+@export(
+    "mixed_precision.experimental.DynamicLossScale",
+    "train.experimental.DynamicLossScale",
+    v1=("mixed_precision.DynamicLossScale",
+        "mixed_precision.experimental.DynamicLossScale",
+        "train.experimental.DynamicLossScale"),
+    deprecated=("mixed_precision.experimental.DynamicLossScale",
+                "train.experimental.DynamicLossScale"),
+    warning=_deprecation_text("DynamicLossScale"))
+class DynamicLossScale(LossScale):
+  """A loss scale that grows while gradients stay finite and shrinks on overflow.
+
+  The algorithm, per call to `update`:
+
+      if all gradients are finite:
+        good_steps += 1
+        if good_steps >= increment_period:
+          loss_scale *= multiplier   (unless that overflows to inf)
+          good_steps = 0
+      else:                          (the step is skipped)
+        loss_scale = max(loss_scale / multiplier, 1)
+        good_steps = 0
+
+  Start high: a scale that is too high comes down in one step per halving,
+  while one that is too low takes `increment_period` steps per doubling.
+
+  Example:
+
+  >>> loss_scale = DynamicLossScale(initial_loss_scale=8, increment_period=2)
+  >>> _, apply = loss_scale.update([tf.constant(float("inf"))])
+  >>> bool(apply), float(loss_scale())
+  (False, 4.0)
+  >>> for _ in range(2):
+  ...   _ = loss_scale.update([tf.constant(1.)])
+  >>> float(loss_scale())
+  8.0
+  """
+
+  def __init__(self,
+               initial_loss_scale=2**15,
+               increment_period=2000,
+               multiplier=2.):
+    """Creates the dynamic loss scale and its two variables.
+
+    Args:
+      initial_loss_scale: A Python int or float, finite and at least 1; the
+        default 2**15 is about half float16's largest value.
+      increment_period: A Python int >= 1: after this many consecutive finite
+        steps the loss scale grows.
+      multiplier: A Python int or float > 1: the growth and shrink factor.
+
+    Raises:
+      ValueError: If an argument is not a number of the accepted range.
+    """
+    _deprecation.warn_once(DynamicLossScale,
+                           _deprecation_text("DynamicLossScale"))
+    (self._initial_loss_scale, self._increment_period,
+     self._multiplier) = _validated_dynamic_args(initial_loss_scale,
+                                                 increment_period, multiplier)
+    super().__init__()
+    self._current_loss_scale = self._add_weight(
+        name="current_loss_scale",
+        initial_value=self._initial_loss_scale,
+        dtype=tf.float32)
+    # Consecutive finite steps since the last overflow or scale change.
+    self._num_good_steps = self._add_weight(
+        name="good_steps", initial_value=0, dtype=tf.int64)
+
+  @property
+  def initial_loss_scale(self):
+    return self._initial_loss_scale
+
+  @property
+  def increment_period(self):
+    return self._increment_period
+
+  @property
+  def multiplier(self):
+    return self._multiplier
+
+  def __call__(self):
+    return tf.convert_to_tensor(self._current_loss_scale)
+
+  def update(self, grads):
+    """Updates the loss scale from whether all `grads` are finite."""
+    is_finite = _distribute.all_finite(grads)
+    new_scale, new_count = _scaling.dynamic_update(self._current_loss_scale,
+                                                   self._num_good_steps,
+                                                   is_finite,
+                                                   self._increment_period,
+                                                   self._multiplier)
+    update_op = tf.group(
+        self._current_loss_scale.assign(new_scale, read_value=False),
+        self._num_good_steps.assign(new_count, read_value=False))
+    if tf.executing_eagerly():
+      update_op = None
+    return update_op, is_finite
+
+  def __repr__(self):
+    if tf.executing_eagerly():
+      return (f"DynamicLossScale("
+              f"current_loss_scale={self._current_loss_scale.numpy()}, "
+              f"num_good_steps={self._num_good_steps.numpy()}, "
+              f"initial_loss_scale={self.initial_loss_scale}, "
+              f"increment_period={self.increment_period}, "
+              f"multiplier={self.multiplier})")
+    return (f"DynamicLossScale(initial_loss_scale={self.initial_loss_scale}, "
+            f"increment_period={self.increment_period}, "
+            f"multiplier={self.multiplier})")
+
+  def get_config(self):
+    return {
+        "initial_loss_scale": self.initial_loss_scale,
+        "increment_period": self.increment_period,
+        "multiplier": self.multiplier,
+    }
+
+
+_BUILTIN_CLASSES = {
+    "FixedLossScale": FixedLossScale,
+    "DynamicLossScale": DynamicLossScale,
+}
+
+
+def get(identifier):
+  """Returns a loss scale for `identifier`.
+
+  Args:
+    identifier: A `LossScale` (ours or TF's `tf.compat.v1` one), returned as
+      is; a Python int or float, giving a `FixedLossScale`; `"dynamic"`, giving
+      a default `DynamicLossScale`; a `serialize` dict; or None.
+
+  Returns:
+    A `LossScale`, or None for None.
+
+  Raises:
+    ValueError: If `identifier` is none of the above.
+
+  Example:
+
+  >>> get(8)
+  FixedLossScale(8.0)
+  >>> get(None) is None
+  True
+  """
+  if identifier is None or isinstance(identifier, LossScale):
+    return identifier
+  if isinstance(identifier, dict):
+    return deserialize(identifier)
+  if _is_real_number(identifier):
+    return FixedLossScale(identifier)
+  if isinstance(identifier, str) and identifier == "dynamic":
+    return DynamicLossScale()
+  raise ValueError(f"Could not interpret loss scale identifier: {identifier}")
+
+
+def serialize(loss_scale):
+  """Returns `loss_scale` in Keras' `{"class_name", "config"}` form.
+
+  Args:
+    loss_scale: A `LossScale` (ours or TF's `tf.compat.v1` one).
+
+  Returns:
+    A JSON-serializable dict.
+
+  Raises:
+    ValueError: If `loss_scale` is not a `LossScale`.
+
+  Example:
+
+  >>> serialize(FixedLossScale(4))
+  {'class_name': 'FixedLossScale', 'config': {'loss_scale_value': 4.0}}
+  """
+  if not isinstance(loss_scale, LossScale):
+    raise ValueError(
+        f"loss_scale must be a LossScale instance, got {loss_scale!r}.")
+  return {
+      "class_name": type(loss_scale).__name__,
+      "config": loss_scale.get_config()
+  }
+
+
+def deserialize(config, custom_objects=None):
+  """Creates a loss scale from a `serialize` dict.
+
+  Only `FixedLossScale`, `DynamicLossScale` and classes named in
+  `custom_objects` are instantiated; no other class name is ever imported.
+
+  Args:
+    config: A dict with keys "class_name" and "config".
+    custom_objects: Optional dict mapping further class names to classes.
+
+  Returns:
+    A `LossScale`.
+
+  Raises:
+    ValueError: If `config` is malformed or names an unknown class.
+  """
+  if (not isinstance(config, dict) or "class_name" not in config or
+      not isinstance(config.get("config", {}), dict)):
+    raise ValueError("config must be a dict with keys 'class_name' and "
+                     f"'config', got {config!r}.")
+  extra = set(config) - {"class_name", "config", "module", "registered_name"}
+  if extra:
+    raise ValueError(f"Unexpected keys {sorted(extra)} in loss scale config.")
+  classes = dict(_BUILTIN_CLASSES)
+  classes.update(custom_objects or {})
+  class_name = config["class_name"]
+  if class_name not in classes:
+    raise ValueError(f"Unknown loss scale: {class_name}")
+  try:
+    return classes[class_name].from_config(config.get("config", {}))
+  except TypeError as e:
+    raise ValueError(
+        f"Invalid config for loss scale {class_name}: {config!r} ({e})") from e
