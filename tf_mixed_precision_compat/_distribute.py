@@ -23,9 +23,14 @@ def all_finite(grads):
 
   Raises:
     RuntimeError: If called in a replica context of a distribution strategy.
+    ValueError: If `grads` holds per-replica values outside a strategy scope.
   """
   flat = tf.nest.flatten(grads)
   if not tf.distribute.has_strategy():
+    if any(isinstance(g, tf.distribute.DistributedValues) for g in flat):
+      raise ValueError(
+          "grads holds per-replica values but no tf.distribute.Strategy is "
+          "in scope; call update(grads) inside `with strategy.scope():`.")
     return _scaling.local_all_finite(flat)
   if not tf.distribute.in_cross_replica_context():
     raise RuntimeError(
