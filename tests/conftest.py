@@ -9,6 +9,7 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -17,6 +18,10 @@ tf.config.set_logical_device_configuration(
     _CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 NUM_REPLICAS = 2
+
+# absltest helpers such as `create_tempdir` read absl flags, which pytest never
+# parses; the defaults are what we want.
+flags.FLAGS.mark_as_parsed()
 
 
 @pytest.fixture

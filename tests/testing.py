@@ -20,3 +20,20 @@ def per_replica(strategy, values):
   values = list(values)
   return strategy.experimental_distribute_values_from_function(
       lambda ctx: tf.constant(values[ctx.replica_id_in_sync_group]))
+
+
+def named_product(**axes):
+  """Like `parameterized.product`, but every case gets a readable name.
+
+  Args:
+    **axes: Parameter name -> sequence of values (str, bool, int or float).
+
+  Returns:
+    A list of dicts for `parameterized.named_parameters`.
+  """
+  cases = [{}]
+  for key, values in axes.items():
+    cases = [dict(case, **{key: value}) for case in cases for value in values]
+  for case in cases:
+    case["testcase_name"] = "_".join(f"{k}_{v}" for k, v in case.items())
+  return cases
