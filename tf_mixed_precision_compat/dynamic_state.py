@@ -1,0 +1,203 @@
+"""The state of a dynamic loss scale, as TF 2.4's Keras LossScaleOptimizer kept it.
+
+TF 2.4 moved dynamic loss scaling out of the `tf.compat.v1` `LossScale`
+classes and into the Keras `LossScaleOptimizer`, which keeps its scale in a
+small trackable object attached to the optimizer under the checkpoint name
+`loss_scale`. `_DynamicLossScaleState` is that object:
+
+* two variables, `current_loss_scale` (float32) and `good_steps` (int64,
+  exposed as `counter`), created per graph through `_tracking.PerGraphWeights`
+  so that checkpoints written by TF 2.3.4 / 2.4.4 restore into it exactly;
+* `update(grads)` applies the arithmetic of `_scaling.dynamic_update` after
+  all replicas agree, through `_distribute.all_finite`, whether the step's
+  gradients are finite.
+
+Unlike TF 2.4, nonsense arguments (a NaN, infinite or below-1 scale, fewer than
+one growth step, a multiplier not above 1) are rejected instead of silently
+producing a loss scale that can never work.
+"""
+
+import math
+import numbers
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _distribute
+from tf_mixed_precision_compat import _scaling
+from tf_mixed_precision_compat import _tracking
+
+__all__ = ["check_initial_scale", "check_growth_steps"]
+
+
+def _is_real(value):
+  return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_initial_scale(value, arg_name):
+  """Validates a loss scale given by the user and returns it as a float.
+
+  Args:
+    value: The proposed loss scale.
+    arg_name: The argument's name, used in the error message.
+
+  Returns:
+    `value` as a Python float.
+
+  Raises:
+    ValueError: If `value` is not a Python/NumPy real number, is NaN or
+      infinite, or is less than 1.
+  """
+  if not _is_real(value):
+    raise ValueError(f'"{arg_name}" must be a Python int or float, finite and '
+                     f"at least 1, but got: {value!r}")
+  value = float(value)
+  if not math.isfinite(value) or value < 1:
+    raise ValueError(f'"{arg_name}" must be finite and at least 1, but got: '
+                     f"{value}")
+  return value
+
+
+def check_growth_steps(value, arg_name):
+  """Validates a number of growth steps and returns it as an int.
+
+  Args:
+    value: The proposed number of consecutive finite steps before growth.
+    arg_name: The argument's name, used in the error message.
+
+  Returns:
+    `value` as a Python int.
+
+  Raises:
+    ValueError: If `value` is not an integral number at least 1.
+  """
+  if not _is_real(value) or not math.isfinite(value) or value != int(value):
+    raise ValueError(f'"{arg_name}" must be an integer of at least 1, but '
+                     f"got: {value!r}")
+  if value < 1:
+    raise ValueError(f'"{arg_name}" must be at least 1, but got: {value!r}')
+  return int(value)
+
+
+def _check_multiplier(value):
+  if not _is_real(value) or not math.isfinite(value) or value <= 1:
+    raise ValueError('"multiplier" must be a finite number greater than 1, '
+                     f"but got: {value!r}")
+  return float(value)
+
+
+class _DynamicLossScaleState(_tracking.PerGraphWeights):
+  """A dynamic loss scale: a scale, a counter of good steps, and their update.
+
+  Every `growth_steps` consecutive steps with finite gradients the scale is
+  multiplied by `multiplier`, unless that would overflow; a step with a NaN or
+  infinite gradient divides it by `multiplier` (never below 1) and resets the
+  counter. The state checkpoints as `current_loss_scale` and `good_steps`, the
+  names TF 2.3 and TF 2.4 used.
+
+  Example:
+
+  >>> state = _DynamicLossScaleState(8., growth_steps=2, multiplier=2.)
+  >>> _, should_apply = state.update([tf.constant(float("inf"))])
+  >>> bool(should_apply), float(state())
+  (False, 4.0)
+  >>> for _ in range(2):
+  ...   _ = state.update([tf.constant(1.)])
+  >>> float(state()), int(state.counter)
+  (8.0, 0)
+  """
+
+  def __init__(self, initial_loss_scale, growth_steps, multiplier):
+    """Creates the state and its two variables.
+
+    Args:
+      initial_loss_scale: The starting scale, a finite number at least 1.
+      growth_steps: Consecutive finite steps before the scale grows, >= 1.
+      multiplier: The growth and shrink factor, a finite number > 1.
+
+    Raises:
+      ValueError: If an argument is outside the ranges above.
+    """
+    self._initial_loss_scale = check_initial_scale(initial_loss_scale,
+                                                   "initial_loss_scale")
+    self._growth_steps = check_growth_steps(growth_steps, "growth_steps")
+    self._multiplier = _check_multiplier(multiplier)
+    super().__init__()
+    self._current_loss_scale = self._add_weight(
+        name="current_loss_scale",
+        initial_value=self._initial_loss_scale,
+        dtype=tf.float32)
+    # Steps with finite gradients since the last overflow or scale change;
+    # 'good_steps' is the checkpoint name TF 2.3 gave it.
+    self._counter = self._add_weight(
+        name="good_steps", initial_value=0, dtype=tf.int64)
+
+  @property
+  def initial_loss_scale(self):
+    """The loss scale the state started from, a Python float."""
+    return self._initial_loss_scale
+
+  @property
+  def growth_steps(self):
+    """Consecutive finite steps after which the scale grows, a Python int."""
+    return self._growth_steps
+
+  @property
+  def multiplier(self):
+    """The growth and shrink factor, a Python float."""
+    return self._multiplier
+
+  @property
+  def current_loss_scale(self):
+    """The loss scale variable (float32) of the current context."""
+    return self._current_loss_scale
+
+  @property
+  def counter(self):
+    """The good-steps counter variable (int64) of the current context."""
+    return self._counter
+
+  def __call__(self):
+    """Returns the current loss scale as a scalar float32 tensor."""
+    return tf.convert_to_tensor(self._current_loss_scale)
+
+  def update(self, grads):
+    """Updates the scale and counter from one step's gradients.
+
+    Under a `tf.distribute.Strategy` this must run in cross-replica context
+    (e.g. inside `merge_call`); all replicas' gradients are checked and a
+    single overflowing replica makes the step non-finite everywhere.
+
+    Args:
+      grads: A nested structure of gradients (tensors, `tf.IndexedSlices`,
+        None, or per-replica values in cross-replica context).
+
+    Returns:
+      `(update_op, should_apply_gradients)`: `update_op` is None when
+      executing eagerly and an op otherwise; `should_apply_gradients` is a
+      scalar bool tensor, False when the step must be skipped.
+
+    Raises:
+      RuntimeError: If called in a replica context of a strategy.
+    """
+    is_finite = _distribute.all_finite(grads)
+    new_scale, new_counter = _scaling.dynamic_update(
+        self._current_loss_scale, self._counter, is_finite,
+        self._growth_steps, self._multiplier)
+    update_op = tf.group(
+        self._current_loss_scale.assign(new_scale, read_value=False),
+        self._counter.assign(new_counter, read_value=False))
+    if tf.executing_eagerly():
+      update_op = None
+    return update_op, is_finite
+
+  def __repr__(self):
+    if tf.executing_eagerly():
+      return (f"_DynamicLossScaleState(current_loss_scale="
+              f"{self._current_loss_scale.numpy()}, counter="
+              f"{self._counter.numpy()}, "
+              f"initial_loss_scale={self._initial_loss_scale}, "
+              f"growth_steps={self._growth_steps}, "
+              f"multiplier={self._multiplier})")
+    return (f"_DynamicLossScaleState(initial_loss_scale="
+            f"{self._initial_loss_scale}, growth_steps={self._growth_steps}, "
+            f"multiplier={self._multiplier})")
