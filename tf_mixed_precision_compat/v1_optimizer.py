@@ -1,0 +1,332 @@
+"""TF 2.3's `MixedPrecisionLossScaleOptimizer` for `tf.compat.v1` optimizers.
+
+The wrapper multiplies the loss by the loss scale before the wrapped
+optimizer differentiates it and divides the gradients by the same factor
+afterwards. With a dynamic loss scale, `apply_gradients` asks the loss scale
+whether the step's gradients are all finite and applies them (and increments
+`global_step`) only if so, while the loss scale adjusts itself.
+
+How a step flows under a `tf.distribute.Strategy` (the same path runs with no
+strategy, where the default strategy stands in):
+
+1. Each replica calls `compute_gradients`: the wrapped optimizer computes
+   gradients of the scaled loss (it also divides a "mean"-reduced loss by the
+   number of replicas, as every v1 optimizer does), which are then unscaled
+   here, still per replica.
+2. Each replica calls `apply_gradients`; `None` gradients are dropped on every
+   replica (so all replicas hand over the same variables) and
+   `ReplicaContext.merge_call` switches to cross-replica context.
+3. There the loss scale's `update` sees the per-replica gradients; every
+   replica's verdict is combined, so one overflowing replica skips the step on
+   all of them.
+4. Only if the verdict is "finite", the wrapped optimizer's own
+   `apply_gradients` runs once per replica; it sums the gradients across
+   replicas (the only aggregation) and updates variables, slots and
+   `global_step`.
+
+Checkpoints hold the wrapped optimizer's variables and the loss scale's
+`current_loss_scale` and `good_steps` under the same names as TF 2.3.4, so
+`tf.compat.v1.train.Saver` and `tf.train.Checkpoint` files move between the two
+in both directions.
+"""
+
+import sys
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.endpoints import export
+
+__all__ = ["MixedPrecisionLossScaleOptimizer"]
+
+_V1Optimizer = tf.compat.v1.train.Optimizer
+
+
+def _fixed_loss_scale_classes():
+  """Our FixedLossScale and TF's compat.v1 one, while TF still ships it."""
+  classes = [loss_scale_module.FixedLossScale]
+  tf_fixed = getattr(
+      getattr(tf.compat.v1, "mixed_precision", None), "FixedLossScale", None)
+  if tf_fixed is not None:
+    classes.append(tf_fixed)
+  return tuple(classes)
+
+
+def _is_keras_optimizer(opt):
+  """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded)."""
+  for module_name in ("keras", "tf_keras"):
+    # Only modules already imported: checking must not import tf_keras.
+    module = sys.modules.get(module_name)
+    base = getattr(getattr(module, "optimizers", None), "Optimizer", None)
+    if isinstance(base, type) and isinstance(opt, base):
+      return True
+  return False
+
+
+def _local_ops(distribution, values):
+  """Flattens `values` to the ops/tensors held on this worker's replicas."""
+  flat = []
+  for value in tf.nest.flatten(values):
+    if value is None:
+      continue
+    flat.extend(
+        v for v in distribution.experimental_local_results(value)
+        if v is not None)
+  return flat
+
+
+@export(
+    v1=("mixed_precision.MixedPrecisionLossScaleOptimizer",
+        "train.experimental.MixedPrecisionLossScaleOptimizer"),
+    deprecated=("train.experimental.MixedPrecisionLossScaleOptimizer",))
+class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
+  """A `tf.compat.v1.train.Optimizer` wrapper that applies loss scaling.
+
+  Loss scaling multiplies the loss by a factor, the loss scale, before
+  gradients are computed and divides the gradients by it afterwards:
+
+      loss = loss * loss_scale
+      grads = gradients(loss, vars)
+      grads = grads / loss_scale
+
+  Mathematically this changes nothing, but it keeps small float16
+  intermediate gradients from flushing to zero. The loss scale is fixed (an
+  int or float) or dynamic (`"dynamic"` or a `DynamicLossScale`); with a
+  dynamic one, steps whose gradients contain Inf or NaN are skipped: neither
+  variables, slots nor `global_step` change, and the loss scale shrinks.
+
+  Example:
+
+  >>> opt = MixedPrecisionLossScaleOptimizer(
+  ...     tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale=128)
+  >>> var = tf.Variable(1.)
+  >>> opt.minimize(lambda: var * 2., var_list=[var])
+  >>> float(var.numpy())
+  0.0
+  """
+
+  def __init__(self, opt, loss_scale):
+    """Wraps `opt`.
+
+    Args:
+      opt: A `tf.compat.v1.train.Optimizer` (GradientDescent, Momentum, Adam,
+        ...). Keras optimizers are not accepted; use the Keras
+        `LossScaleOptimizer` for those.
+      loss_scale: What `tf_mixed_precision_compat.get` accepts: a Python int or
+        float (a fixed loss scale), the string `"dynamic"`, or a `LossScale`
+        instance (ours, or TensorFlow's `tf.compat.v1.mixed_precision` one).
+
+    Raises:
+      ValueError: If `opt` is not a `tf.compat.v1.train.Optimizer`, or
+        `loss_scale` is None or not an accepted loss scale.
+    """
+    if not isinstance(opt, _V1Optimizer):
+      message = ('"opt" must be an instance of Optimizer, but got: %s' %
+                 type(opt))
+      if _is_keras_optimizer(opt):
+        message += (". Keras optimizers are wrapped with "
+                    "tf.keras.mixed_precision.LossScaleOptimizer instead.")
+      raise ValueError(message)
+    # Resolved before any state is set, so a bad value leaves nothing behind.
+    resolved = loss_scale_module.get(loss_scale)
+    if resolved is None:
+      raise ValueError("loss_scale cannot be None")
+    self._optimizer = opt
+    super().__init__(opt._use_locking, opt.get_name())  # pylint: disable=protected-access
+    self._loss_scale = resolved
+    # The checkpoint keys TF 2.3.4 used for object-based checkpoints.
+    self._track_trackable(self._optimizer, "base_optimizer")
+    self._track_trackable(self._loss_scale, "loss_scale")
+
+  def _doing_dynamic_loss_scaling(self):
+    # Any loss scale but a fixed one is asked, step by step, whether to apply:
+    # that covers DynamicLossScale and user-defined subclasses alike.
+    return not isinstance(self._loss_scale, _fixed_loss_scale_classes())
+
+  def compute_gradients(self,
+                        loss,
+                        var_list=None,
+                        gate_gradients=_V1Optimizer.GATE_OP,
+                        aggregation_method=None,
+                        colocate_gradients_with_ops=False,
+                        grad_loss=None):
+    """Computes unscaled gradients of the loss scaled by the loss scale.
+
+    Args:
+      loss: A tensor to minimize, or a callable taking no arguments returning
+        it (required when executing eagerly).
+      var_list: Optional list or tuple of variables to differentiate against;
+        defaults to the graph's trainable variables (or, for a callable loss,
+        those it reads).
+      gate_gradients: `GATE_NONE`, `GATE_OP` or `GATE_GRAPH`.
+      aggregation_method: How gradient terms are combined
+        (`tf.AggregationMethod`).
+      colocate_gradients_with_ops: Whether to colocate gradients with their
+        ops.
+      grad_loss: Optional tensor holding the gradient computed for `loss`.
+
+    Returns:
+      A list of `(gradient, variable)` pairs; a gradient may be None or a
+      `tf.IndexedSlices`, as from the wrapped optimizer.
+
+    Raises:
+      RuntimeError: If executing eagerly and `loss` is not callable.
+      ValueError: If the wrapped optimizer rejects the arguments.
+    """
+    grads_and_vars = self._optimizer.compute_gradients(
+        loss=self._scale_loss(loss),
+        var_list=var_list,
+        gate_gradients=gate_gradients,
+        aggregation_method=aggregation_method,
+        colocate_gradients_with_ops=colocate_gradients_with_ops,
+        grad_loss=grad_loss)
+    grads = self._unscale_grads([g for g, _ in grads_and_vars])
+    return list(zip(grads, [v for _, v in grads_and_vars]))
+
+  def _scale_loss(self, loss):
+    scale = self._loss_scale()
+    if callable(loss):
+
+      def scaled_loss():
+        value = loss()
+        return value * tf.cast(scale, value.dtype)
+
+      return scaled_loss
+    return loss * tf.cast(scale, loss.dtype)
+
+  def _unscale_grads(self, grads):
+    # Multiplying by the float32 reciprocal, as TF 2.3 did, keeps the values
+    # bit-identical to its; it is cast for float16/bfloat16 gradients, which
+    # TF 2.3 could not unscale at all.
+    reciprocal = 1. / self._loss_scale()
+
+    def unscale(values):
+      return values * tf.cast(reciprocal, values.dtype)
+
+    unscaled = []
+    for g in grads:
+      if g is None:
+        unscaled.append(None)
+      elif isinstance(g, tf.IndexedSlices):
+        unscaled.append(
+            tf.IndexedSlices(unscale(g.values), g.indices, g.dense_shape))
+      else:
+        unscaled.append(unscale(g))
+    return unscaled
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """Applies the gradients if they are all finite.
+
+    With a dynamic loss scale the loss scale is updated from the gradients,
+    and the returned op applies them only when all are finite (on every
+    replica); otherwise nothing is applied and `global_step` is not
+    incremented. With a fixed loss scale the gradients are applied directly.
+
+    Args:
+      grads_and_vars: List of `(gradient, variable)` pairs as returned by
+        `compute_gradients()`; None gradients are ignored.
+      global_step: Optional variable to increment by one when the gradients
+        are applied.
+      name: Optional name for the returned op; defaults to the wrapped
+        optimizer's name.
+
+    Returns:
+      An op that conditionally applies the gradients (None when executing
+      eagerly, where the step has then already happened).
+
+    Raises:
+      ValueError: If called in a cross-replica context of a distribution
+        strategy, or if no variable has a gradient.
+    """
+    if tf.distribute.in_cross_replica_context():
+      raise ValueError("apply_gradients() must be called in a replica context.")
+    grads_and_vars = tuple(grads_and_vars)
+    if not self._doing_dynamic_loss_scaling():
+      return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+    # Every replica drops its None gradients the same way, so merge_call sees
+    # one structure across replicas (eager replicas may differ in which
+    # variables they touched; see the v1 Optimizer's filtering).
+    present = tuple((g, v) for g, v in grads_and_vars if g is not None)
+    if not present:
+      raise ValueError("No gradients provided for any variable: %s." %
+                       ([str(v) for _, v in grads_and_vars],))
+    return tf.distribute.get_replica_context().merge_call(
+        self._distributed_apply, args=(present, global_step, name))
+
+  def _distributed_apply(self,
+                         distribution,
+                         grads_and_vars,
+                         global_step=None,
+                         name=None):
+    """Updates the loss scale and maybe applies, in cross-replica context.
+
+    Args:
+      distribution: The `tf.distribute.Strategy` in use.
+      grads_and_vars: `(gradient, variable)` pairs, gradients still
+        per-replica.
+      global_step: Optional (mirrored) variable to increment when applying.
+      name: Optional name for the returned op.
+
+    Returns:
+      The grouped op of the loss scale update and the conditional apply.
+    """
+    name = name if name is not None else self.get_name()
+    update_op, should_apply = self._loss_scale.update(
+        [g for g, _ in grads_and_vars])
+
+    def apply_fn():
+      return self._apply_gradients(distribution, grads_and_vars, global_step,
+                                   name + "-wrapped")
+
+    maybe_apply = tf.__internal__.smart_cond.smart_cond(
+        should_apply, apply_fn, tf.no_op)
+    return tf.group(
+        *_local_ops(distribution, [maybe_apply, update_op]), name=name)
+
+  def _apply_gradients(self, distribution, grads_and_vars, global_step, name):
+    """Applies unconditionally: each replica runs the wrapped optimizer."""
+    update_ops = distribution.extended.call_for_each_replica(
+        self._optimizer.apply_gradients,
+        args=(grads_and_vars, global_step, name))
+    return tf.group(*_local_ops(distribution, update_ops))
+
+  # The wrapped optimizer does all the applying; these are never reached.
+  def _apply_dense(self, grad, var):
+    raise RuntimeError("This function should never be called")
+
+  def _apply_sparse(self, grad, var):
+    raise RuntimeError("This function should never be called")
+
+  def _resource_apply_dense(self, grad, handle):
+    raise RuntimeError("This function should never be called")
+
+  def _resource_apply_sparse(self, grad, handle, indices):
+    raise RuntimeError("This function should never be called")
+
+  def get_slot(self, var, name):
+    """Returns the wrapped optimizer's slot `name` for `var`, or None.
+
+    Args:
+      var: A variable passed to `minimize()` or `apply_gradients()`.
+      name: A slot name, one of `get_slot_names()`.
+
+    Returns:
+      The slot variable, or None if the wrapped optimizer has none.
+    """
+    return self._optimizer.get_slot(var, name)
+
+  def get_slot_names(self):
+    """Returns the wrapped optimizer's slot names (e.g. `["momentum"]`)."""
+    return self._optimizer.get_slot_names()
+
+  def variables(self):
+    """The wrapped optimizer's variables plus the loss scale's, this graph's.
+
+    Returns:
+      A list of variables.
+    """
+    loss_scale_vars = [
+        v for _, v in sorted(self._loss_scale._trackable_children().items())  # pylint: disable=protected-access
+        if isinstance(v, tf.Variable)
+    ]
+    return self._optimizer.variables() + loss_scale_vars
