@@ -565,3 +565,48 @@ def test_construction_logs_tf24_deprecation_once(tf_log, cls, arg):
           "tf.keras.mixed_precision.LossScaleOptimizer instead. "
           f"LossScaleOptimizer now has all the functionality of {name}"
          ) in tf_log[0]
+
+
+class OursRestoresInTf23Test(parameterized.TestCase):
+  """Our checkpoints were restored by real TF 2.3.4 (tools/verify_ours_in_tf23.py).
+
+  That proof is committed; here we check the current code still writes the
+  same checkpoint, tensor for tensor, object graph included.
+  """
+
+  @parameterized.named_parameters(("eager", "eager"), ("graph", "graph"))
+  def test_current_writer_matches_verified_checkpoint(self, name):
+    with open(testing.fixture_path("loss_scale", "ours_written",
+                                   "tf23_restored.json")) as f:
+      proof = json.load(f)
+    written = proof["written"][name]
+    restored = proof["restored_by_tf23"][name]
+    self.assertEqual(restored["current_loss_scale"],
+                     written["current_loss_scale"])
+    self.assertEqual(restored["good_steps"], written["good_steps"])
+
+    updates = [float(u) for u in written["updates"]]
+    prefix = self.create_tempdir().full_path + "/ckpt"
+    if name == "graph":
+      with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        ls = mp.DynamicLossScale(**written["args"])
+        g = tf.compat.v1.placeholder(tf.float32, [])
+        update_op, _ = ls.update([g])
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for value in updates:
+          sess.run(update_op, {g: value})
+        tf.compat.v1.train.Checkpoint(loss_scale=ls).write(prefix,
+                                                           session=sess)
+    else:
+      ls = mp.DynamicLossScale(**written["args"])
+      for value in updates:
+        ls.update([tf.constant(value)])
+      tf.train.Checkpoint(loss_scale=ls).write(prefix)
+
+    verified = tf.train.load_checkpoint(
+        testing.fixture_path("loss_scale", "ours_written", written["prefix"]))
+    current = tf.train.load_checkpoint(prefix)
+    keys = sorted(verified.get_variable_to_shape_map())
+    self.assertEqual(sorted(current.get_variable_to_shape_map()), keys)
+    for key in keys:
+      self.assertEqual(current.get_tensor(key), verified.get_tensor(key), key)
