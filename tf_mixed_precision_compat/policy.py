@@ -1,0 +1,787 @@
+"""TF 2.3/2.4 Keras dtype policies, usable by Keras 3 layers.
+
+A dtype policy names the dtype a layer computes in and the dtype it keeps its
+variables in. This module re-creates the TF 2.4 API:
+
+* `Policy(name)` (`tf.keras.mixed_precision.Policy`), and
+* `PolicyV1(name, loss_scale="auto")` (`tf.keras.mixed_precision.experimental.
+  Policy`, the TF 2.3 class), which also carries a loss scale that
+  `Model.compile` uses to wrap the optimizer,
+* `global_policy()`, `set_global_policy()` / `set_policy()`, `policy_scope()`
+  and `get_layer_policy()`.
+
+Design:
+
+* `Policy` subclasses Keras 3's public `keras.DTypePolicy`, so it is accepted
+  wherever Keras 3 takes a dtype policy (`keras.layers.Dense(4, dtype=
+  Policy("mixed_float16"))` computes in float16 with float32 variables) while
+  keeping TF 2.4's name rules, errors, `repr` and config.
+* There is a single global policy: Keras 3's own (`keras.config.
+  dtype_policy()`). `set_global_policy` stores our policy there, so layers made
+  afterwards follow it, and `global_policy()` reads it back, converting a policy
+  set through Keras directly into one of ours. Like Keras 3's, it is
+  per-thread.
+* Loading TF 2.3/2.4 configs: they name their policies `Policy` or `PolicyV1`,
+  which Keras 3 cannot locate. `custom_objects()` maps both names to `Policy`
+  (TF 2.4 also restored both as the non-experimental class, silently dropping
+  the loss scale); pass it to a loader's `custom_objects` or use
+  `deserialization_scope()`. No global state of Keras is touched for this.
+  Note that Keras 3's `Layer.from_config` turns a deserialized policy into its
+  name, so such a layer holds an equivalent `keras.DTypePolicy`;
+  `get_layer_policy` returns it as our `Policy`.
+* `Model.compile` integration (TF 2.3/2.4 wrapped the optimizer in a
+  `LossScaleOptimizer` according to the model's policy) needs a patch of
+  `keras.Model.compile`, which this package never applies on import:
+  `enable_compile_integration()` applies it (and `install()` calls it),
+  `disable_compile_integration()` removes it.
+
+Example:
+
+>>> policy = Policy("mixed_float16")
+>>> policy.compute_dtype, policy.variable_dtype
+('float16', 'float32')
+>>> with policy_scope("mixed_bfloat16"):
+...   global_policy()
+<Policy "mixed_bfloat16">
+"""
+
+import contextlib
+import json
+import functools
+import threading
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.endpoints import export
+
+__all__ = [
+    "Policy",
+    "PolicyV1",
+    "custom_objects",
+    "deserialization_scope",
+    "deserialize",
+    "disable_compile_integration",
+    "enable_compile_integration",
+    "compile_integration_enabled",
+    "get_layer_policy",
+    "global_policy",
+    "model_from_config",
+    "model_from_json",
+    "policy_scope",
+    "serialize",
+    "set_global_policy",
+    "set_policy",
+]
+
+_MIXED = {"mixed_float16": ("float16", "float32"),
+          "mixed_bfloat16": ("bfloat16", "float32")}
+
+
+def _tf_dtype_name(name):
+  """The canonical dtype name TF gives `name`, or None if it is no dtype."""
+  try:
+    return tf.as_dtype(name).name
+  except TypeError:
+    return None
+
+
+def _removed_policy_error(name):
+  message = ("Policies ending in '_float32_vars' have been removed from "
+             "TensorFlow.")
+  if name in ("infer_float32_vars", "infer_with_float32_vars"):
+    message += " Please use the 'mixed_float16' or 'mixed_bfloat16' policy instead."
+  elif name == "float16_with_float32_vars":
+    message += " Please use the 'mixed_float16' policy instead."
+  elif name == "bfloat16_with_float32_vars":
+    message += " Please use the 'mixed_bfloat16' policy instead."
+  return ValueError(f"{message} Got policy name: '{name}'")
+
+
+@export("keras.mixed_precision.Policy")
+class Policy(keras.DTypePolicy):
+  """A dtype policy for a Keras layer (TF 2.4's `tf.keras.mixed_precision.Policy`).
+
+  A policy decides which dtype a layer computes in (`compute_dtype`) and which
+  dtype it creates its variables in (`variable_dtype`). Pass one to a layer's
+  `dtype` argument, or make it the default of every new layer with
+  `set_global_policy`. It is a `keras.DTypePolicy`, so Keras 3 layers use it
+  directly.
+
+  Names:
+
+  * any dtype name, such as `"float32"`, `"float64"` or `"float16"`: both dtypes
+    are that dtype;
+  * `"mixed_float16"` / `"mixed_bfloat16"`: computations in float16 / bfloat16,
+    variables in float32 (mixed precision);
+  * `"_infer"`: TF 1's behaviour, both dtypes None. Keras 3 has no dtype
+    inference, so a Keras 3 layer given this policy uses `floatx()`.
+
+  `Model.compile` wraps the optimizer in a `LossScaleOptimizer` when the model's
+  policy is `"mixed_float16"`, once `enable_compile_integration()` (or
+  `install()`) was called.
+
+  Example:
+
+  >>> policy = Policy("mixed_float16")
+  >>> layer = keras.layers.Dense(2, dtype=policy)
+  >>> layer(tf.ones((1, 3))).dtype
+  tf.float16
+  >>> layer.kernel.dtype
+  'float32'
+  """
+
+  def __init__(self, name):
+    """Creates the policy.
+
+    Args:
+      name: The policy name (a string), see the class docstring.
+
+    Raises:
+      TypeError: If `name` is a `tf.DType` or not a string.
+      ValueError: If `name` is neither a dtype name nor a mixed policy name.
+    """
+    if isinstance(name, tf.DType):
+      raise TypeError("'name' must be a string, not a DType. "
+                      f"Instead, pass DType.name. Got: {name.name}")
+    if not isinstance(name, str):
+      raise TypeError(f"'name' must be a string, but got: {name}")
+    super().__init__(name)
+
+  def _parse_name(self, name):
+    """Returns the (compute_dtype, variable_dtype) pair named by `name`."""
+    if name.endswith("_float32_vars"):
+      raise _removed_policy_error(name)
+    if name in _MIXED:
+      return _MIXED[name]
+    if name == "_infer":
+      return None, None
+    dtype = _tf_dtype_name(name)
+    if dtype is None:
+      # `from None`: TF hid the dtype conversion error behind this one.
+      raise ValueError(
+          f"Cannot convert value {name} to a mixed precision Policy. Valid "
+          "policies include include 'mixed_float16', 'mixed_bfloat16', and "
+          "the name of any dtype such as 'float32'.") from None
+    return dtype, dtype
+
+  def __repr__(self):
+    return f'<Policy "{self.name}">'
+
+  def __eq__(self, other):
+    # TF compared policies by identity; Keras 3 compares by class and name.
+    # Keras' rule is kept so that two `Policy("float32")` are interchangeable.
+    return (type(other) is type(self) and other.name == self.name and
+            other.get_config() == self.get_config())
+
+  def __hash__(self):
+    return hash((type(self), self.name))
+
+  def get_config(self):
+    """Returns `{"name": name}`."""
+    return {"name": self.name}
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates a policy from `get_config()` output.
+
+    TF 2.3's `Policy` config may also hold a `loss_scale`; as in TF 2.4 it is
+    silently dropped.
+
+    Args:
+      config: A dict with key "name" (and possibly "loss_scale").
+      custom_objects: Unused, for TF's signature.
+
+    Returns:
+      A policy of class `cls`.
+    """
+    del custom_objects
+    if "loss_scale" in config:
+      config = {k: v for k, v in config.items() if k != "loss_scale"}
+    return cls(**config)
+
+
+def _warning(message):
+  tf.get_logger().warning(message)
+
+
+@export("keras.mixed_precision.experimental.Policy")
+class PolicyV1(Policy):
+  """The experimental dtype policy of TF 2.3, which also holds a loss scale.
+
+  `tf.keras.mixed_precision.experimental.Policy`. Same names and dtypes as
+  `Policy`, plus a `loss_scale` that `Model.compile` uses (after
+  `enable_compile_integration()` or `install()`) to wrap the optimizer in a
+  `LossScaleOptimizer`. Layers ignore the loss scale.
+
+  Configs of this class reload, as in TF 2.4, as the non-experimental `Policy`
+  with the loss scale dropped (see `deserialize`).
+
+  Example:
+
+  >>> policy = PolicyV1("mixed_float16", loss_scale=1024)
+  >>> policy.loss_scale
+  FixedLossScale(1024.0)
+  >>> PolicyV1("float32").loss_scale is None
+  True
+  """
+
+  def __init__(self, name, loss_scale="auto"):
+    """Creates the policy.
+
+    Args:
+      name: The policy name, as for `Policy`.
+      loss_scale: A `LossScale` (ours or `tf.compat.v1.mixed_precision`'s), an
+        int or float (a `FixedLossScale`), `"dynamic"` (a `DynamicLossScale`),
+        a serialized loss scale dict, None (no loss scaling), or `"auto"`
+        (the default): `"dynamic"` for `"mixed_float16"`, else None.
+
+    Raises:
+      TypeError: If `name` is not a string.
+      ValueError: If `name` is not a policy name or `loss_scale` cannot be
+        interpreted.
+    """
+    super().__init__(name)
+    self._using_default_loss_scale = isinstance(loss_scale,
+                                                str) and loss_scale == "auto"
+    if self._using_default_loss_scale:
+      loss_scale = "dynamic" if name == "mixed_float16" else None
+    # Validated before the warning so that a bad loss scale logs nothing.
+    resolved = loss_scale_module.get(loss_scale)
+    if resolved is not None and self.compute_dtype not in (None, "float16"):
+      _warning("Creating a Policy with a loss scale is only useful for float16 "
+               f"policies. You passed loss_scale={loss_scale!r} for policy "
+               f"{name}. Consider not passing any loss_scale instead.")
+    self._loss_scale = resolved
+
+  @property
+  def loss_scale(self):
+    """The `LossScale` `Model.compile` uses, or None."""
+    return self._loss_scale
+
+  def __repr__(self):
+    return f'<PolicyV1 "{self.name}", loss_scale={self.loss_scale}>'
+
+  def __eq__(self, other):
+    return (type(other) is type(self) and other.name == self.name and
+            other.loss_scale is self.loss_scale)
+
+  def __hash__(self):
+    return hash((type(self), self.name, id(self.loss_scale)))
+
+  def get_config(self):
+    """Returns the name, and the serialized loss scale unless it was "auto"."""
+    config = {"name": self.name}
+    if not self._using_default_loss_scale:
+      config["loss_scale"] = (None if self.loss_scale is None else
+                              loss_scale_module.serialize(self.loss_scale))
+    return config
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the policy, deserializing a loss scale dict.
+
+    Args:
+      config: A `get_config()` dict.
+      custom_objects: Optional dict of extra loss scale classes by name.
+
+    Returns:
+      A `PolicyV1`.
+    """
+    if isinstance(config.get("loss_scale"), dict):
+      config = dict(config)
+      config["loss_scale"] = loss_scale_module.deserialize(
+          config["loss_scale"], custom_objects=custom_objects)
+    return cls(**config)
+
+
+# --------------------------------------------------------------------------
+# Conversion of Keras 3 policies.
+
+_cache = threading.local()
+
+
+def _as_our_policy(keras_policy):
+  """Returns `keras_policy` (any Keras 3 dtype policy) as one of ours."""
+  if isinstance(keras_policy, Policy):
+    return keras_policy
+  name = getattr(keras_policy, "name", None)
+  compute = keras_policy.compute_dtype
+  variable = keras_policy.variable_dtype
+  if isinstance(name, str):
+    try:
+      candidate = Policy(name)
+    except ValueError:
+      candidate = None
+    if (candidate is not None and candidate.compute_dtype == compute and
+        candidate.variable_dtype == variable):
+      return candidate
+  # Quantized and other Keras-only policies: keep their dtypes.
+  if compute == variable:
+    return Policy(compute)
+  for mixed_name, dtypes in _MIXED.items():
+    if dtypes == (compute, variable):
+      return Policy(mixed_name)
+  raise ValueError(f"The Keras dtype policy {keras_policy!r} (compute dtype "
+                   f"{compute}, variable dtype {variable}) has no TF 2.4 "
+                   "Policy equivalent.")
+
+
+# --------------------------------------------------------------------------
+# The global policy.
+
+
+@export("keras.mixed_precision.global_policy",
+        "keras.mixed_precision.experimental.global_policy")
+def global_policy():
+  """Returns the global dtype policy, the default of layers created now.
+
+  The global policy is Keras 3's (`keras.config.dtype_policy()`); one set
+  through Keras directly is returned converted into a `Policy`. When none was
+  set it is `Policy(keras.config.floatx())`.
+
+  Returns:
+    A `Policy` (a `PolicyV1` if one was set).
+
+  Example:
+
+  >>> global_policy()
+  <Policy "float32">
+  """
+  current = keras.config.dtype_policy()
+  cached = getattr(_cache, "pair", None)
+  if cached is not None and cached[0] is current:
+    return cached[1]
+  ours = _as_our_policy(current)
+  _cache.pair = (current, ours)
+  return ours
+
+
+def _graph_rewrite_enabled():
+  # pylint: disable=g-import-not-at-top
+  try:
+    from tf_mixed_precision_compat import graph_rewrite
+  except ImportError:  # Not part of this installation.
+    graph_rewrite = None
+  # pylint: enable=g-import-not-at-top
+  query = getattr(graph_rewrite, "rewrite_is_enabled", None)
+  if query is not None and query():
+    return True
+  # TF 2.21's own tf.compat.v1 rewrite switches this grappler option on.
+  options = tf.config.optimizer.get_experimental_options()
+  return bool(options.get("auto_mixed_precision", False))
+
+
+def _check_graph_rewrite(policy):
+  if _graph_rewrite_enabled():
+    raise ValueError(
+        f'The global dtype policy cannot be set to "{policy.name}", because '
+        "the mixed precision graph rewrite has already been enabled.\n"
+        "At most, one of the following can be called:\n\n"
+        "  1. tf.train.experimental.enable_mixed_precision_graph_rewrite() "
+        "(You called this first)\n"
+        "  2. tf.keras.mixed_precision.experimental.set_policy() with a mixed "
+        "precision policy (You called this second)\n\n"
+        "You called both functions, which is an error, because both functions "
+        "enable you to use mixed precision. If in doubt which function to use, "
+        "use the second, as it supports Eager execution and is more "
+        "customizable.")
+
+
+def _checked_global(policy):
+  """Converts and validates a `set_policy` argument; None means floatx."""
+  if policy is not None and not isinstance(policy, Policy):
+    if isinstance(policy, keras.DTypePolicy):
+      policy = _as_our_policy(policy)
+    else:
+      policy = Policy(policy)
+  if policy is not None and policy.compute_dtype != policy.variable_dtype:
+    _check_graph_rewrite(policy)
+  if (policy is not None and policy.compute_dtype is not None and
+      not tf.as_dtype(policy.compute_dtype).is_floating):
+    raise ValueError("set_policy can only be used to set the global policy to "
+                     'floating-point policies, such as "float32" and '
+                     f'"mixed_float16", but got policy: {policy.name}')
+  return policy
+
+
+@export("keras.mixed_precision.set_global_policy",
+        "keras.mixed_precision.experimental.set_policy")
+def set_policy(policy):
+  """Sets the global dtype policy, the default of layers created afterwards.
+
+  This sets Keras 3's global policy (`keras.config.set_dtype_policy`), so Keras
+  3 layers and models created later use it. Only floating-point policies can be
+  global.
+
+  Args:
+    policy: A `Policy` or `PolicyV1`, a Keras 3 `DTypePolicy` (converted), a
+      policy name, or None to go back to `Policy(keras.config.floatx())`.
+
+  Raises:
+    TypeError: If `policy` is of another type.
+    ValueError: If `policy` is not a valid name, is not a floating-point
+      policy, or is a mixed policy while the mixed precision graph rewrite is
+      enabled. The global policy is then left unchanged.
+
+  Example:
+
+  >>> set_global_policy("mixed_float16")
+  >>> keras.layers.Dense(2).compute_dtype
+  'float16'
+  >>> set_global_policy(None)
+  """
+  policy = _checked_global(policy)
+  keras.config.set_dtype_policy(
+      policy if policy is not None else Policy(keras.config.floatx()))
+
+
+set_global_policy = set_policy
+
+
+@contextlib.contextmanager
+def policy_scope(policy):
+  """Context manager setting the global policy inside it.
+
+  Args:
+    policy: As for `set_global_policy`.
+
+  Yields:
+    Nothing.
+
+  Raises:
+    TypeError, ValueError: As `set_global_policy`, on entry.
+
+  Example:
+
+  >>> with policy_scope("mixed_float16"):
+  ...   keras.layers.Dense(2).dtype_policy.name
+  'mixed_float16'
+  """
+  previous = keras.config.dtype_policy()
+  set_policy(policy)
+  try:
+    yield
+  finally:
+    keras.config.set_dtype_policy(previous)
+
+
+# --------------------------------------------------------------------------
+# get_layer_policy.
+
+
+def _is_layer(obj):
+  if isinstance(obj, keras.layers.Layer):
+    return True
+  tf_keras = __import__("sys").modules.get("tf_keras")
+  return tf_keras is not None and isinstance(obj, tf_keras.layers.Layer)
+
+
+@export("keras.mixed_precision.experimental.get_layer_policy")
+def get_layer_policy(layer):
+  """Returns the dtype policy of a layer, as a `Policy`.
+
+  Deprecated in TF 2.4 in favour of `layer.dtype_policy`; kept for TF 2.3 code.
+  A Keras 3 layer built with a Keras 3 dtype policy gets that policy converted.
+
+  Args:
+    layer: A Keras layer.
+
+  Returns:
+    The layer's policy: the very object if it is one of ours, else an
+    equivalent `Policy`.
+
+  Raises:
+    ValueError: If `layer` is not a layer (TF's exception type).
+
+  Example:
+
+  >>> get_layer_policy(keras.layers.Dense(2, dtype="mixed_bfloat16"))
+  <Policy "mixed_bfloat16">
+  """
+  if not _is_layer(layer):
+    raise ValueError(
+        f"get_policy can only be called on a layer, but got: {layer}")
+  return _as_our_policy(layer.dtype_policy)
+
+
+# --------------------------------------------------------------------------
+# (De)serialization.
+
+
+_LEGACY_CLASSES = {"Policy": Policy, "PolicyV1": Policy}
+
+
+def custom_objects():
+  """Returns the class names TF 2.3/2.4 configs use for policies, mapped to ours.
+
+  Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
+  TF 2.4 did when loading either.
+
+  Returns:
+    A new dict, for the `custom_objects` argument of Keras 3 loaders.
+
+  Example:
+
+  >>> sorted(custom_objects())
+  ['Policy', 'PolicyV1']
+  """
+  return dict(_LEGACY_CLASSES)
+
+
+def deserialization_scope():
+  """A `keras.saving.custom_object_scope` in which TF 2.3/2.4 policies load.
+
+  Use it around `keras.models.model_from_json`, `keras.models.load_model` on
+  a legacy H5 file, or `Layer.from_config` with a config TF 2.3/2.4 wrote.
+
+  Returns:
+    A context manager.
+
+  Example:
+
+  >>> config = {"name": "d", "units": 2, "dtype": {
+  ...     "class_name": "Policy", "config": {"name": "mixed_float16"}}}
+  >>> with deserialization_scope():
+  ...   layer = keras.layers.Dense.from_config(config)
+  >>> layer.compute_dtype
+  'float16'
+  """
+  return keras.saving.custom_object_scope(custom_objects())
+
+
+_LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
+
+
+def model_from_config(config, custom_objects=None):  # pylint: disable=redefined-outer-name
+  """Builds a Keras 3 model from a model config TF 2.3/2.4 (or Keras 3) wrote.
+
+  TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an
+  H5 file) lack the `module` keys Keras 3's `keras.models.model_from_json`
+  needs, and their layers name policies Keras 3 does not know. Such configs
+  go through Keras 3's own legacy-format path of `Sequential.from_config` /
+  `Model.from_config`, with this module's policy classes passed down as
+  custom objects (a `custom_object_scope` would not reach the layers: Keras'
+  legacy path opens its own scope). Keras 3 configs go to Keras 3's loader.
+
+  Args:
+    config: A dict `{"class_name": ..., "config": ...}`.
+    custom_objects: Optional dict of further custom classes/functions.
+
+  Returns:
+    An uncompiled Keras 3 model.
+
+  Raises:
+    ValueError: If `config` is not a model config.
+  """
+  if not isinstance(config, dict) or not isinstance(config.get("config"),
+                                                    dict):
+    raise ValueError("config must be a dict with keys 'class_name' and "
+                     f"'config', got: {config!r}")
+  merged = dict(_LEGACY_CLASSES)
+  merged.update(custom_objects or {})
+  class_name = config.get("class_name")
+  if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
+    cls = keras.Sequential if class_name == "Sequential" else keras.Model
+    return cls.from_config(config["config"], custom_objects=merged)
+  return keras.saving.deserialize_keras_object(config, custom_objects=merged)
+
+
+def model_from_json(json_string, custom_objects=None):  # pylint: disable=redefined-outer-name
+  """`keras.models.model_from_json` that also reads TF 2.3/2.4 model JSON.
+
+  Args:
+    json_string: The output of `model.to_json()` (TF 2.x or Keras 3).
+    custom_objects: Optional dict of further custom classes/functions.
+
+  Returns:
+    An uncompiled Keras 3 model.
+
+  Raises:
+    ValueError: If `json_string` is not JSON of a model config.
+
+  Example:
+
+  >>> model = keras.Sequential([keras.Input((3,)),
+  ...                           keras.layers.Dense(2, dtype=Policy("mixed_float16"))])
+  >>> model_from_json(model.to_json()).layers[0].compute_dtype
+  'float16'
+  """
+  try:
+    config = json.loads(json_string)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"json_string is not valid JSON: {e}") from None
+  return model_from_config(config, custom_objects=custom_objects)
+
+
+def _equivalent_to_dtype(policy):
+  return (type(policy) is Policy and  # pylint: disable=unidiomatic-typecheck
+          (policy.name == "_infer" or _tf_dtype_name(policy.name) is not None))
+
+
+def serialize(policy):
+  """Serializes a policy as TF 2.4's layers did in their configs.
+
+  Args:
+    policy: A `Policy` or `PolicyV1`.
+
+  Returns:
+    The dtype name for a plain `Policy` named after a dtype (None for
+    `"_infer"`), else `{"class_name": ..., "config": ...}`.
+
+  Raises:
+    ValueError: If `policy` is not one of our policies.
+
+  Example:
+
+  >>> serialize(Policy("float16"))
+  'float16'
+  >>> serialize(Policy("mixed_float16"))
+  {'class_name': 'Policy', 'config': {'name': 'mixed_float16'}}
+  """
+  if not isinstance(policy, Policy):
+    raise ValueError(f"policy must be a Policy, got: {policy!r}")
+  if _equivalent_to_dtype(policy):
+    return None if policy.name == "_infer" else policy.name
+  return {"class_name": type(policy).__name__, "config": policy.get_config()}
+
+
+_KERAS_POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")
+
+
+def deserialize(config, custom_objects=None):  # pylint: disable=redefined-outer-name
+  """Restores a policy from a TF 2.3/2.4 (or Keras 3) layer config's `dtype`.
+
+  As in TF 2.4, `Policy` and `PolicyV1` configs restore as `Policy`, and a
+  loss scale in them is silently dropped.
+
+  Args:
+    config: None (`"_infer"`), a dtype or policy name, or a dict
+      `{"class_name": "Policy" | "PolicyV1" | "DTypePolicy", "config": {...}}`.
+    custom_objects: Optional dict of further policy classes by class name.
+
+  Returns:
+    A `Policy` (or an instance of a class from `custom_objects`).
+
+  Raises:
+    ValueError: If `config` cannot be interpreted.
+
+  Example:
+
+  >>> deserialize({"class_name": "PolicyV1", "config": {
+  ...     "name": "mixed_float16", "loss_scale": None}})
+  <Policy "mixed_float16">
+  """
+  if config is None:
+    return Policy("_infer")
+  if isinstance(config, str):
+    return Policy(config)
+  if isinstance(config, dict) and isinstance(config.get("config"), dict):
+    classes = {name: Policy for name in _KERAS_POLICY_CLASSES}
+    classes.update(_LEGACY_CLASSES)
+    classes.update(custom_objects or {})
+    class_name = config.get("class_name")
+    if class_name in classes:
+      return classes[class_name].from_config(config["config"])
+    raise ValueError(f"Unknown dtype policy: {class_name}. Known policies: "
+                     f"{sorted(classes)}.")
+  raise ValueError(f"Could not interpret dtype policy config: {config!r}")
+
+
+# --------------------------------------------------------------------------
+# Model.compile integration.
+
+_compile_lock = threading.Lock()
+_original_compile = None  # (had_own_attribute, value) while patched.
+
+
+def _loss_scale_for(model):
+  """What TF 2.4's `Model._get_optimizer` decided from the model's policy."""
+  policy = getattr(model, "dtype_policy", None)
+  if isinstance(policy, PolicyV1):
+    return policy.loss_scale
+  if getattr(policy, "name", None) == "mixed_float16":
+    return "dynamic"
+  return None
+
+
+def _wrap_optimizer(optimizer, loss_scale):
+  # pylint: disable=g-import-not-at-top
+  from tf_mixed_precision_compat import keras_optimizer
+  # pylint: enable=g-import-not-at-top
+  optimizer = keras.optimizers.get(optimizer)
+  already_wrapped = (keras_optimizer.LossScaleOptimizer,
+                     keras.optimizers.LossScaleOptimizer)
+  if isinstance(optimizer, already_wrapped):
+    return optimizer, False
+  if isinstance(loss_scale, str) and loss_scale == "dynamic":
+    return keras_optimizer.LossScaleOptimizer(optimizer), True
+  return keras_optimizer.LossScaleOptimizerV1(optimizer, loss_scale), True
+
+
+def _make_compile(original):
+  """Returns `Model.compile` choosing the optimizer as TF 2.3/2.4 did."""
+
+  @functools.wraps(original)
+  def compile(self, optimizer="rmsprop", *args, **kwargs):  # pylint: disable=redefined-builtin,keyword-arg-before-vararg
+    loss_scale = _loss_scale_for(self)
+    if loss_scale is not None and kwargs.get("auto_scale_loss", True):
+      optimizer, wrapped = _wrap_optimizer(optimizer, loss_scale)
+      if wrapped:
+        # Ours is the only wrapper: Keras 3 must not add its own around it.
+        kwargs["auto_scale_loss"] = False
+    return original(self, optimizer, *args, **kwargs)
+
+  compile._tf_mixed_precision_compat = True  # pylint: disable=protected-access
+  return compile
+
+
+def enable_compile_integration():
+  """Makes `Model.compile` wrap optimizers in our `LossScaleOptimizer`.
+
+  As TF 2.3/2.4's Keras did: if the model's policy is a `PolicyV1` with a loss
+  scale, `compile` wraps the optimizer in `LossScaleOptimizerV1` with that loss
+  scale; if the policy is `"mixed_float16"` (ours or Keras 3's), in a dynamic
+  `LossScaleOptimizer`. An optimizer that already is a loss scale optimizer
+  (ours or Keras 3's) is left alone, and Keras 3 never adds its own wrapper
+  around ours. `compile(..., auto_scale_loss=False)` still disables wrapping.
+
+  This patches `keras.Model.compile` (the only way to influence Keras 3's
+  choice), so it is never done on import; `install()` calls this. Calling it
+  again does nothing.
+
+  Example:
+
+  >>> enable_compile_integration()
+  >>> compile_integration_enabled()
+  True
+  >>> disable_compile_integration()
+  """
+  global _original_compile
+  with _compile_lock:
+    if _original_compile is not None:
+      return
+    had_own = "compile" in vars(keras.Model)
+    original = keras.Model.compile
+    _original_compile = (had_own, vars(keras.Model).get("compile"))
+    keras.Model.compile = _make_compile(original)
+
+
+def disable_compile_integration():
+  """Undoes `enable_compile_integration()` exactly; a no-op if not enabled."""
+  global _original_compile
+  with _compile_lock:
+    if _original_compile is None:
+      return
+    had_own, value = _original_compile
+    if had_own:
+      keras.Model.compile = value
+    else:
+      del keras.Model.compile
+    _original_compile = None
+
+
+def compile_integration_enabled():
+  """Whether `enable_compile_integration()` is in effect."""
+  return _original_compile is not None
