@@ -105,6 +105,16 @@ class TrajectoryTest(parameterized.TestCase):
 
 class DynamicSemanticsTest(parameterized.TestCase):
 
+  @parameterized.named_parameters(*[(m, m) for m in MODES])
+  def test_shrink_is_a_true_division_in_every_mode(self, mode):
+    # 16/3/3 in float32; Grappler would turn `x / 3` into `x * (1/3)` inside
+    # graphs and get 1.7777779 instead.
+    expected = np.float32(np.float32(16.) / np.float32(3.)) / np.float32(3.)
+    record = run_trajectory(mode, {"initial_loss_scale": 16.,
+                                   "increment_period": 5, "multiplier": 3.},
+                            [[[np.inf]], [[np.nan]]], "float32")
+    self.assertEqual(record[-1][1], float(expected))
+
   def test_scale_never_grows_to_inf(self):
     ls = mp.DynamicLossScale(initial_loss_scale=2.**127, increment_period=1,
                              multiplier=4.)

@@ -15,6 +15,15 @@ It is written with `tf.where` rather than `tf.cond`: both branches are a
 handful of scalar ops, a select is cheaper than a conditional in graphs and
 under XLA, and the values are bit-identical to TF 2.3/2.4's `cond` version
 (the same float32 multiply and divide are computed).
+
+The shrink is a true division in every mode. TF 2.3/2.4 wrote `scale /
+multiplier`, which Grappler's constant folding turns into a multiply by the
+reciprocal inside graphs, so for a multiplier that is not a power of two their
+graph-mode scale could differ from their eager scale by one ulp (for the
+default multiplier 2 both are exact). `divide_no_nan` is left alone by
+Grappler, so eager, `tf.function` and `tf.compat.v1` sessions agree; the
+multiplier is > 1, so its zero-divisor case never applies. (XLA may still
+use the reciprocal for non-power-of-two multipliers.)
 """
 
 import tensorflow as tf
@@ -62,7 +71,8 @@ def dynamic_update(scale, counter, is_finite, growth_steps, multiplier):
   grow = tf.logical_and(is_finite, next_count >= growth_steps)
   grown = scale * multiplier
   grown = tf.where(tf.math.is_finite(grown), grown, scale)
-  shrunk = tf.maximum(scale / multiplier, 1.)
+  shrunk = tf.maximum(
+      tf.math.divide_no_nan(scale, tf.cast(multiplier, scale.dtype)), 1.)
   new_scale = tf.where(is_finite, tf.where(grow, grown, scale), shrunk)
   new_counter = tf.where(tf.logical_and(is_finite, tf.logical_not(grow)),
                          next_count, tf.zeros_like(counter))
