@@ -1,0 +1,1105 @@
+"""TF 2.3/2.4's Keras `LossScaleOptimizer`, wrapping Keras 3 optimizers.
+
+`LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
+dynamic_growth_steps=None)` is TF 2.4's class and `LossScaleOptimizerV1(
+optimizer, loss_scale)` the experimental one of TF 2.3 (a subclass, as in TF
+2.4). Both run on TF 2.21, where `tf.keras` is Keras 3.
+
+Design
+------
+
+*Two conventions, one cross-replica step.* TF 2.4 code scales the loss with
+`get_scaled_loss`, unscales the gradients with `get_unscaled_gradients` and
+passes UNSCALED gradients to `apply_gradients`. Keras 3's trainer
+(`Model.fit`) instead calls `optimizer.scale_loss(loss)` and passes the SCALED
+gradients to `apply_gradients` / `apply`. The two are told apart explicitly,
+never guessed from the gradient values:
+
+* `scale_loss(loss)` is Keras 3's entry point. Besides scaling, it leaves a
+  mark for the calling thread and graph (the outermost `tf.function` graph
+  being traced, or eager). MirroredStrategy runs each replica in its own
+  thread, so the mark is per replica.
+* The next `apply_gradients` / `apply` on the same thread and graph consumes
+  the mark and unscales the gradients (in the replica, exactly as
+  `get_unscaled_gradients` would) before anything else happens.
+* `get_unscaled_gradients` clears the mark: gradients that went through it
+  are unscaled, so mixing `scale_loss` with it still unscales once.
+* `get_scaled_loss` leaves no mark: TF 2.4 code keeps its exact meaning.
+
+From there both conventions share TF 2.4's path: `apply_gradients` (replica
+context only) builds the inner optimizer if needed and enters
+`merge_call`; in cross-replica context the dynamic loss scale is updated from
+the gradients of all replicas (`_distribute.all_finite`: one overflowing
+replica skips the step everywhere), then either the inner optimizer applies
+the gradients in every replica, or, on a non-finite step, nothing is applied
+and only the inner optimizer's `iterations` is incremented, as TF 2.4.4 did.
+
+*Not wrapped twice.* The class derives from `keras.optimizers.
+LossScaleOptimizer` (without using its implementation), because Keras 3's
+`compile()` wraps every optimizer that is not an instance of it when the
+model's dtype policy is `mixed_float16`.
+
+*Checkpoints.* As in TF 2.4, the wrapper is invisible to `tf.train.Checkpoint`:
+its children are the inner optimizer's children plus `loss_scale` (holding
+`current_loss_scale` and `good_steps`) when dynamic; restorations that must
+wait for the inner optimizer's variables are queued on the inner optimizer.
+So a bare optimizer's checkpoint restores into a wrapped one and back, and
+TF 2.3.4/2.4.4 checkpoints restore the loss scale and counter exactly.
+
+*Hyperparameters.* As TF 2.4, reading or setting a hyperparameter of the inner
+optimizer through the wrapper reaches the inner optimizer; other attributes
+(Adam's `epsilon`) do not. The hyperparameters of each Keras 3 optimizer are
+the ones its TF 2.4 counterpart registered with `_set_hyper`.
+
+*Configs.* `get_config()` returns TF 2.4's format; `from_config` also reads
+TF 2.3's (`optimizer` + `loss_scale`) and Keras 2 inner optimizer configs,
+converting `decay` to an equivalent `InverseTimeDecay` schedule.
+
+Example:
+
+>>> opt = LossScaleOptimizer(tf.keras.optimizers.SGD(0.25))
+>>> var = tf.Variable(1.)
+>>> with tf.GradientTape() as tape:
+...   scaled_loss = opt.get_scaled_loss(var ** 2)
+>>> (grad,) = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+>>> _ = opt.apply_gradients([(grad, var)])
+>>> float(var.numpy())
+0.5
+"""
+
+import threading
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import dynamic_state
+from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.endpoints import export
+
+try:  # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
+  import tf_keras as _tf_keras  # pylint: disable=g-import-not-at-top
+except ImportError:  # pragma: no cover - tf_keras is optional
+  _tf_keras = None
+
+__all__ = ["LossScaleOptimizer", "LossScaleOptimizerV1"]
+
+_DEFAULT_INITIAL_SCALE = 2**15
+_DEFAULT_GROWTH_STEPS = 2000
+_SERIALIZATION_PACKAGE = "tf_mixed_precision_compat"
+
+# Hyperparameters (besides `learning_rate`) that TF 2.4's optimizers
+# registered with `_set_hyper`, by Keras 3 class name. `decay` has no Keras 3
+# counterpart.
+_HYPERPARAMETERS = {
+    "SGD": ("momentum",),
+    "Adam": ("beta_1", "beta_2"),
+    "Adamax": ("beta_1", "beta_2"),
+    "Nadam": ("beta_1", "beta_2"),
+    "RMSprop": ("rho", "momentum"),
+    "Adadelta": ("rho",),
+    "Adagrad": (),
+    "Ftrl": ("learning_rate_power", "l1_regularization_strength",
+             "l2_regularization_strength", "beta"),
+}
+
+# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them) and the Keras
+# 3 classes they become.
+_KERAS2_OPTIMIZERS = {
+    "sgd": "SGD",
+    "adam": "Adam",
+    "adamax": "Adamax",
+    "nadam": "Nadam",
+    "rmsprop": "RMSprop",
+    "adadelta": "Adadelta",
+    "adagrad": "Adagrad",
+    "ftrl": "Ftrl",
+}
+
+_V1_WARNING_PREFIX = (
+    "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
+    "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
+
+
+def _is_legacy_optimizer(obj):
+  return _tf_keras is not None and isinstance(
+      obj, _tf_keras.optimizers.legacy.Optimizer)
+
+
+def _hyperparameter_names(inner):
+  if _is_legacy_optimizer(inner):
+    return frozenset(inner._hyper)  # pylint: disable=protected-access
+  names = {"learning_rate"}
+  for klass in type(inner).__mro__:
+    if getattr(keras.optimizers, klass.__name__, None) is klass:
+      names.update(_HYPERPARAMETERS.get(klass.__name__, ()))
+      break
+  return frozenset(names)
+
+
+def _supported_strategy_types():
+  return (tf.distribute.MirroredStrategy,
+          tf.compat.v1.distribute.MirroredStrategy,
+          tf.distribute.OneDeviceStrategy,
+          tf.compat.v1.distribute.OneDeviceStrategy,
+          tf.distribute.MultiWorkerMirroredStrategy,
+          tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)
+
+
+def _tpu_strategy_types():
+  return (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy,
+          tf.compat.v1.distribute.experimental.TPUStrategy)
+
+
+def strategy_supports_loss_scaling():
+  """Whether the current `tf.distribute.Strategy` supports loss scaling.
+
+  Loss scaling needs one variable copy per compute replica (gradients are
+  unscaled once per replica), so only the default strategy, OneDevice,
+  Mirrored and MultiWorkerMirrored strategies are supported, as in TF 2.4.
+
+  Returns:
+    A Python bool.
+  """
+  if not tf.distribute.has_strategy():
+    return True
+  return isinstance(tf.distribute.get_strategy(), _supported_strategy_types())
+
+
+def _raise_if_strategy_unsupported():
+  if strategy_supports_loss_scaling():
+    return
+  strategy = tf.distribute.get_strategy()
+  if isinstance(strategy, _tpu_strategy_types()):
+    raise ValueError(
+        "Loss scaling is not supported with TPUStrategy. Loss scaling is "
+        "unnecessary with TPUs, since they support bfloat16 instead of "
+        "float16 and bfloat16 does not require loss scaling. You should "
+        "remove the use of the LossScaleOptimizer when TPUs are used.")
+  raise ValueError("Loss scaling is not supported with the "
+                   f"tf.distribute.Strategy: {type(strategy).__name__}. Try "
+                   "using a different Strategy, e.g. a MirroredStrategy")
+
+
+def _multiply_gradient(gradient, factor):
+  """Multiplies a dense or `tf.IndexedSlices` gradient, keeping it sparse."""
+  factor = tf.cast(factor, gradient.dtype)
+  if isinstance(gradient, tf.IndexedSlices):
+    return tf.IndexedSlices(gradient.values * factor, gradient.indices,
+                            dense_shape=gradient.dense_shape)
+  return gradient * factor
+
+
+def _graph_token():
+  """What a `scale_loss` mark belongs to: None eagerly, else a graph.
+
+  Nested graphs (a `tf.while_loop` body inside a step function) belong to the
+  outermost `tf.function` graph being traced, so a loss scaled in one and
+  gradients applied in another of the same step still pair up.
+  """
+  if tf.executing_eagerly():
+    return None
+  graph = tf.compat.v1.get_default_graph()
+  while _is_func_graph(getattr(graph, "outer_graph", None)):
+    graph = graph.outer_graph
+  return graph
+
+
+def _is_func_graph(graph):
+  return graph is not None and hasattr(graph, "outer_graph")
+
+
+class _Holder:
+  """Hides a list from `tf.distribute` so it passes through unchanged.
+
+  `call_for_each_replica` would replace distributed variables by their
+  per-replica components; Keras 3 optimizers expect the distributed ones.
+  """
+
+  __slots__ = ["value"]
+
+  def __init__(self, value):
+    self.value = value
+
+
+class _VariableList(list):
+  """A list of variables that can also be called, returning itself.
+
+  TF 2.4's optimizers had a `variables()` method; Keras 3's have a
+  `variables` property. Both spellings work on this list.
+  """
+
+  def __call__(self):
+    return list(self)
+
+
+def _smart_cond(pred, true_fn, false_fn):
+  """`tf.cond` unless `pred` is known now (a bool, or eager)."""
+  if isinstance(pred, bool):
+    return true_fn() if pred else false_fn()
+  static = tf.get_static_value(pred)
+  if static is not None:
+    return true_fn() if bool(static) else false_fn()
+
+  def branch(fn):
+    def wrapped():
+      fn()
+      return tf.constant(True)
+    return wrapped
+
+  return tf.cond(pred, branch(true_fn), branch(false_fn))
+
+
+def _deserialize_schedule(config):
+  if isinstance(config, dict) and "module" not in config:
+    return keras.optimizers.schedules.deserialize(config)
+  return keras.saving.deserialize_keras_object(config)
+
+
+def _keras2_optimizer_to_keras3(config, custom_objects):
+  """Builds the Keras 3 optimizer equivalent to a Keras 2 optimizer config.
+
+  Args:
+    config: `{"class_name": ..., "config": {...}}` as TF 2.3/2.4 serialized
+      optimizers.
+    custom_objects: Optional dict of user classes, by name.
+
+  Returns:
+    A Keras 3 optimizer.
+
+  Raises:
+    ValueError: For an unknown class or options Keras 3 cannot honour.
+  """
+  class_name = config["class_name"]
+  options = dict(config.get("config") or {})
+  if custom_objects and class_name in custom_objects:
+    return custom_objects[class_name].from_config(options)
+  keras3_name = _KERAS2_OPTIMIZERS.get(class_name.lower())
+  if keras3_name is None:
+    raise ValueError(
+        f"Unknown optimizer in a TF 2.3/2.4 config: {class_name!r}. Known: "
+        f"{sorted(_KERAS2_OPTIMIZERS.values())}, or pass the class in "
+        "custom_objects.")
+  if "lr" in options:
+    options.setdefault("learning_rate", options.pop("lr"))
+    options.pop("lr", None)
+  learning_rate = options.get("learning_rate", None)
+  if isinstance(learning_rate, dict):
+    learning_rate = _deserialize_schedule(learning_rate)
+    options["learning_rate"] = learning_rate
+  decay = options.pop("decay", 0.0) or 0.0
+  if decay:
+    if not isinstance(learning_rate, (int, float)):
+      raise ValueError(
+          f"Cannot convert the Keras 2 {class_name} config: it combines "
+          f"decay={decay} with a learning-rate schedule, which Keras 3 "
+          "optimizers cannot honour. Fold the decay into the schedule.")
+    # Keras 2 used lr / (1 + decay * iterations): an inverse time decay.
+    options["learning_rate"] = keras.optimizers.schedules.InverseTimeDecay(
+        float(learning_rate), decay_steps=1, decay_rate=float(decay))
+  cls = getattr(keras.optimizers, keras3_name)
+  try:
+    return cls.from_config(options)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"Keras 3's {keras3_name} cannot honour the TF 2.3/2.4 {class_name} "
+        f"config {config.get('config')!r}: {e}") from e
+
+
+def _deserialize_optimizer(config, custom_objects=None):
+  """An optimizer from a Keras 3 or Keras 2 (TF 2.3/2.4) serialized form."""
+  if isinstance(config, keras.optimizers.Optimizer) or _is_legacy_optimizer(
+      config):
+    return config
+  if isinstance(config, str):
+    return keras.optimizers.get(config)
+  if not isinstance(config, dict) or "class_name" not in config:
+    raise ValueError("inner_optimizer must be an optimizer or a serialized "
+                     f"optimizer dict, got {config!r}.")
+  if "module" in config or "registered_name" in config:
+    return keras.optimizers.deserialize(
+        dict(config), custom_objects=custom_objects)
+  return _keras2_optimizer_to_keras3(config, custom_objects)
+
+
+def _serializable(cls):
+  return keras.saving.register_keras_serializable(
+      package=_SERIALIZATION_PACKAGE)(cls)
+
+
+@export("keras.mixed_precision.LossScaleOptimizer",
+        v1=("keras.mixed_precision.LossScaleOptimizer",))
+@_serializable
+class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+  """An optimizer that applies loss scaling to prevent numeric underflow.
+
+  Wraps a Keras 3 optimizer (`tf.keras.optimizers.*`, which on TF 2.21 is
+  `keras.optimizers.*`) with TF 2.4's API. The loss is multiplied by the loss
+  scale before differentiation and the gradients are divided by it before
+  they are applied. With `dynamic=True` the scale halves (never below 1) on a
+  step with a NaN or infinite gradient, which is then skipped, and doubles
+  after `dynamic_growth_steps` consecutive finite steps.
+
+  Custom loops use TF 2.4's convention: `get_scaled_loss`, then
+  `get_unscaled_gradients`, then `apply_gradients` with unscaled gradients.
+  `model.compile(optimizer=LossScaleOptimizer(...))` works too: Keras 3's
+  `fit` uses `scale_loss` and passes scaled gradients, which the wrapper
+  recognises and unscales (see the module docstring).
+
+  Hyperparameters of the inner optimizer can be read and set through the
+  wrapper (`opt.beta_1`); other attributes (Adam's `epsilon`) cannot.
+
+  Example:
+
+  >>> opt = LossScaleOptimizer(tf.keras.optimizers.SGD(0.25))
+  >>> var = tf.Variable(1.)
+  >>> _ = opt.minimize(lambda: var ** 2, var_list=[var])
+  >>> float(var.numpy()), float(opt.loss_scale), int(opt.dynamic_counter)
+  (0.5, 32768.0, 1)
+  """
+
+  _HAS_AGGREGATE_GRAD = True
+
+  def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+               dynamic_growth_steps=None):
+    """Wraps `inner_optimizer`.
+
+    Args:
+      inner_optimizer: The Keras 3 optimizer to wrap (or a legacy `tf_keras`
+        one when `tf_keras` is installed).
+      dynamic: Python bool, whether the loss scale changes over time.
+      initial_scale: The initial loss scale; defaults to 2**15 when dynamic
+        and is required (as the fixed scale) when not. Finite and >= 1.
+      dynamic_growth_steps: Consecutive finite steps before the scale
+        doubles; defaults to 2000. Only with `dynamic=True`. At least 1.
+
+    Raises:
+      TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
+        a bool.
+      ValueError: If `inner_optimizer` is already a loss scale optimizer or
+        scales losses itself, `initial_scale` is missing with
+        `dynamic=False`, `dynamic_growth_steps` is given with
+        `dynamic=False`, a number is out of range, or the current strategy
+        does not support loss scaling.
+    """
+    if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer) or (
+        _is_legacy_optimizer(inner_optimizer) and
+        "LossScaleOptimizer" in type(inner_optimizer).__name__):
+      raise ValueError(
+          '"inner_optimizer" is already a LossScaleOptimizer '
+          f"({type(inner_optimizer).__name__}); wrapping it again would scale "
+          "the loss twice. Pass its inner_optimizer instead.")
+    if not (isinstance(inner_optimizer, keras.optimizers.Optimizer) or
+            _is_legacy_optimizer(inner_optimizer)):
+      raise TypeError(
+          '"inner_optimizer" must be an instance of '
+          "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer) or of a "
+          f"legacy tf_keras OptimizerV2, but got: {inner_optimizer}")
+    if not isinstance(dynamic, bool):
+      raise TypeError('"dynamic" argument to LossScaleOptimizer.__init__ must '
+                      f"be a bool, but got: {dynamic!r}")
+    if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
+      raise ValueError(
+          '"inner_optimizer" has loss_scale_factor='
+          f"{inner_optimizer.loss_scale_factor}; the LossScaleOptimizer does "
+          "the loss scaling, so create the inner optimizer without "
+          "loss_scale_factor.")
+    if dynamic:
+      initial_scale = dynamic_state.check_initial_scale(
+          _DEFAULT_INITIAL_SCALE if initial_scale is None else initial_scale,
+          "initial_scale")
+      dynamic_growth_steps = dynamic_state.check_growth_steps(
+          _DEFAULT_GROWTH_STEPS
+          if dynamic_growth_steps is None else dynamic_growth_steps,
+          "dynamic_growth_steps")
+    else:
+      if initial_scale is None:
+        raise ValueError('"initial_scale" must be specified if "dynamic" is '
+                         "False")
+      if dynamic_growth_steps is not None:
+        raise ValueError('"dynamic_growth_steps" must be None if "dynamic" '
+                         f"is False, but got: {dynamic_growth_steps}")
+      initial_scale = dynamic_state.check_initial_scale(initial_scale,
+                                                        "initial_scale")
+    _raise_if_strategy_unsupported()
+
+    # The wrapper's own attributes are no checkpoint dependencies: to
+    # `tf.train.Checkpoint` it looks like the inner optimizer (see
+    # `_trackable_children`).
+    object.__setattr__(self, "_self_setattr_tracking", False)
+    # Keras 3's Optimizer constructor, not keras.optimizers.
+    # LossScaleOptimizer's: only the isinstance relation is wanted from it.
+    keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
+    self._optimizer = inner_optimizer
+    self._marks = threading.local()
+    if dynamic:
+      self._loss_scale = dynamic_state._DynamicLossScaleState(  # pylint: disable=protected-access
+          initial_scale, dynamic_growth_steps, multiplier=2)
+    else:
+      self._loss_scale = initial_scale
+    self.built = bool(getattr(inner_optimizer, "built", False))
+
+  # ---------------------------------------------------------------- state --
+
+  @property
+  def dynamic(self):
+    """Bool indicating whether dynamic loss scaling is used."""
+    return not isinstance(self._loss_scale, float)
+
+  @property
+  def loss_scale(self):
+    """The current loss scale as a float32 scalar tensor."""
+    if self.dynamic:
+      return tf.convert_to_tensor(self._loss_scale.current_loss_scale)
+    return tf.convert_to_tensor(self._loss_scale, dtype=tf.float32)
+
+  @property
+  def dynamic_counter(self):
+    """Finite steps since the scale last changed (int64 variable), or None."""
+    return self._loss_scale.counter if self.dynamic else None
+
+  @property
+  def initial_scale(self):
+    """The initial loss scale (the fixed scale when not dynamic)."""
+    if self.dynamic:
+      return self._loss_scale.initial_loss_scale
+    return self._loss_scale
+
+  @property
+  def dynamic_growth_steps(self):
+    """Finite steps before the scale doubles, or None when not dynamic."""
+    return self._loss_scale.growth_steps if self.dynamic else None
+
+  @property
+  def inner_optimizer(self):
+    """The optimizer this LossScaleOptimizer wraps."""
+    return self._optimizer
+
+  # ------------------------------------------------------- loss scaling --
+
+  def get_scaled_loss(self, loss):
+    """Multiplies `loss` by the loss scale.
+
+    Args:
+      loss: A tensor, or a callable returning one.
+
+    Returns:
+      `loss * loss_scale` (the scale cast to the loss's dtype), or a callable
+      returning it when `loss` is callable.
+    """
+    if callable(loss):
+
+      def scaled_loss():
+        value = loss()
+        return value * tf.cast(self.loss_scale, value.dtype)
+
+      return scaled_loss
+    return loss * tf.cast(self.loss_scale, loss.dtype)
+
+  def get_unscaled_gradients(self, grads):
+    """Divides gradients by the loss scale (multiplying by its reciprocal).
+
+    Args:
+      grads: A list of tensors, `tf.IndexedSlices` (kept sparse) or None
+        (kept None).
+
+    Returns:
+      A new list of the same length.
+    """
+    self._marks.pending = False
+    reciprocal = 1. / self.loss_scale
+    return [
+        None if g is None else _multiply_gradient(g, reciprocal)
+        for g in grads
+    ]
+
+  def scale_loss(self, loss):
+    """Keras 3's hook: scales `loss`; gradients then arrive scaled.
+
+    Keras 3's `Model.fit` calls this and passes the gradients of the result,
+    still scaled, to `apply_gradients`. The call marks the current thread
+    (replica) and graph so that the next `apply_gradients` / `apply` there
+    unscales them. Custom loops should use `get_scaled_loss` and
+    `get_unscaled_gradients` instead.
+
+    Args:
+      loss: The loss tensor.
+
+    Returns:
+      `loss` multiplied by the loss scale.
+    """
+    scaled = self.get_scaled_loss(loss)
+    self._marks.pending = True
+    self._marks.graph = _graph_token()
+    return scaled
+
+  def _take_mark(self):
+    pending = getattr(self._marks, "pending", False)
+    self._marks.pending = False
+    return pending and getattr(self._marks, "graph", None) is _graph_token()
+
+  # ---------------------------------------------------------- applying --
+
+  def build(self, var_list):
+    """Creates the inner optimizer's variables for `var_list`."""
+    if not getattr(self._optimizer, "built", True):
+      self._optimizer.build(var_list)
+    self.built = True
+
+  def apply_gradients(self, grads_and_vars, name=None,
+                      experimental_aggregate_gradients=True):
+    """Updates the loss scale and applies the gradients if all are finite.
+
+    Must be called in a replica context (eagerly, in a `tf.function`, or in
+    `strategy.run`). On a step with a NaN or infinite gradient on any replica
+    no variable changes, the dynamic scale halves, the counter resets and
+    `iterations` still advances.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs; gradients unscaled, or
+        scaled if the loss came from `scale_loss` in this step.
+      name: Ignored by Keras 3 inner optimizers (kept for TF 2.4 code).
+      experimental_aggregate_gradients: Whether the inner optimizer sums the
+        gradients over replicas. False (already summed) is only supported
+        with one replica, as Keras 3 optimizers always aggregate.
+
+    Returns:
+      The inner optimizer's `iterations` variable.
+
+    Raises:
+      ValueError: In cross-replica context, under an unsupported strategy,
+        or for `experimental_aggregate_gradients=False` with replicas.
+    """
+    if tf.distribute.in_cross_replica_context():
+      raise ValueError("apply_gradients() must be called in a replica context.")
+    # The optimizer is often created outside the strategy's scope.
+    _raise_if_strategy_unsupported()
+    grads_and_vars = tuple(grads_and_vars)
+    grads = [g for g, _ in grads_and_vars]
+    variables = [v for _, v in grads_and_vars]
+    if self._take_mark():
+      grads = self.get_unscaled_gradients(grads)
+    if (not experimental_aggregate_gradients and
+        not _is_legacy_optimizer(self._optimizer) and
+        tf.distribute.get_strategy().num_replicas_in_sync > 1):
+      raise ValueError(
+          "experimental_aggregate_gradients=False is not supported with "
+          "Keras 3 inner optimizers under several replicas: they always sum "
+          "gradients across replicas. Pass unaggregated gradients instead.")
+    if not self.built:
+      self.build(variables)
+    tf.distribute.get_replica_context().merge_call(
+        self._apply_cross_replica,
+        args=(grads, variables, name, experimental_aggregate_gradients))
+    return self.iterations
+
+  def apply(self, grads, trainable_variables=None):
+    """Keras 3's spelling of `apply_gradients` (gradients and variables).
+
+    Args:
+      grads: Gradients, in the order of `trainable_variables`.
+      trainable_variables: The variables; defaults to those the inner
+        optimizer was built with.
+    """
+    if trainable_variables is None:
+      trainable_variables = self._optimizer._trainable_variables  # pylint: disable=protected-access
+    self.apply_gradients(zip(grads, trainable_variables))
+
+  def _apply_cross_replica(self, distribution, grads, variables, name,
+                           experimental_aggregate_gradients):
+    if self.dynamic:
+      update_op, should_apply = self._loss_scale.update(grads)
+    else:
+      update_op, should_apply = None, True
+
+    def apply_fn():
+      distribution.extended.call_for_each_replica(
+          self._apply_in_replica,
+          args=(grads, _Holder(variables), name,
+                experimental_aggregate_gradients))
+
+    def skip_fn():
+      # The inner optimizer would have counted the step; TF 2.4.4 counts
+      # skipped steps too.
+      self._iterations_variable().assign_add(1)
+
+    _smart_cond(should_apply, apply_fn, skip_fn)
+    if update_op is not None and not tf.executing_eagerly():
+      return update_op
+    return None
+
+  def _apply_in_replica(self, grads, holder, name,
+                        experimental_aggregate_gradients):
+    pairs = list(zip(grads, holder.value))
+    if _is_legacy_optimizer(self._optimizer):
+      self._optimizer.apply_gradients(
+          pairs, name,
+          experimental_aggregate_gradients=experimental_aggregate_gradients)
+    else:
+      self._optimizer.apply_gradients(pairs)
+
+  def _iterations_variable(self):
+    variable = getattr(self._optimizer, "_iterations", None)
+    return variable if variable is not None else self._optimizer.iterations
+
+  def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+    """Scales `loss`, differentiates, unscales and applies, as TF 2.4.
+
+    Args:
+      loss: A callable returning the loss, or a tensor (then `tape` must be
+        the tape that recorded it).
+      var_list: Variables (a list, a single variable, or a callable returning
+        them) to minimize over.
+      grad_loss: Optional gradient of the loss (passed to `tape.gradient`).
+      name: Ignored by Keras 3 inner optimizers.
+      tape: A `tf.GradientTape`; required when `loss` is a tensor.
+
+    Returns:
+      The inner optimizer's `iterations` variable.
+
+    Raises:
+      ValueError: If `loss` is a tensor and no `tape` is given.
+    """
+    if not callable(loss) and tape is None:
+      raise ValueError("`tape` is required when a `Tensor` loss is passed.")
+    tape = tape if tape is not None else tf.GradientTape()
+    if callable(loss):
+      with tape:
+        if not callable(var_list):
+          tape.watch(tf.nest.flatten(var_list))
+        loss = loss()
+    if callable(var_list):
+      var_list = var_list()
+    var_list = tf.nest.flatten(var_list)
+    with tape:
+      scaled_loss = self.get_scaled_loss(loss)
+    grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
+    grads = self.get_unscaled_gradients(grads)
+    return self.apply_gradients(zip(grads, var_list), name=name)
+
+  def get_gradients(self, loss, params):
+    """Graph-mode gradients of the scaled `loss`, unscaled (`tf.gradients`)."""
+    scaled_loss = self.get_scaled_loss(loss)
+    grads = tf.gradients(scaled_loss, params)
+    return self.get_unscaled_gradients(grads)
+
+  def get_updates(self, loss, params):
+    """Graph-mode update ops, as TF 2.4's `get_updates`."""
+    grads = self.get_gradients(loss, params)
+    return [self.apply_gradients(zip(grads, params))]
+
+  # ------------------------------------------------- delegated to inner --
+
+  @property
+  def iterations(self):
+    """The inner optimizer's step counter."""
+    return self._optimizer.iterations
+
+  @property
+  def learning_rate(self):
+    """The inner optimizer's learning rate (settable)."""
+    return self._optimizer.learning_rate
+
+  @learning_rate.setter
+  def learning_rate(self, value):
+    inner = self.__dict__.get("_optimizer")
+    if inner is not None:
+      inner.learning_rate = value
+
+  lr = learning_rate
+
+  def _delegated_property(name):  # pylint: disable=no-self-argument
+    def getter(self):
+      return getattr(self._optimizer, name)
+
+    def setter(self, value):
+      inner = self.__dict__.get("_optimizer")
+      # Keras 3's constructor sets these on the wrapper before it wraps.
+      if inner is not None:
+        setattr(inner, name, value)
+
+    return property(getter, setter, doc=f"The inner optimizer's {name}.")
+
+  clipnorm = _delegated_property("clipnorm")
+  clipvalue = _delegated_property("clipvalue")
+  global_clipnorm = _delegated_property("global_clipnorm")
+  del _delegated_property
+
+  @property
+  def variables(self):
+    """The inner optimizer's variables; also callable, as TF 2.4's method."""
+    inner = self._optimizer.variables
+    return _VariableList(inner() if callable(inner) else inner)
+
+  @property
+  def weights(self):
+    """The inner optimizer's variables."""
+    return list(self.variables)
+
+  def get_weights(self):
+    """The inner optimizer's variable values, as NumPy arrays."""
+    return [v.numpy() for v in self.variables]
+
+  def set_weights(self, weights):
+    """Sets the inner optimizer's variable values."""
+    return self._optimizer.set_weights(weights)
+
+  def finalize_variable_values(self, var_list):
+    self._optimizer.finalize_variable_values(var_list)
+
+  def add_weight(self, name, shape, dtype=None, initializer="zeros",
+                 trainable=None, synchronization=tf.VariableSynchronization.AUTO,
+                 aggregation=tf.VariableAggregation.NONE):
+    """Adds a non-trainable variable to the inner optimizer.
+
+    Keras 3 optimizer variables are never trainable and always synchronized
+    on write; `trainable` and `synchronization` are accepted for TF 2.4 code.
+    """
+    del trainable, synchronization
+    if _is_legacy_optimizer(self._optimizer):
+      return self._optimizer.add_weight(name, shape, dtype, initializer)
+    aggregation = {
+        tf.VariableAggregation.NONE: "none",
+        tf.VariableAggregation.SUM: "sum",
+        tf.VariableAggregation.MEAN: "mean",
+        tf.VariableAggregation.ONLY_FIRST_REPLICA: "only_first_replica",
+    }.get(aggregation, aggregation)
+    return self._optimizer.add_variable(
+        shape, initializer=initializer, dtype=dtype, aggregation=aggregation,
+        name=name)
+
+  def add_slot(self, var, slot_name, initializer="zeros"):
+    """Adds a per-variable optimizer variable named after `var`."""
+    if _is_legacy_optimizer(self._optimizer):
+      return self._optimizer.add_slot(var, slot_name, initializer)
+    existing = self._find_slot(var, slot_name)
+    if existing is not None:
+      return existing
+    return self._optimizer.add_variable_from_reference(
+        var, name=slot_name, initializer=initializer)
+
+  def _slot_prefix(self, var):
+    if hasattr(var, "path"):
+      return var.path.replace("/", "_") + "_"
+    return str(var.name).replace("/", "_").replace(":", "_") + "_"
+
+  def _find_slot(self, var, slot_name):
+    wanted = self._slot_prefix(var) + slot_name
+    for v in self.variables:
+      if v.name == wanted:
+        return v
+    return None
+
+  def get_slot(self, var, slot_name):
+    """The inner optimizer's variable `slot_name` for `var`.
+
+    For Keras 3 inner optimizers the slot names are Keras 3's (e.g. Adam's
+    "momentum" and "velocity", SGD's "momentum").
+
+    Raises:
+      KeyError: If there is no such slot.
+    """
+    if _is_legacy_optimizer(self._optimizer):
+      return self._optimizer.get_slot(var, slot_name)
+    slot = self._find_slot(var, slot_name)
+    if slot is None:
+      raise KeyError(f"No slot {slot_name!r} for variable {var.name!r}; "
+                     f"slots: {self.get_slot_names()}")
+    return slot
+
+  def get_slot_names(self):
+    """Names of the per-variable optimizer variables of the inner optimizer."""
+    if _is_legacy_optimizer(self._optimizer):
+      return self._optimizer.get_slot_names()
+    prefixes = sorted(
+        (self._slot_prefix(v)
+         for v in getattr(self._optimizer, "_trainable_variables", [])),
+        key=len, reverse=True)
+    names = []
+    for v in self.variables:
+      for prefix in prefixes:
+        if v.name.startswith(prefix):
+          suffix = v.name[len(prefix):]
+          if suffix not in names:
+            names.append(suffix)
+          break
+    return names
+
+  # -------------------------------------------------- hyperparameters --
+
+  def __getattr__(self, name):
+    # Only reached when normal lookup fails: TF 2.4 then tried the inner
+    # optimizer's hyperparameters.
+    inner = self.__dict__.get("_optimizer")
+    if (inner is not None and not name.startswith("__") and
+        name in _hyperparameter_names(inner)):
+      return getattr(inner, name)
+    raise AttributeError(
+        f"'{type(self).__name__}' object has no attribute '{name}'")
+
+  def __setattr__(self, name, value):
+    inner = self.__dict__.get("_optimizer")
+    if (inner is not None and name != "_optimizer" and
+        name in _hyperparameter_names(inner) and name not in self.__dict__ and
+        not hasattr(type(self), name)):
+      setattr(inner, name, value)
+      return
+    super().__setattr__(name, value)
+
+  def __dir__(self):
+    result = set(super().__dir__())
+    inner = self.__dict__.get("_optimizer")
+    if inner is not None:
+      result |= _hyperparameter_names(inner)
+    return sorted(result)
+
+  # ------------------------------------------------------ checkpoints --
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = dict(self._optimizer._trackable_children(save_type, **kwargs))  # pylint: disable=protected-access
+    if self.dynamic:
+      children["loss_scale"] = self._loss_scale
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    if cached_dependencies:
+      return cached_dependencies.get(name)
+    if name == "loss_scale" and self.dynamic:
+      return self._loss_scale
+    return self._optimizer._lookup_dependency(name)  # pylint: disable=protected-access
+
+  @property
+  def _deferred_dependencies(self):
+    # Restorations waiting for variables the inner optimizer creates later
+    # (Keras 3 builds lazily) must be found by the inner optimizer.
+    inner = self.__dict__.get("_optimizer")
+    if inner is None:
+      return self._self_unconditional_deferred_dependencies
+    return inner._deferred_dependencies  # pylint: disable=protected-access
+
+  def save_own_variables(self, store):
+    """Saves the loss scale and counter for Keras 3 `.keras` files."""
+    if self.dynamic:
+      store["0"] = self._loss_scale.current_loss_scale.numpy()
+      store["1"] = self._loss_scale.counter.numpy()
+
+  def load_own_variables(self, store):
+    """Restores what `save_own_variables` saved."""
+    if not self.dynamic:
+      return
+    if len(store.keys()) != 2:
+      raise ValueError(
+          f"Cannot load the loss scale of '{self.name}': expected 2 saved "
+          f"values (loss scale, counter), got {len(store.keys())}.")
+    self._loss_scale.current_loss_scale.assign(store["0"])
+    self._loss_scale.counter.assign(store["1"])
+
+  def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+    raise ValueError(
+        "stateless_apply is not supported by the TF 2.4 LossScaleOptimizer "
+        "(nor by the TensorFlow backend of Keras 3).")
+
+  # ----------------------------------------------------------- configs --
+
+  def get_config(self):
+    """Returns the config in TF 2.4's format.
+
+    Returns:
+      `{"inner_optimizer", "dynamic", "initial_scale",
+      "dynamic_growth_steps"}`, the inner optimizer serialized by Keras 3.
+    """
+    if _is_legacy_optimizer(self._optimizer):
+      inner = _tf_keras.optimizers.serialize(self._optimizer)
+    else:
+      inner = keras.optimizers.serialize(self._optimizer)
+    return {
+        "inner_optimizer": inner,
+        "dynamic": self.dynamic,
+        "initial_scale": self.initial_scale,
+        "dynamic_growth_steps": self.dynamic_growth_steps,
+    }
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the optimizer from a TF 2.4 or TF 2.3 config.
+
+    Args:
+      config: A `get_config` dict; or TF 2.3's `{"optimizer", "loss_scale"}`.
+        The inner optimizer may be serialized by Keras 3 or by TF 2.3/2.4's
+        Keras 2.
+      custom_objects: Optional dict of user classes, by name.
+
+    Returns:
+      A `LossScaleOptimizer`.
+
+    Raises:
+      ValueError: If a TF 2.3 loss scale cannot be converted (multiplier not
+        2, or neither fixed nor dynamic), or the inner optimizer config
+        cannot be honoured by Keras 3.
+    """
+    config = dict(config)
+    if "loss_scale" in config:
+      config.update(_tf23_loss_scale_args(config.pop("loss_scale")))
+      config["inner_optimizer"] = config.pop("optimizer")
+    config["inner_optimizer"] = _deserialize_optimizer(
+        config["inner_optimizer"], custom_objects)
+    return cls(**config)
+
+
+def _tf23_loss_scale_args(serialized):
+  """TF 2.4 constructor arguments equivalent to a TF 2.3 loss scale."""
+  loss_scale = loss_scale_module.deserialize(serialized)
+  if isinstance(loss_scale, (loss_scale_module.FixedLossScale,
+                             tf.compat.v1.mixed_precision.FixedLossScale)):
+    return {
+        "dynamic": False,
+        "initial_scale": loss_scale._loss_scale_value  # pylint: disable=protected-access
+    }
+  if isinstance(loss_scale, (loss_scale_module.DynamicLossScale,
+                             tf.compat.v1.mixed_precision.DynamicLossScale)):
+    if loss_scale.multiplier != 2:
+      raise ValueError("Cannot deserialize LossScaleOptimizer with a "
+                       "DynamicLossScale whose multiplier is not 2. Got "
+                       f"DynamicLossScale: {loss_scale}")
+    return {
+        "dynamic": True,
+        "initial_scale": loss_scale.initial_loss_scale,
+        "dynamic_growth_steps": loss_scale.increment_period,
+    }
+  raise ValueError(
+      "Serialized LossScaleOptimizers with a LossScale that is neither a "
+      "FixedLossScale nor a DynamicLossScale can no longer be deserialized")
+
+
+@export("keras.mixed_precision.experimental.LossScaleOptimizer",
+        v1=("keras.mixed_precision.experimental.LossScaleOptimizer",),
+        warning=_V1_WARNING_PREFIX.rstrip())
+@_serializable
+class LossScaleOptimizerV1(LossScaleOptimizer):
+  """The deprecated experimental LossScaleOptimizer of TF 2.3.
+
+  Identical to `LossScaleOptimizer` except for the constructor, which takes a
+  `loss_scale` instead of `dynamic` / `initial_scale` /
+  `dynamic_growth_steps`. Each construction logs how to write it with the
+  non-experimental class.
+
+  Example:
+
+  >>> opt1 = LossScaleOptimizerV1(tf.keras.optimizers.SGD(), loss_scale=123)
+  >>> opt2 = LossScaleOptimizer(tf.keras.optimizers.SGD(), dynamic=False,
+  ...                           initial_scale=123)
+  >>> opt1.get_config()["initial_scale"] == opt2.get_config()["initial_scale"]
+  True
+  """
+
+  def __init__(self, optimizer, loss_scale):
+    """Wraps `optimizer` with the loss scaling `loss_scale` describes.
+
+    Args:
+      optimizer: The Keras 3 optimizer to wrap.
+      loss_scale: `"dynamic"`; an int or float (a fixed scale); a
+        `FixedLossScale` or `DynamicLossScale` (ours or TF's `tf.compat.v1`
+        ones; the multiplier must be 2); or a serialized loss scale dict.
+
+    Raises:
+      TypeError: For a `LossScale` that is neither fixed nor dynamic.
+      ValueError: For a `DynamicLossScale` whose multiplier is not 2, or any
+        other value.
+    """
+    if isinstance(loss_scale, dict):
+      loss_scale = loss_scale_module.deserialize(loss_scale)
+    logger = tf.get_logger()
+    fixed_types = (loss_scale_module.FixedLossScale,
+                   tf.compat.v1.mixed_precision.FixedLossScale)
+    dynamic_types = (loss_scale_module.DynamicLossScale,
+                     tf.compat.v1.mixed_precision.DynamicLossScale)
+    if isinstance(loss_scale, (int, float)) and not isinstance(
+        loss_scale, bool):
+      super().__init__(optimizer, dynamic=False, initial_scale=loss_scale)
+      logger.warning(
+          _V1_WARNING_PREFIX + "For example\n"
+          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+          f"opt, dynamic=False, initial_scale={loss_scale})")
+    elif isinstance(loss_scale, fixed_types):
+      value = loss_scale._loss_scale_value  # pylint: disable=protected-access
+      super().__init__(optimizer, dynamic=False, initial_scale=value)
+      logger.warning(
+          _V1_WARNING_PREFIX + "For example\n"
+          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+          f"opt, dynamic=False, initial_scale={value})")
+    elif isinstance(loss_scale, str) and loss_scale == "dynamic":
+      super().__init__(optimizer)
+      logger.warning(
+          _V1_WARNING_PREFIX + "For example\n"
+          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+          "opt)")
+    elif isinstance(loss_scale, dynamic_types):
+      kwargs = {}
+      extra_arguments = ""
+      if loss_scale.initial_loss_scale != _DEFAULT_INITIAL_SCALE:
+        kwargs["initial_scale"] = loss_scale.initial_loss_scale
+        extra_arguments += f", initial_scale={loss_scale.initial_loss_scale}"
+      if loss_scale.increment_period != _DEFAULT_GROWTH_STEPS:
+        kwargs["dynamic_growth_steps"] = loss_scale.increment_period
+        extra_arguments += (
+            f", dynamic_growth_steps={loss_scale.increment_period}")
+      if loss_scale.multiplier != 2:
+        raise ValueError('When passing a DynamicLossScale to "loss_scale", '
+                         "DynamicLossScale.multiplier must be 2. Got: "
+                         f"{loss_scale}")
+      super().__init__(optimizer, **kwargs)
+      logger.warning(
+          _V1_WARNING_PREFIX +
+          "Note that the non-experimental LossScaleOptimizer does not take a "
+          "DynamicLossScale but instead takes the dynamic configuration "
+          "directly in the constructor. For example:\n"
+          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+          f"opt{extra_arguments})\n")
+    elif isinstance(loss_scale, loss_scale_module.LossScale):
+      raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
+                      f"DynamicLossScale is no longer supported. Got: "
+                      f"{loss_scale}")
+    else:
+      raise ValueError("Invalid value passed to loss_scale. loss_scale "
+                       'must be the string "dynamic" (recommended), an int, '
+                       "a float, a FixedLossScale, or a DynamicLossScale. Got "
+                       f"value: {loss_scale}")
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the optimizer from a TF 2.3 or TF 2.4 config.
+
+    Args:
+      config: TF 2.3's `{"optimizer", "loss_scale"}` or a TF 2.4
+        `get_config` dict.
+      custom_objects: Optional dict of user classes, by name.
+
+    Returns:
+      A `LossScaleOptimizerV1`.
+
+    Raises:
+      ValueError: If the loss scale is dynamic with a multiplier other than
+        2, or the inner optimizer config cannot be honoured by Keras 3.
+    """
+    config = dict(config)
+    if "loss_scale" in config:
+      args = _tf23_loss_scale_args(config["loss_scale"])
+      optimizer = config["optimizer"]
+    else:
+      args = {
+          "dynamic": config["dynamic"],
+          "initial_scale": config["initial_scale"],
+          "dynamic_growth_steps": config["dynamic_growth_steps"],
+      }
+      optimizer = config["inner_optimizer"]
+    if args["dynamic"]:
+      loss_scale = {
+          "class_name": "DynamicLossScale",
+          "config": {
+              "initial_loss_scale": args["initial_scale"],
+              "increment_period": args["dynamic_growth_steps"],
+              "multiplier": 2.0,
+          }
+      }
+    else:
+      loss_scale = float(args["initial_scale"])
+    return cls(_deserialize_optimizer(optimizer, custom_objects), loss_scale)
