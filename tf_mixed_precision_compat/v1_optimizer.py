@@ -306,18 +306,23 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
   def get_slot(self, var, name):
     """Returns the wrapped optimizer's slot `name` for `var`, or None.
 
+    (TF 2.3.4 returned None here, since the wrapper itself has no slots.)
+
+    `get_slot_names()` is deliberately *not* delegated and lists the
+    wrapper's own slots (none), as in TF 2.3.4: TensorFlow's checkpointing
+    enumerates slots through `get_slot_names()` of every optimizer object, so
+    delegating it would save each slot twice and move it away from the
+    `base_optimizer` key TF 2.3.4 checkpoints use. Ask the wrapped optimizer
+    for its slot names.
+
     Args:
       var: A variable passed to `minimize()` or `apply_gradients()`.
-      name: A slot name, one of `get_slot_names()`.
+      name: A slot name of the wrapped optimizer (e.g. "momentum").
 
     Returns:
       The slot variable, or None if the wrapped optimizer has none.
     """
     return self._optimizer.get_slot(var, name)
-
-  def get_slot_names(self):
-    """Returns the wrapped optimizer's slot names (e.g. `["momentum"]`)."""
-    return self._optimizer.get_slot_names()
 
   def variables(self):
     """The wrapped optimizer's variables plus the loss scale's, this graph's.
