@@ -714,10 +714,10 @@ def _wrap_optimizer(optimizer, loss_scale):
   already_wrapped = (keras_optimizer.LossScaleOptimizer,
                      keras.optimizers.LossScaleOptimizer)
   if isinstance(optimizer, already_wrapped):
-    return optimizer, False
+    return optimizer
   if isinstance(loss_scale, str) and loss_scale == "dynamic":
-    return keras_optimizer.LossScaleOptimizer(optimizer), True
-  return keras_optimizer.LossScaleOptimizerV1(optimizer, loss_scale), True
+    return keras_optimizer.LossScaleOptimizer(optimizer)
+  return keras_optimizer.LossScaleOptimizerV1(optimizer, loss_scale)
 
 
 def _make_compile(original):
@@ -725,12 +725,14 @@ def _make_compile(original):
 
   @functools.wraps(original)
   def compile(self, optimizer="rmsprop", *args, **kwargs):  # pylint: disable=redefined-builtin,keyword-arg-before-vararg
-    loss_scale = _loss_scale_for(self)
-    if loss_scale is not None and kwargs.get("auto_scale_loss", True):
-      optimizer, wrapped = _wrap_optimizer(optimizer, loss_scale)
-      if wrapped:
-        # Ours is the only wrapper: Keras 3 must not add its own around it.
-        kwargs["auto_scale_loss"] = False
+    if kwargs.get("auto_scale_loss", True):
+      loss_scale = _loss_scale_for(self)
+      if loss_scale is not None:
+        optimizer = _wrap_optimizer(optimizer, loss_scale)
+      # The decision above is TF's and final: Keras 3 must neither add its own
+      # wrapper around ours nor wrap where TF did not (a PolicyV1 named
+      # mixed_float16 whose loss scale is None).
+      kwargs["auto_scale_loss"] = False
     return original(self, optimizer, *args, **kwargs)
 
   compile._tf_mixed_precision_compat = True  # pylint: disable=protected-access
