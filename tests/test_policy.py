@@ -149,6 +149,12 @@ class PolicyTest(parameterized.TestCase):
     self.assertEqual(layer(np.ones((1, 2))).dtype, tf.float64)
     self.assertEqual(layer.kernel.dtype, "float64")
 
+  def test_infer_on_keras3_layer_uses_floatx(self):
+    # Documented: Keras 3 has no dtype inference.
+    layer = keras.layers.Dense(2, dtype=Policy("_infer"))
+    self.assertEqual(layer(tf.ones((1, 3), tf.float64)).dtype, tf.float32)
+    self.assertEqual(layer.kernel.dtype, "float32")
+
   def test_keras_serialization_round_trip(self):
     layer = keras.layers.Dense(2, dtype=Policy("mixed_float16"), name="d")
     config = layer.get_config()

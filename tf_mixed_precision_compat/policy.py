@@ -46,8 +46,9 @@ Example:
 """
 
 import contextlib
-import json
 import functools
+import json
+import sys
 import threading
 
 import keras
@@ -474,7 +475,7 @@ def policy_scope(policy):
 def _is_layer(obj):
   if isinstance(obj, keras.layers.Layer):
     return True
-  tf_keras = __import__("sys").modules.get("tf_keras")
+  tf_keras = sys.modules.get("tf_keras")
   return tf_keras is not None and isinstance(obj, tf_keras.layers.Layer)
 
 
