@@ -850,6 +850,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     inner = self.__dict__.get("_optimizer")
     if inner is not None:
       result |= _hyperparameter_names(inner)
+      if not _is_legacy_optimizer(inner):
+        # tf.train.Checkpoint saves the slots of objects whose dir() has
+        # `get_slot_names` a second time, as `.OPTIMIZER_SLOT` entries; Keras
+        # 3 optimizers already checkpoint them as their own children.
+        result.discard("get_slot_names")
     return sorted(result)
 
   # ------------------------------------------------------ checkpoints --
