@@ -1,0 +1,312 @@
+"""TF 2.3's switch for the automatic mixed precision graph rewrite.
+
+`enable_mixed_precision_graph_rewrite(opt)` does two things: it wraps `opt` in
+the loss-scale optimizer matching its kind (a `tf.compat.v1.train.Optimizer`
+in `MixedPrecisionLossScaleOptimizer`, a Keras optimizer in the Keras
+`LossScaleOptimizer`), and it turns on Grappler's `auto_mixed_precision`
+rewrite through `tf.config.optimizer.set_experimental_options`. From then on,
+graphs TensorFlow optimizes (`tf.function`s, and `tf.compat.v1.Session`s
+created with the default config) have suitable float32 ops converted to
+float16. The rewrite only changes ops placed on NVIDIA GPUs with compute
+capability 7.0 or higher; on CPU the graph stays float32, while the loss
+scaling still happens.
+
+TensorFlow 2.3 exported a v2 and a v1 flavour of each function; they behave
+the same except for one error message (the v2 one does not mention
+`tf.train.Optimizer`) and, as in TF 2.4, the v2 flavours log a deprecation
+warning.
+
+Only one of the two mixed precision mechanisms may be used: enabling the
+rewrite while the global Keras dtype policy is a mixed one (e.g.
+`"mixed_float16"`) raises `ValueError`, as TF 2.3 did.
+"""
+
+import sys
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _deprecation
+from tf_mixed_precision_compat import v1_optimizer
+from tf_mixed_precision_compat.endpoints import export
+
+__all__ = [
+    "disable_mixed_precision_graph_rewrite",
+    "disable_mixed_precision_graph_rewrite_v1",
+    "enable_mixed_precision_graph_rewrite",
+    "enable_mixed_precision_graph_rewrite_v1",
+]
+
+_OPTION = "auto_mixed_precision"
+
+# What TF kept in mixed_precision_global_state: whether *these functions*
+# turned the rewrite on (the option itself may also be set by other code).
+_rewrite_enabled = False
+
+_POLICY_CONFLICT = (
+    "The mixed precision graph rewrite cannot be enabled, because the global "
+    "Keras dtype Policy has been set to a mixed precision policy. At most, one "
+    "of the following can be called:\n\n"
+    "  1. tf.keras.mixed_precision.experimental.set_policy() with a mixed "
+    "precision policy (You called this first)\n\n"
+    "  2. tf.train.experimental.enable_mixed_precision_graph_rewrite() (You "
+    "called this second)\n"
+    "You called both functions, which is an error, because both functions "
+    "enable you to use mixed precision. If in doubt which function to use, "
+    "use the first, as it supports Eager execution and is more customizable.")
+
+_ALREADY_DISABLED = ("disable_mixed_precision_graph_rewrite() called when "
+                     "mixed precision is already disabled.")
+
+
+def _v2_deprecation_text(function_name):
+  """TF 2.4's dated deprecation warning of the v2 functions."""
+  return (
+      f"{function_name} (from {__name__}) is deprecated and will be removed "
+      "after 2020-11-30.\nInstructions for updating:\nUse "
+      "tf.keras.mixed_precision. There is a guide at "
+      "https://www.tensorflow.org/guide/mixed_precision. Alternatively, "
+      f"`tf.compat.v1.mixed_precision.{function_name}` can be used, but this "
+      "is not recommended for TF2 code.")
+
+
+def rewrite_is_enabled():
+  """Whether `enable_mixed_precision_graph_rewrite` is in effect.
+
+  For this package's Keras dtype policy, which must refuse a mixed policy
+  while the rewrite is on (the other half of TF 2.3's mutual exclusion).
+
+  Returns:
+    True between an `enable_...` and the next `disable_...` call.
+  """
+  return _rewrite_enabled
+
+
+def _mixed_keras_policy_name():
+  """The global Keras dtype policy's name if it is a mixed one, else None.
+
+  Only Keras modules that are already imported are consulted: if Keras was
+  never imported, no policy can have been set.
+  """
+  candidates = []
+  keras = sys.modules.get("keras")
+  if keras is not None:
+    candidates.append(lambda: keras.config.dtype_policy())
+  tf_keras = sys.modules.get("tf_keras")
+  if tf_keras is not None:
+    candidates.append(lambda: tf_keras.mixed_precision.global_policy())
+  for get_policy in candidates:
+    try:
+      policy = get_policy()
+    except AttributeError:  # A Keras without this accessor has no policy.
+      continue
+    name = str(getattr(policy, "name", ""))
+    compute = getattr(policy, "compute_dtype", None)
+    variable = getattr(policy, "variable_dtype", None)
+    if name.startswith("mixed") or compute != variable:
+      return name
+  return None
+
+
+def _keras_wrapper_classes():
+  """Keras loss-scale optimizer classes that must not be wrapped again."""
+  classes = []
+  ours = sys.modules.get(f"{__package__}.keras_optimizer")
+  if ours is not None:
+    for attr in ("LossScaleOptimizer", "LossScaleOptimizerV1"):
+      cls = getattr(ours, attr, None)
+      if isinstance(cls, type):
+        classes.append(cls)
+  for module_name in ("keras", "tf_keras"):
+    module = sys.modules.get(module_name)
+    cls = getattr(getattr(module, "mixed_precision", None),
+                  "LossScaleOptimizer", None)
+    if isinstance(cls, type):
+      classes.append(cls)
+  return classes
+
+
+def _keras_loss_scale_optimizer():
+  """This package's Keras `LossScaleOptimizerV1`, imported only when needed."""
+  try:
+    # pylint: disable=g-import-not-at-top
+    from tf_mixed_precision_compat import keras_optimizer
+  except ImportError as e:
+    raise TypeError(
+        "Wrapping a Keras optimizer needs "
+        "tf_mixed_precision_compat.keras_optimizer, which could not be "
+        f"imported ({e}); pass a tf.compat.v1.train.Optimizer instead.") from e
+  cls = getattr(keras_optimizer, "LossScaleOptimizerV1", None)
+  if cls is None:
+    raise TypeError(
+        "tf_mixed_precision_compat.keras_optimizer has no "
+        "LossScaleOptimizerV1, so Keras optimizers cannot be wrapped; pass a "
+        "tf.compat.v1.train.Optimizer instead.")
+  return cls
+
+
+def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
+  """Wraps `opt` in the loss-scale optimizer made for its kind."""
+  wrappers = [v1_optimizer.MixedPrecisionLossScaleOptimizer]
+  wrappers += _keras_wrapper_classes()
+  for wrapper in wrappers:
+    if isinstance(opt, wrapper):
+      raise ValueError(
+          f'"opt" must not already be an instance of a {wrapper.__name__}. '
+          "`enable_mixed_precision_graph_rewrite` will automatically wrap the "
+          f"optimizer with a {wrapper.__name__}.")
+  if isinstance(opt, tf.compat.v1.train.Optimizer):
+    return v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
+  if v1_optimizer._is_keras_optimizer(opt):  # pylint: disable=protected-access
+    return _keras_loss_scale_optimizer()(opt, loss_scale)
+  if use_v1_behavior:
+    raise ValueError('"opt" must be an instance of a tf.train.Optimizer or a '
+                     "tf.keras.optimizers.Optimizer, but got: %s" % opt)
+  raise ValueError('"opt" must be an instance of a '
+                   "tf.keras.optimizers.Optimizer, but got: %s" % opt)
+
+
+def _enable(opt, loss_scale, use_v1_behavior):
+  """Checks, wraps, then switches the rewrite on: nothing changes on error."""
+  global _rewrite_enabled
+  if _mixed_keras_policy_name() is not None:
+    raise ValueError(_POLICY_CONFLICT)
+  wrapped = _wrap_optimizer(opt, loss_scale, use_v1_behavior)
+  tf.config.optimizer.set_experimental_options({_OPTION: True})
+  _rewrite_enabled = True
+  return wrapped
+
+
+def _disable():
+  global _rewrite_enabled
+  if not _rewrite_enabled:
+    tf.get_logger().warning(_ALREADY_DISABLED)
+  tf.config.optimizer.set_experimental_options({_OPTION: False})
+  _rewrite_enabled = False
+
+
+@export("train.experimental.enable_mixed_precision_graph_rewrite",
+        warning=_v2_deprecation_text("enable_mixed_precision_graph_rewrite"))
+def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
+  """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
+
+  The rewrite converts suitable float32 ops of `tf.function` graphs to
+  float16 on GPUs that support it (NVIDIA, compute capability 7.0+); eager
+  code outside `tf.function` is never rewritten. Compute and apply gradients
+  with the returned optimizer (its `minimize`, or its own gradient and apply
+  methods): gradients taken any other way are not loss scaled and may
+  underflow in float16.
+
+  Prefer the Keras mixed precision API (`mixed_float16` dtype policy) in new
+  code; only one of the two may be used at a time.
+
+  Example:
+
+  >>> opt = enable_mixed_precision_graph_rewrite(
+  ...     tf.compat.v1.train.GradientDescentOptimizer(0.1), loss_scale=8)
+  >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
+  True
+  >>> disable_mixed_precision_graph_rewrite()
+
+  Args:
+    opt: A Keras optimizer or a `tf.compat.v1.train.Optimizer`.
+    loss_scale: A Python int or float (fixed loss scale), `"dynamic"` (the
+      default, recommended) or a `LossScale` instance.
+
+  Returns:
+    `opt` wrapped in the matching loss-scale optimizer.
+
+  Raises:
+    ValueError: If the global Keras dtype policy is a mixed one, if `opt` is
+      already a loss-scale optimizer or not an optimizer, or if `loss_scale`
+      is not accepted.
+    TypeError: If `opt` is a Keras optimizer but this package's Keras
+      loss-scale optimizer is unavailable.
+  """
+  _deprecation.warn_once(
+      enable_mixed_precision_graph_rewrite,
+      _v2_deprecation_text("enable_mixed_precision_graph_rewrite"))
+  return _enable(opt, loss_scale, use_v1_behavior=False)
+
+
+@export(
+    v1=("mixed_precision.enable_mixed_precision_graph_rewrite",
+        "train.experimental.enable_mixed_precision_graph_rewrite"),
+    deprecated=("train.experimental.enable_mixed_precision_graph_rewrite",))
+def enable_mixed_precision_graph_rewrite_v1(opt, loss_scale="dynamic"):
+  """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
+
+  The `tf.compat.v1` flavour: as `enable_mixed_precision_graph_rewrite`, and
+  the rewrite applies to `tf.compat.v1.Session`s created afterwards with the
+  default config (a `Session` given its own `ConfigProto` must set
+  `graph_options.rewrite_options.auto_mixed_precision` itself). Sessions
+  created before this call are not affected.
+
+  Example:
+
+  >>> opt = enable_mixed_precision_graph_rewrite_v1(
+  ...     tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))
+  >>> type(opt).__name__
+  'MixedPrecisionLossScaleOptimizer'
+  >>> disable_mixed_precision_graph_rewrite_v1()
+
+  Args:
+    opt: A `tf.compat.v1.train.Optimizer` or a Keras optimizer.
+    loss_scale: A Python int or float (fixed loss scale), `"dynamic"` (the
+      default, recommended) or a `LossScale` instance.
+
+  Returns:
+    `opt` wrapped in the matching loss-scale optimizer.
+
+  Raises:
+    ValueError: If the global Keras dtype policy is a mixed one, if `opt` is
+      already a loss-scale optimizer or not an optimizer, or if `loss_scale`
+      is not accepted.
+    TypeError: If `opt` is a Keras optimizer but this package's Keras
+      loss-scale optimizer is unavailable.
+  """
+  return _enable(opt, loss_scale, use_v1_behavior=True)
+
+
+@export("train.experimental.disable_mixed_precision_graph_rewrite",
+        warning=_v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
+def disable_mixed_precision_graph_rewrite():
+  """Turns the mixed precision graph rewrite off again.
+
+  `tf.function`s traced or optimized afterwards stay float32. Optimizers
+  already wrapped keep scaling the loss (harmless, but no longer useful).
+  Logs a warning if the rewrite was not enabled.
+
+  Example:
+
+  >>> _ = enable_mixed_precision_graph_rewrite(
+  ...     tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  >>> disable_mixed_precision_graph_rewrite()
+  >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
+  False
+  """
+  _deprecation.warn_once(
+      disable_mixed_precision_graph_rewrite,
+      _v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
+  _disable()
+
+
+@export(
+    v1=("mixed_precision.disable_mixed_precision_graph_rewrite",
+        "train.experimental.disable_mixed_precision_graph_rewrite"),
+    deprecated=("train.experimental.disable_mixed_precision_graph_rewrite",))
+def disable_mixed_precision_graph_rewrite_v1():
+  """Turns the mixed precision graph rewrite off for new Sessions.
+
+  Sessions created while the rewrite was on keep it; create new ones (and do
+  not share one Session between tests that toggle the rewrite). Logs a
+  warning if the rewrite was not enabled.
+
+  Example:
+
+  >>> _ = enable_mixed_precision_graph_rewrite_v1(
+  ...     tf.compat.v1.train.GradientDescentOptimizer(0.1))
+  >>> disable_mixed_precision_graph_rewrite_v1()
+  >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
+  False
+  """
+  _disable()
