@@ -17,6 +17,14 @@ from tf_mixed_precision_compat.loss_scale import FixedLossScale
 from tf_mixed_precision_compat.loss_scale import get
 from tf_mixed_precision_compat.loss_scale import LossScale
 from tf_mixed_precision_compat.loss_scale import serialize
+from tf_mixed_precision_compat import policy
+from tf_mixed_precision_compat.policy import get_layer_policy
+from tf_mixed_precision_compat.policy import global_policy
+from tf_mixed_precision_compat.policy import Policy
+from tf_mixed_precision_compat.policy import policy_scope
+from tf_mixed_precision_compat.policy import PolicyV1
+from tf_mixed_precision_compat.policy import set_global_policy
+from tf_mixed_precision_compat.policy import set_policy
 
 __version__ = "0.1.0"
 
@@ -27,10 +35,18 @@ __all__ = sorted([
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "Policy",
+    "PolicyV1",
     "deserialize",
     "endpoints",
     "get",
+    "get_layer_policy",
+    "global_policy",
+    "policy",
+    "policy_scope",
     "serialize",
+    "set_global_policy",
+    "set_policy",
     "v1",
     "v2",
 ])
