@@ -274,30 +274,29 @@ class ReplayTest(parameterized.TestCase):
   def test_mirrored_graph_call_for_each_replica(self):
     assert_matches_recording(replay_mirrored_graph())
 
-  def test_disable_eager_execution_subprocess(self):
+  @parameterized.parameters("disable_eager_execution", "disable_v2_behavior")
+  def test_tf1_style_process(self, switch):
     script = textwrap.dedent("""
         import json, sys
         import tensorflow as tf
-        tf.compat.v1.disable_eager_execution()
+        tf.compat.v1.%s()
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         from tests import test_v1_optimizer as t
         assert not tf.executing_eagerly()
+        out = {"session": t.replay_graph(),
+               "mirrored": t.replay_mirrored_graph()}
         model = t.GraphModel()
         saver = tf.compat.v1.train.Saver()
-        out = {}
         with tf.compat.v1.Session() as sess:
-          sess.run(tf.compat.v1.global_variables_initializer())
-          record = []
-          for step in t.STEPS:
-            sess.run(model.train_op, model.feed(step))
-            record.append(model.read(sess))
-          out["record"] = record
-          sess.run(tf.compat.v1.global_variables_initializer())
           saver.restore(sess, t.TF23_SAVER_PREFIX)
           out["restored"] = model.read(sess)
         json.dump(out, sys.stdout)
-        """)
+        """ % switch)
     out = run_json_subprocess(self, script)
-    assert_matches_recording(out["record"])
+    assert_matches_recording(out["session"])
+    assert_matches_recording(out["mirrored"])
     self.assertEqual(out["restored"], RUN["per_step"][-1])
 
 
