@@ -312,7 +312,8 @@ def _strategy():
   process by `test_mirrored_default_collectives_subprocess`.
   """
   return tf.distribute.MirroredStrategy(
-      ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+      ["/cpu:0", "/cpu:1"],
+      cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 class SaverCheckpointTest(parameterized.TestCase):

@@ -1,4 +1,4 @@
-"""Checks that a Saver checkpoint written by our optimizer restores into TF 2.3.4.
+"""Checks that TF 2.3.4 restores a Saver checkpoint our v1 optimizer wrote.
 
 Run with the project environment (it calls the TF 2.3.4 reference environment
 itself; CI has no TF 2.3, so this is a tool, not a test):
