@@ -24,6 +24,19 @@ NUM_REPLICAS = 2
 flags.FLAGS.mark_as_parsed()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_collective_keys():
+  """Gives every test's MirroredStrategy its own collective keys.
+
+  Each new MirroredStrategy restarts TF's collective group/instance keys at
+  the same values; when two strategies in one process all-reduce tensors of
+  different shapes under the same keys, the runtime aborts ("Shape mismatch
+  in the collective instance"). TF's own tests move the key base per test.
+  """
+  tf.distribute.MirroredStrategy._collective_key_base += 100  # pylint: disable=protected-access
+  yield
+
+
 @pytest.fixture
 def mirrored_strategy():
   """A MirroredStrategy over the two logical CPUs."""

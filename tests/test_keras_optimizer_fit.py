@@ -18,17 +18,6 @@ INF = testing.INF
 NAN = testing.NAN
 
 
-@pytest.fixture(autouse=True)
-def _fresh_collective_keys():
-  # Each test's MirroredStrategy restarts TF's collective group/instance keys
-  # at the same values; when two strategies in one process all-reduce tensors
-  # of different shapes under the same keys, the runtime aborts ("Shape
-  # mismatch in the collective instance"). TF's own tests give every
-  # strategy a fresh key base, as here.
-  tf.distribute.MirroredStrategy._collective_key_base += 100  # pylint: disable=protected-access
-  yield
-
-
 def _load_sequences():
   with open(testing.fixture_path("keras_lso", "sequences_tf24.json")) as f:
     return json.load(f)

@@ -11,12 +11,19 @@ _version_check.check()
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat import endpoints
+from tf_mixed_precision_compat import graph_rewrite
+from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite
+from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite_v1
+from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite
+from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite_v1
 from tf_mixed_precision_compat.loss_scale import deserialize
 from tf_mixed_precision_compat.loss_scale import DynamicLossScale
 from tf_mixed_precision_compat.loss_scale import FixedLossScale
 from tf_mixed_precision_compat.loss_scale import get
 from tf_mixed_precision_compat.loss_scale import LossScale
 from tf_mixed_precision_compat.loss_scale import serialize
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizerV1
 from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat.policy import get_layer_policy
 from tf_mixed_precision_compat.policy import global_policy
@@ -25,6 +32,8 @@ from tf_mixed_precision_compat.policy import policy_scope
 from tf_mixed_precision_compat.policy import PolicyV1
 from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
+from tf_mixed_precision_compat import v1_optimizer
+from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
 
@@ -35,12 +44,20 @@ __all__ = sorted([
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
+    "LossScaleOptimizer",
+    "LossScaleOptimizerV1",
+    "MixedPrecisionLossScaleOptimizer",
     "Policy",
     "PolicyV1",
     "deserialize",
+    "disable_mixed_precision_graph_rewrite",
+    "disable_mixed_precision_graph_rewrite_v1",
+    "enable_mixed_precision_graph_rewrite",
+    "enable_mixed_precision_graph_rewrite_v1",
     "endpoints",
     "get",
     "get_layer_policy",
+    "graph_rewrite",
     "global_policy",
     "policy",
     "policy_scope",
@@ -48,5 +65,6 @@ __all__ = sorted([
     "set_global_policy",
     "set_policy",
     "v1",
+    "v1_optimizer",
     "v2",
 ])
