@@ -1,0 +1,15 @@
+"""The only place this package imports non-public TensorFlow modules.
+
+Each import says why no public API does the job.
+"""
+
+# pylint: disable=unused-import
+# The object graph stored in every object-based checkpoint (the
+# `_CHECKPOINTABLE_OBJECT_GRAPH` tensor) is a serialized
+# TrackableObjectGraph; restoring TF 2.x Keras checkpoints into differently
+# structured Keras 3 objects needs to read it, and TF exposes no public parser.
+from tensorflow.core.protobuf import trackable_object_graph_pb2
+# A TF 2.3 SavedModel keeps its Keras config in the `user_object.metadata` of
+# the nodes of `saved_model.pb` (a SavedModel proto); `tf.saved_model.load`
+# does not expose that metadata.
+from tensorflow.core.protobuf import saved_model_pb2

@@ -1,0 +1,165 @@
+"""Resuming TF 2.2/2.3/2.4 mixed-precision Keras jobs on today's TensorFlow.
+
+Keras 3 cannot read what TF 2.x Keras jobs wrote: their optimizer checkpoints
+("trying to restore a checkpoint from a legacy Keras optimizer"), their H5
+files with a dtype policy, their SavedModels as Keras models. This module
+restores them into Keras 3 models and this package's `LossScaleOptimizer`:
+
+* `restore_checkpoint(path, model, optimizer)`: a `tf.train.Checkpoint(
+  model=..., optimizer=...)` written by TF 2.2, 2.3 or 2.4 (a prefix or a
+  `tf.train.CheckpointManager` directory): weights, the inner optimizer's
+  iterations, learning rate and slots, the loss scale and its counter, all
+  exact. Returns a `RestoreReport`.
+* `load_model(path)`: a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel
+  directory, rebuilt as a compiled Keras 3 model with our optimizer and its
+  state (from SavedModels including the loss scale and counter).
+
+Loaders never run code from the files unless `safe_mode=False`, and a failed
+restore leaves every model and optimizer value as it was.
+
+Example:
+
+>>> import tempfile
+>>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+>>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.1))
+>>> path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+...     tempfile.mkdtemp() + "/ckpt")
+>>> report = restore_checkpoint(path, model, opt)
+>>> report.loss_scale, report.counter
+(32768.0, 0)
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _legacy_checkpoint
+from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
+from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # pylint: disable=unused-import
+
+__all__ = ["RestoreError", "RestoreReport", "restore_checkpoint"]
+
+
+def checkpoint_prefix(path):
+  """The checkpoint prefix `path` designates.
+
+  Args:
+    path: A checkpoint prefix (`.../ckpt-3`) or a directory holding a
+      `tf.train.CheckpointManager`'s `checkpoint` state file (its latest
+      checkpoint is used).
+
+  Returns:
+    The prefix, whose `.index` file exists.
+
+  Raises:
+    OSError: (`FileNotFoundError`) if there is no such checkpoint.
+  """
+  path = os.fspath(path)
+  if os.path.isdir(path):
+    prefix = tf.train.latest_checkpoint(path)
+    if prefix is None:
+      raise FileNotFoundError(
+          f"No checkpoint found in directory {path!r} (no 'checkpoint' state "
+          "file pointing at an existing checkpoint).")
+    return prefix
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(
+        f"No checkpoint at {path!r}: {path + '.index'!r} does not exist.")
+  return path
+
+
+def open_checkpoint(prefix):
+  """A reader of `prefix`, with errors naming the file."""
+  try:
+    return tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    raise ValueError(f"Cannot read checkpoint {prefix!r} (truncated or "
+                     f"corrupted?): {e}") from None
+
+
+def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
+  """Restores a TF 2.2/2.3/2.4 Keras checkpoint into Keras 3 objects, exactly.
+
+  The checkpoint is one written by `tf.train.Checkpoint(model=model,
+  optimizer=optimizer)` (`.save()` or a `tf.train.CheckpointManager`) in a TF
+  2.2, 2.3 or 2.4 Keras job, where `optimizer` was a loss-scale optimizer
+  (TF 2.2/2.3's experimental one, or either of TF 2.4's) or a plain Keras 2
+  optimizer. `model` must be the same architecture rebuilt in Keras 3 and
+  built (e.g. `policy.model_from_json(old_json)`, or the subclass
+  instantiated and called once); `optimizer` is this package's
+  `LossScaleOptimizer` (dynamic for a dynamic checkpoint, fixed for a fixed
+  one) or a plain Keras 3 optimizer. The optimizer is built for
+  `model.trainable_variables` if it is not yet.
+
+  How entries are matched: by the object graph the checkpoint stores, never
+  by the order of variables. A model variable's path of child names
+  (`model/layer_with_weights-1/kernel`, or `model/encoder/kernel`,
+  `model/heads/0/bias` for subclassed models) is followed on the Keras 3
+  model: `layer_with_weights-N` is the N-th layer having weights in
+  `model.layers` and `layer-N` the N-th layer (TF 2.x's own naming of
+  Sequential/functional layers), other names are attributes or list indices,
+  and a layer's variables are found by name. All paths to a variable must
+  agree, and if the checkpoint's recorded layer name (`hidden` in
+  `hidden/kernel`) exists in the Keras 3 model it must be the layer reached.
+  The optimizer's `iter`, `learning_rate` and hyperparameter variables
+  (`momentum`, `beta_1`, ...) go to the inner Keras 3 optimizer's
+  `iterations`, learning-rate variable and attributes (TF 2.2 kept them under
+  `base_optimizer`); slots follow the variable they belong to, renamed for
+  Keras 3 (SGD `momentum`; Adam `m`, `v`, `vhat` -> `momentum`, `velocity`,
+  `velocity_hat`; also RMSprop, Adagrad, Adamax, Adadelta);
+  `loss_scale/current_loss_scale` and `loss_scale/good_steps` become the loss
+  scale and counter. `save_counter` and a `decay` of 0 are ignored.
+
+  Nothing is assigned until every value has been read and checked (shape,
+  dtype, one target each, a finite loss scale >= 1): a failing restore leaves
+  the model and optimizer values unchanged.
+
+  Args:
+    path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory
+      (its latest checkpoint is restored).
+    model: The built Keras 3 model.
+    optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None to
+      restore only the model (the optimizer's entries are then unmatched).
+    allow_partial: If False (default), any checkpoint value without a Keras 3
+      counterpart and any Keras 3 model/optimizer variable the checkpoint does
+      not provide raises `RestoreError`; if True they are listed in the
+      report and left alone.
+
+  Returns:
+    A `RestoreReport` listing the matched pairs, the restored iterations,
+    loss scale and counter, and what was left unmatched.
+
+  Raises:
+    FileNotFoundError: If `path` holds no checkpoint.
+    ValueError: If the checkpoint cannot be read (names the file), is not
+      object-based, or the model is not built.
+    RestoreError: (a `ValueError`) If entries do not match, listing them.
+
+  Example:
+
+  >>> import tempfile
+  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  >>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+  >>> path = tf.train.Checkpoint(model=model, optimizer=opt).save(
+  ...     tempfile.mkdtemp() + "/ckpt")
+  >>> report = restore_checkpoint(path, model, opt)
+  >>> sorted(target for _, target in report.matched)[:2]
+  ['optimizer/iterations', 'optimizer/learning_rate']
+  """
+  prefix = checkpoint_prefix(path)
+  reader = open_checkpoint(prefix)
+  graph = _legacy_checkpoint.read_object_graph(reader, prefix)
+  model_node = graph.child(0, "model")
+  if model_node is None:
+    raise ValueError(
+        f"{prefix!r} has no 'model' entry: it was not written by "
+        "tf.train.Checkpoint(model=..., optimizer=...). Children of its "
+        f"root: {[name for name, _ in graph.children(0)]}")
+  optimizer_node = graph.child(0, "optimizer")
+  _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+  ignored = [node for name, node in graph.children(0) if name == "save_counter"]
+  return _legacy_checkpoint.restore(
+      reader, graph, prefix, model, optimizer, model_node, optimizer_node,
+      allow_partial, ignored_nodes=ignored)
