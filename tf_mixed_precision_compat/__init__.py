@@ -33,6 +33,10 @@ from tf_mixed_precision_compat.policy import PolicyV1
 from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
 from tf_mixed_precision_compat import v1_optimizer
+# The functions shadow their module's name; it stays importable by full name.
+from tf_mixed_precision_compat.install import install
+from tf_mixed_precision_compat.install import installed
+from tf_mixed_precision_compat.install import uninstall
 from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
@@ -58,12 +62,15 @@ __all__ = sorted([
     "get",
     "get_layer_policy",
     "graph_rewrite",
+    "install",
+    "installed",
     "global_policy",
     "policy",
     "policy_scope",
     "serialize",
     "set_global_policy",
     "set_policy",
+    "uninstall",
     "v1",
     "v1_optimizer",
     "v2",

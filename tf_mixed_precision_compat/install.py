@@ -1,0 +1,271 @@
+"""`install()` / `uninstall()`: the TF 2.3/2.4 endpoints, back under `tf`.
+
+Importing the package patches nothing. `install()` makes an old job run
+unchanged:
+
+* every registered endpoint (`endpoints.all_specs()`) resolves under `tf` (its
+  v2 paths) and `tf.compat.v1` (its v1 paths), e.g.
+  `tf.mixed_precision.experimental.DynamicLossScale`,
+  `tf.keras.mixed_precision.experimental.LossScaleOptimizer`,
+  `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`;
+  namespaces TF 2.21 no longer has (`tf.mixed_precision`,
+  `tf.keras.mixed_precision.experimental`) are created, and importable
+  (`from tensorflow.keras.mixed_precision import experimental`, as TF 2.3's
+  guide wrote it);
+* the class names TF 2.3/2.4 wrote into configs (`Policy`, `PolicyV1`,
+  `LossScaleOptimizer`, `LossScaleOptimizerV1`, `FixedLossScale`,
+  `DynamicLossScale`) are registered with Keras 3 deserialization
+  (`keras.saving.get_custom_objects()`);
+* `Model.compile` wraps optimizers as TF 2.3/2.4 did
+  (`policy.enable_compile_integration()`).
+
+`uninstall()` puts back exactly what was there: attributes, `sys.modules`
+entries and custom objects that did not exist are removed, replaced ones are
+restored, and the compile integration is disabled unless it was enabled
+before `install()`. Both are idempotent and serialized by a lock.
+
+Design note: on TF 2.21 `tf.keras.mixed_precision`, `tf.compat.v1.keras.
+mixed_precision` and Keras 3's own `keras.mixed_precision` are one and the same
+module object (TF's lazy `tf.keras` loaders resolve to it, and copy its
+attributes into every loader a user holds, e.g. `from tensorflow import
+keras`). Giving `tf.keras` a separate namespace would leave such references
+behind, so the endpoints are grafted onto that shared module: while installed,
+`keras.mixed_precision.LossScaleOptimizer` (and `Policy`, `global_policy`,
+`set_global_policy`) are ours too. Keras 3's canonical paths are untouched:
+`keras.optimizers.LossScaleOptimizer`, `keras.DTypePolicy`,
+`keras.config.set_dtype_policy`, `keras.dtype_policies`.
+
+Example:
+
+>>> import tensorflow as tf
+>>> install()
+>>> tf.mixed_precision.experimental.DynamicLossScale.__module__
+'tf_mixed_precision_compat.loss_scale'
+>>> uninstall()
+>>> hasattr(tf, "mixed_precision")
+False
+"""
+
+import sys
+import threading
+import types
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import endpoints
+from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat import loss_scale
+from tf_mixed_precision_compat import policy
+
+__all__ = ["install", "installed", "uninstall"]
+
+_MISSING = object()
+
+# `import tensorflow.keras.mixed_precision` does not return the module
+# `tf.keras.mixed_precision` resolves to: TF puts Keras' `_tf_keras` directory
+# on `tensorflow.__path__`, so the import statement loads that file again as a
+# separate module named this.
+_TF_KERAS_IMPORT_NAME = "tensorflow.keras"
+
+_lock = threading.Lock()
+_journal = None  # The undo log while installed, else None.
+
+
+def _legacy_custom_objects():
+  """Class names TF 2.3/2.4 wrote into configs, mapped to ours."""
+  objects = policy.custom_objects()  # Policy and PolicyV1, as TF 2.4 loaded.
+  objects.update({
+      "LossScaleOptimizer": keras_optimizer.LossScaleOptimizer,
+      "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizerV1,
+      "FixedLossScale": loss_scale.FixedLossScale,
+      "DynamicLossScale": loss_scale.DynamicLossScale,
+  })
+  return objects
+
+
+class _Journal:
+  """Applies changes and remembers how to undo each, first value wins."""
+
+  def __init__(self):
+    self._undo = []
+    self._seen = set()
+
+  def set_attr(self, obj, name, value):
+    key = ("attr", id(obj), name)
+    if key not in self._seen:
+      self._seen.add(key)
+      old = getattr(obj, name, _MISSING)
+      self._undo.append(lambda: _restore_attr(obj, name, old))
+    setattr(obj, name, value)
+
+  def set_item(self, mapping, key, value):
+    seen_key = ("item", id(mapping), key)
+    if seen_key not in self._seen:
+      self._seen.add(seen_key)
+      old = mapping.get(key, _MISSING)
+      self._undo.append(lambda: _restore_item(mapping, key, old))
+    mapping[key] = value
+
+  def on_undo(self, fn):
+    self._undo.append(fn)
+
+  def undo(self):
+    """Undoes everything, newest first; raises the first failure at the end."""
+    errors = []
+    while self._undo:
+      try:
+        self._undo.pop()()
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(e)
+    self._seen.clear()
+    if errors:
+      raise errors[0]
+
+
+def _restore_attr(obj, name, old):
+  if old is _MISSING:
+    if hasattr(obj, name):
+      delattr(obj, name)
+  else:
+    setattr(obj, name, old)
+
+
+def _restore_item(mapping, key, old):
+  if old is _MISSING:
+    mapping.pop(key, None)
+  else:
+    mapping[key] = old
+
+
+def _namespace(journal, parent, part):
+  """Returns `parent.part`, creating (and registering) a module if missing."""
+  child = getattr(parent, part, None)
+  if child is not None:
+    return child
+  name = f"{parent.__name__}.{part}"
+  child = types.ModuleType(name)
+  child.__doc__ = (f"TensorFlow 2.3/2.4 `{part}` namespace, re-created by "
+                   "tf_mixed_precision_compat.install().")
+  journal.set_attr(parent, part, child)
+  if name not in sys.modules:  # Makes `from <parent> import <part>` work.
+    journal.set_item(sys.modules, name, child)
+  return child
+
+
+def _graft(journal, root, path, symbol):
+  *parents, leaf = path.split(".")
+  node = root
+  for part in parents:
+    node = _namespace(journal, node, part)
+  journal.set_attr(node, leaf, symbol)
+
+
+def _keras_namespaces():
+  """The distinct module objects a TF 2.3/2.4 job may reach as its
+  `tf.keras.mixed_precision`, besides `tf.keras.mixed_precision` itself."""
+  candidates = [keras.mixed_precision]  # What every lazy `tf.keras` copies.
+  # An import statement naming `tensorflow.keras...` loads Keras' `_tf_keras`
+  # files again as separate modules (and rebinds `tf.keras` to them).
+  imported_package = sys.modules.get(_TF_KERAS_IMPORT_NAME)
+  if imported_package is not None:
+    candidates.append(getattr(imported_package, "mixed_precision", None))
+  candidates.append(sys.modules.get(f"{_TF_KERAS_IMPORT_NAME}.mixed_precision"))
+  unique = []
+  for module in candidates:
+    if module is not None and all(module is not m for m in unique):
+      unique.append(module)
+  return unique
+
+
+def _alias_tf_keras_imports(journal):
+  """Makes `import tensorflow.keras.mixed_precision[.experimental]` agree."""
+  shared = tf.keras.mixed_precision
+  for suffix, module in (("mixed_precision", shared),
+                         ("mixed_precision.experimental",
+                          getattr(shared, "experimental", None))):
+    name = f"{_TF_KERAS_IMPORT_NAME}.{suffix}"
+    if module is not None and name not in sys.modules:
+      journal.set_item(sys.modules, name, module)
+
+
+def _apply(journal):
+  prefix = "keras.mixed_precision."
+  keras_namespaces = _keras_namespaces()
+  for spec in endpoints.all_specs():
+    for path in spec.v2:
+      _graft(journal, tf, path, spec.symbol)
+    for path in spec.v1:
+      _graft(journal, tf.compat.v1, path, spec.symbol)
+    for path in spec.v2 + spec.v1:
+      if path.startswith(prefix):
+        for namespace in keras_namespaces:
+          _graft(journal, namespace, path[len(prefix):], spec.symbol)
+  _alias_tf_keras_imports(journal)
+  custom_objects = keras.saving.get_custom_objects()
+  for name, cls in _legacy_custom_objects().items():
+    journal.set_item(custom_objects, name, cls)
+  if not policy.compile_integration_enabled():
+    policy.enable_compile_integration()
+    journal.on_undo(policy.disable_compile_integration)
+
+
+def install():
+  """Makes TF 2.3/2.4 mixed-precision code run unchanged on this TensorFlow.
+
+  Grafts every registered endpoint onto `tf` and `tf.compat.v1`, registers
+  the TF 2.3/2.4 config class names with Keras 3 deserialization and enables
+  TF 2.3/2.4's `Model.compile` optimizer wrapping (see the module docstring).
+  Calling it again while installed does nothing. If it fails half-way,
+  everything it changed is undone before the error propagates.
+
+  Example:
+
+  >>> install()
+  >>> tf.keras.mixed_precision.experimental.LossScaleOptimizer.__name__
+  'LossScaleOptimizerV1'
+  >>> installed()
+  True
+  >>> uninstall()
+  """
+  global _journal
+  with _lock:
+    if _journal is not None:
+      return
+    journal = _Journal()
+    try:
+      _apply(journal)
+    except BaseException:
+      journal.undo()
+      raise
+    _journal = journal
+
+
+def uninstall():
+  """Restores exactly what `install()` changed; a no-op if not installed.
+
+  Raises:
+    Exception: The first error met while restoring, after every other change
+      has been restored (the package then counts as uninstalled).
+
+  Example:
+
+  >>> install(); uninstall()
+  >>> installed()
+  False
+  """
+  global _journal
+  with _lock:
+    if _journal is None:
+      return
+    journal, _journal = _journal, None
+    journal.undo()
+
+
+def installed():
+  """Whether `install()` is in effect.
+
+  Returns:
+    True between `install()` and `uninstall()`.
+  """
+  return _journal is not None
