@@ -177,8 +177,8 @@ class ObjectGraph:
         return attr.checkpoint_key, attr.full_name
     return None
 
-  def variable_nodes_under(self, node_id):
-    """All variable node ids reachable from `node_id` (slots included)."""
+  def variable_nodes_under(self, node_id, skip=frozenset()):
+    """Variable node ids reachable from `node_id` (slots included)."""
     seen, stack, found = set(), [node_id], []
     while stack:
       current = stack.pop()
@@ -187,13 +187,14 @@ class ObjectGraph:
       seen.add(current)
       if self.variable(current) is not None:
         found.append(current)
-      stack.extend(ref.node_id for ref in self.nodes[current].children)
+      stack.extend(ref.node_id for ref in self.nodes[current].children
+                   if ref.local_name not in skip)
       stack.extend(s.slot_variable_node_id
                    for s in self.nodes[current].slot_variables)
     return found
 
-  def paths(self, start, skip_at_start=frozenset(), limit=16):
-    """node id -> list of child-name paths from `start` (acyclic)."""
+  def paths(self, start, skip=frozenset(), limit=16):
+    """node id -> child-name paths from `start` (acyclic), not via `skip`."""
     result = collections.defaultdict(list)
 
     def walk(node_id, path, on_path):
@@ -201,7 +202,7 @@ class ObjectGraph:
         return
       result[node_id].append(path)
       for name, child in self.children(node_id):
-        if child in on_path or (not path and name in skip_at_start):
+        if child in on_path or name in skip:
           continue
         walk(child, path + (name,), on_path | {child})
 
@@ -297,7 +298,7 @@ def _target_name(variable):
   return getattr(variable, "path", None) or variable.name
 
 
-class _Plan:
+class Plan:
   """Checkpoint values bound to Keras 3 targets, checked before assignment."""
 
   def __init__(self, source):
@@ -398,10 +399,14 @@ def restore(reader, graph, source, model, optimizer, model_node,
     raise ValueError(
         f"Cannot restore {source!r} into model '{model.name}': it has no "
         "weights yet. Build it first (call it on a batch or model.build()).")
-  plan = _Plan(source)
+  plan = Plan(source)
   ignored = set()
   for node_id in ignored_nodes:
     ignored.update(graph.variable_nodes_under(node_id))
+  # Variables only reachable through `keras_api` are SavedModel bookkeeping
+  # (compiled metrics' totals and counts).
+  ignored.update(set(graph.variable_nodes_under(0)) -
+                 set(graph.variable_nodes_under(0, skip={"keras_api"})))
   optimizer_vars = set()
   if optimizer_node is not None:
     optimizer_vars = set(graph.variable_nodes_under(optimizer_node))
@@ -410,7 +415,7 @@ def restore(reader, graph, source, model, optimizer, model_node,
   layers_by_name = _all_layers(model)
   bound_model_nodes = {}
   for node_id, paths in sorted(
-      graph.paths(model_node, skip_at_start=_MODEL_ALIASES).items()):
+      graph.paths(model_node, skip=_MODEL_ALIASES).items()):
     var_info = graph.variable(node_id)
     if var_info is None or node_id in optimizer_vars:
       continue

@@ -35,11 +35,14 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _legacy_checkpoint
+from tf_mixed_precision_compat import _legacy_h5
+from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
 from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # pylint: disable=unused-import
 
-__all__ = ["RestoreError", "RestoreReport", "restore_checkpoint"]
+__all__ = ["RestoreError", "RestoreReport", "load_model",
+           "restore_checkpoint"]
 
 
 def checkpoint_prefix(path):
@@ -163,3 +166,81 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   return _legacy_checkpoint.restore(
       reader, graph, prefix, model, optimizer, model_node, optimizer_node,
       allow_partial, ignored_nodes=ignored)
+
+
+def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylint: disable=redefined-builtin
+               allow_partial=False, return_report=False):
+  """Loads a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel into Keras 3.
+
+  The model is rebuilt from the saved config (dtype policies included) and,
+  with `compile=True`, compiled as saved, with this package's
+  `LossScaleOptimizer` (TF 2.3's experimental and TF 2.4's configs both
+  load) and its state restored:
+
+  * H5 files (`model.save("x.h5")`): weights, and the optimizer's iterations
+    and slots from `optimizer_weights` (matched by name: `cond_1/Adam/d1/
+    kernel/m:0` is Adam's `m` of layer `d1`'s `kernel`). TF 2.x never stored
+    the loss scale in H5 files: a dynamic scale starts again from the
+    configured initial scale with counter 0, and a warning says so.
+  * SavedModel directories: weights, iterations, learning rate, slots AND the
+    loss scale and its counter, read from the SavedModel's variables by
+    their object graph (see `restore_checkpoint`). TF 2.3/2.4's own
+    `load_model` lost this optimizer state.
+
+  Untrusted files: with `safe_mode=True` (the default, as Keras 3) nothing
+  stored in the file is executed: models with `Lambda` layers (Python
+  bytecode), configs naming Python modules, and unknown layer classes are
+  refused before anything is built (classes passed in `custom_objects` are
+  the caller's opt-in). Corrupted or truncated files raise `ValueError` or
+  `OSError` naming the file; values are checked before any is assigned.
+
+  Args:
+    path: An `.h5` / `.hdf5` file or a SavedModel directory.
+    custom_objects: Optional dict of the caller's classes/functions by name.
+    compile: Whether to compile the model and restore the optimizer.
+    safe_mode: Refuse to load anything that would run code from the file.
+    allow_partial: Tolerate saved values without a Keras 3 counterpart (and
+      Keras 3 variables left unrestored) instead of raising `RestoreError`.
+    return_report: Also return a `RestoreReport` (SavedModels) or None (H5).
+
+  Returns:
+    The Keras 3 model (compiled when `compile=True`), or `(model, report)`
+    with `return_report=True`.
+
+  Raises:
+    FileNotFoundError: If `path` does not exist.
+    OSError: If an H5 file cannot be opened.
+    ValueError: For corrupted files, refused code, unknown classes, configs
+      Keras 3 cannot honour, or mismatched values (`RestoreError`).
+
+  Example:
+
+  >>> import tempfile
+  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  >>> model.compile(optimizer=LossScaleOptimizer(keras.optimizers.SGD()),
+  ...               loss="mse")
+  >>> load_model(tempfile.mkdtemp() + "/missing.h5")
+  Traceback (most recent call last):
+  ...
+  FileNotFoundError: No such file or directory: '...missing.h5'
+  """
+  path = os.fspath(path)
+  if custom_objects is not None and not isinstance(custom_objects, dict):
+    raise TypeError(f"custom_objects must be a dict or None, got "
+                    f"{type(custom_objects).__name__}.")
+  if not isinstance(safe_mode, bool):
+    raise TypeError(f"safe_mode must be a bool, got {safe_mode!r}.")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"No such file or directory: {path!r}")
+  report = None
+  if os.path.isdir(path):
+    if not _legacy_saved_model.is_saved_model(path):
+      raise ValueError(f"{path!r} is a directory but not a SavedModel (no "
+                       "saved_model.pb); for a checkpoint directory use "
+                       "restore_checkpoint.")
+    model, report = _legacy_saved_model.load(
+        path, safe_mode, custom_objects, compile, allow_partial)
+  else:
+    model = _legacy_h5.load(path, safe_mode, custom_objects, compile,
+                            allow_partial)
+  return (model, report) if return_report else model

@@ -1,0 +1,155 @@
+"""Loading TF 2.3/2.4 `model.save("x.h5")` files into compiled Keras 3 models.
+
+Layout of such a file: attributes `model_config` and `training_config`
+(JSON); `model_weights/<layer>/` with attribute `weight_names` (`d1/kernel:0`)
+and one dataset per name; `optimizer_weights/` with attribute `weight_names`
+(`cond_1/Adam/iter:0`, `cond_1/Adam/d1/kernel/m:0`, ...: the optimizer's
+name scope, then the weight's own name and the slot name). Weights are matched
+by these names, never by position: a layer's weights by layer name and weight
+name, a slot by the longest model weight name it ends with. The loss scale
+was never stored.
+"""
+
+import h5py
+import numpy as np
+
+from tf_mixed_precision_compat import _legacy_checkpoint
+from tf_mixed_precision_compat import _legacy_config
+
+_SLOTS = _legacy_checkpoint._SLOT_NAMES  # pylint: disable=protected-access
+
+
+def _names(group, source):
+  try:
+    return [n.decode("utf-8") if isinstance(n, bytes) else str(n)
+            for n in group.attrs["weight_names"]]
+  except KeyError:
+    raise ValueError(f"{source!r}: {group.name} has no weight_names; the "
+                     "file is corrupted.") from None
+
+
+def _strip(name):
+  return name[:-2] if name.endswith(":0") else name
+
+
+def _read(group, name, source):
+  try:
+    return np.asarray(group[name][()])
+  except (KeyError, OSError, ValueError) as e:
+    raise ValueError(f"{source!r}: cannot read {group.name}/{name} "
+                     f"(truncated or corrupted file?): {e}") from None
+
+
+def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
+  """See `legacy.load_model`."""
+  try:
+    f = h5py.File(path, "r")
+  except OSError as e:
+    raise OSError(f"Cannot open {path!r} as an HDF5 file (truncated or "
+                  f"corrupted?): {e}") from None
+  with f:
+    try:
+      return _load(f, path, safe_mode, custom_objects, compile, allow_partial)
+    except (KeyError, RuntimeError) as e:
+      raise ValueError(f"{path!r} is corrupted or not a TF 2.x Keras H5 "
+                       f"model: {type(e).__name__}: {e}") from None
+
+
+def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
+  if "model_config" not in f.attrs:
+    raise ValueError(f"{path!r} has no model_config: it holds weights only "
+                     "(use model.load_weights) or is not a Keras H5 file.")
+  config = _legacy_config.parse_json(f.attrs["model_config"], "model_config",
+                                     path)
+  model = _legacy_config.build_model(config, path, safe_mode, custom_objects)
+  plan = _legacy_checkpoint.Plan(path)
+
+  # Model weights, by layer name then weight name.
+  weights_group = f["model_weights"] if "model_weights" in f else f
+  by_tf_name = {}
+  layer_names = [n.decode("utf-8") if isinstance(n, bytes) else str(n)
+                 for n in weights_group.attrs.get("layer_names", [])]
+  for layer_name in layer_names:
+    group = weights_group[layer_name]
+    names = _names(group, path)
+    if not names:
+      continue
+    try:
+      layer = model.get_layer(layer_name)
+    except ValueError:
+      plan.unmatched_checkpoint.extend(f"{layer_name}/{n}" for n in names)
+      continue
+    for name in names:
+      short = _strip(name).split("/")[-1]
+      target = _legacy_checkpoint._own_variable(layer, short)  # pylint: disable=protected-access
+      key = f"model_weights/{layer_name}/{name}"
+      if target is None:
+        plan.unmatched_checkpoint.append(key)
+        continue
+      plan.bind(key, target, _read(group, name, path))
+      by_tf_name[_strip(name)] = target
+
+  optimizer = None
+  if compile and "training_config" in f.attrs:
+    training_config = _legacy_config.parse_json(
+        f.attrs["training_config"], "training_config", path)
+    optimizer = _legacy_config.compile_model(model, training_config, path,
+                                             custom_objects)
+    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+    if "optimizer_weights" in f:
+      _plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,
+                      plan)
+
+  expected = _legacy_checkpoint._expected_objects(model, optimizer)  # pylint: disable=protected-access
+  unmatched_objects = []
+  for obj, description in expected:
+    if id(obj) in plan.targets:
+      continue
+    if description.startswith("optimizer/loss_scale"):
+      continue  # Never in H5 files: documented and logged.
+    if description == "optimizer/learning_rate":
+      continue  # Comes from the optimizer config.
+    unmatched_objects.append(description)
+  if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
+                                              unmatched_objects)):
+    raise _legacy_checkpoint.RestoreError(
+        path, plan.unmatched_checkpoint, unmatched_objects, plan.problems)
+  for _, target, value, _ in plan.assignments:
+    target.assign(value)
+  if optimizer is not None:
+    _legacy_config.log_no_loss_scale(path, optimizer)
+  return model
+
+
+def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
+  inner = _legacy_checkpoint.inner_optimizer_of(optimizer)
+  slots = _SLOTS.get(_legacy_checkpoint._keras_class_name(inner), {})  # pylint: disable=protected-access
+  # Longest names first, so "a/b/kernel" wins over "b/kernel".
+  known = sorted(by_tf_name, key=len, reverse=True)
+  for name in _names(group, path):
+    key = f"optimizer_weights/{name}"
+    stripped = _strip(name)
+    if stripped.split("/")[-1] == "iter":
+      plan.bind(key, inner.iterations, _read(group, name, path),
+                "optimizer/iterations")
+      continue
+    scope, _, slot = stripped.rpartition("/")
+    owner = next((k for k in known
+                  if scope == k or scope.endswith("/" + k)), None)
+    keras3_slot = slots.get(slot)
+    target = None
+    if owner is not None and keras3_slot is not None:
+      target = _legacy_checkpoint._slot_variable(  # pylint: disable=protected-access
+          inner, by_tf_name[owner], keras3_slot)
+    if target is None:
+      plan.unmatched_checkpoint.append(key)
+      continue
+    plan.bind(key, target, _read(group, name, path), f"optimizer/{target.name}")
+
+
+def is_h5(path):
+  try:
+    return h5py.is_hdf5(path)
+  except OSError:
+    return False
+

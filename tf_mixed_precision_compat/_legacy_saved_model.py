@@ -1,0 +1,97 @@
+"""Loading TF 2.3/2.4 Keras SavedModels as trainable Keras 3 models.
+
+A Keras SavedModel from TF 2.3/2.4 keeps the Keras config in the metadata of
+its root object in `saved_model.pb` (`config`, `class_name`,
+`training_config`; TF 2.4.4 still writes it there, TF 2.5 moved it to
+`keras_metadata.pb`, which is out of scope), and its variables in the object-based checkpoint
+`variables/variables`, rooted at the model, with the optimizer as the child
+`optimizer` (TF's own loader ignored it). The model and optimizer are rebuilt
+from the config and restored from that checkpoint through the same object
+graph mapping as `legacy.restore_checkpoint`: weights, iterations, learning
+rate, slots, loss scale and counter.
+"""
+
+import os
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _legacy_checkpoint
+from tf_mixed_precision_compat import _legacy_config
+from tf_mixed_precision_compat import _private_api
+
+
+def is_saved_model(path):
+  return os.path.isdir(path) and (
+      tf.io.gfile.exists(os.path.join(path, "saved_model.pb")) or
+      tf.io.gfile.exists(os.path.join(path, "saved_model.pbtxt")))
+
+
+def _root_metadata(path):
+  """The Keras metadata JSON of the SavedModel's root object."""
+  pb_path = os.path.join(path, "saved_model.pb")
+  if not tf.io.gfile.exists(pb_path):
+    raise ValueError(f"{path!r}: only binary saved_model.pb files are "
+                     "supported (found saved_model.pbtxt).")
+  with tf.io.gfile.GFile(pb_path, "rb") as f:
+    data = f.read()
+  proto = _private_api.saved_model_pb2.SavedModel()
+  try:
+    proto.ParseFromString(data)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"{pb_path!r} is corrupted or truncated ({e}).") from None
+  if not proto.meta_graphs:
+    raise ValueError(f"{pb_path!r} holds no MetaGraph (corrupted?).")
+  nodes = proto.meta_graphs[0].object_graph_def.nodes
+  metadata = ""
+  if nodes and nodes[0].WhichOneof("kind") == "user_object":
+    metadata = nodes[0].user_object.metadata
+  if not metadata:
+    raise ValueError(
+        f"{path!r} is a SavedModel without Keras metadata (not written by "
+        "a Keras model.save()); serve it with tf.saved_model.load.")
+  return _legacy_config.parse_json(metadata, "Keras metadata", path)
+
+
+def _decode_tuples(value):
+  """Undoes the `{"class_name": "__tuple__", "items": [...]}` of SavedModel JSON."""
+  if isinstance(value, dict):
+    if value.get("class_name") == "__tuple__" and set(value) == {
+        "class_name", "items"}:
+      return [_decode_tuples(v) for v in value["items"]]
+    return {k: _decode_tuples(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_decode_tuples(v) for v in value]
+  return value
+
+
+def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
+  """See `legacy.load_model`; returns (model, report)."""
+  metadata = _decode_tuples(_root_metadata(path))
+  config = {"class_name": metadata.get("class_name"),
+            "config": metadata.get("config")}
+  prefix = os.path.join(path, "variables", "variables")
+  if not tf.io.gfile.exists(prefix + ".index"):
+    raise FileNotFoundError(f"{path!r}: missing {prefix + '.index'!r}.")
+  # Read and check the variables before anything is built.
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    raise ValueError(f"Cannot read the variables of {path!r} (truncated or "
+                     f"corrupted?): {e}") from None
+  graph = _legacy_checkpoint.read_object_graph(reader, prefix)
+  model = _legacy_config.build_model(config, path, safe_mode, custom_objects)
+  optimizer = None
+  training_config = metadata.get("training_config")
+  optimizer_node = graph.child(0, "optimizer")
+  if compile and training_config:
+    optimizer = _legacy_config.compile_model(model, training_config, path,
+                                             custom_objects)
+    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+  ignored = []
+  if optimizer is None and optimizer_node is not None:
+    ignored.append(optimizer_node)
+    optimizer_node = None
+  report = _legacy_checkpoint.restore(
+      reader, graph, path, model, optimizer, 0, optimizer_node, allow_partial,
+      ignored_nodes=ignored)
+  return model, report
