@@ -1,0 +1,1 @@
+"""Scripts the reliability tests run in their own processes."""
