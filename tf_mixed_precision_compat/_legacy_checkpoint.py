@@ -226,7 +226,8 @@ def read_object_graph(reader, source):
 def _get_tensor(reader, key, source):
   try:
     return reader.get_tensor(key)
-  except (tf.errors.OpError, ValueError, RuntimeError) as e:
+  except (tf.errors.OpError, ValueError, RuntimeError, IndexError,
+          OSError) as e:
     raise ValueError(
         f"{source!r}: cannot read {key!r} (truncated or corrupted "
         f"checkpoint data?): {e}") from None
