@@ -1,93 +1,344 @@
-"""Demo: dynamic loss scaling at work in a float16 training loop.
+"""Demo: a TF 2.3.4 mixed-precision job resumes on today's TensorFlow.
 
-    python -m tf_mixed_precision_compat.demo
+    python -m tf_mixed_precision_compat.demo [--steps 30] [--plot PATH]
 
-A small regression model computes in float16 with float32 master weights, the
-way mixed precision trains. A `DynamicLossScale` (TF 2.3 API) starts low and
-grows every few finite steps until the scaled gradients overflow float16; that
-step is skipped and the scale halves. The table shows the scale, the counter
-and which steps were skipped.
+The bundled job (`demo_data/`, written by real TensorFlow 2.3.4 with
+`tools/gen_legacy_checkpoints.py`) trained a float16 regression model with
+`tf.keras.mixed_precision.experimental.LossScaleOptimizer(SGD(...),
+"dynamic")` for 40 steps and saved `tf.train.Checkpoint(model=...,
+optimizer=...)` through a `CheckpointManager`. The demo
+
+1. calls `tf_mixed_precision_compat.install()` (the one line an old job adds),
+2. rebuilds the model from the job's JSON, creates the optimizer with the TF
+   2.3 API under a 2-replica `MirroredStrategy` (two logical CPUs when there is
+   no GPU) and restores the last checkpoint with
+   `tf_mixed_precision_compat.legacy.restore_checkpoint`: the loss scale,
+   its counter and the step count equal what TF 2.3.4 recorded,
+3. keeps training with the job's own GradientTape loop; one batch is corrupted
+   (its targets multiplied by 1000, like a bad data shard), so its float16
+   gradients overflow: that step is skipped on every replica and the scale
+   halves,
+4. replays the job's steps 21-40 from its step-20 checkpoint on one replica
+   and compares each step's loss-scale decision with TF 2.3.4's record,
+5. writes a PNG plot of loss and loss scale when matplotlib is installed.
 """
 
 import argparse
+import json
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-import tf_mixed_precision_compat as mp  # pylint: disable=g-import-not-at-top,wrong-import-position
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "demo_data")
+SPIKE_FACTOR = 1000.
 
 
-def loss_scale_run(steps=40, initial_loss_scale=2.**10, increment_period=4,
-                   seed=0):
-  """Trains a float16 linear model with dynamic loss scaling.
+def configure_devices():
+  """Splits the CPU into 2 logical devices when there is no GPU.
 
-  Args:
-    steps: Number of training steps.
-    initial_loss_scale: The loss scale to start from.
-    increment_period: Finite steps between two growths of the scale.
-    seed: Seed of the synthetic data.
+  Must run before TensorFlow initializes its runtime; if it already has, the
+  devices are left as they are.
 
   Returns:
-    A list of dicts, one per step: loss, scale (used for the step), applied,
-    and the scale and counter after the update.
+    The device names a `MirroredStrategy` should use, or None for its
+    default (all GPUs).
   """
-  rng = np.random.default_rng(seed)
-  x = tf.constant(rng.normal(size=(64, 16)), tf.float16)
-  y = tf.constant(rng.normal(size=(64, 1)) * 8., tf.float16)
-  w = tf.Variable(tf.zeros((16, 1)), name="w")
-  loss_scale = mp.DynamicLossScale(initial_loss_scale=initial_loss_scale,
-                                   increment_period=increment_period)
-  opt = tf.keras.optimizers.SGD(0.01)
+  if tf.config.list_physical_devices("GPU"):
+    return None
+  cpu = tf.config.list_physical_devices("CPU")[0]
+  try:
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  except RuntimeError:  # Runtime already initialized: use what exists.
+    pass
+  return [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+
+
+def load_job():
+  """The TF 2.3.4 job's record (`demo_data/job.json`)."""
+  with open(os.path.join(DATA_DIR, "job.json")) as f:
+    return json.load(f)
+
+
+def job_data(job):
+  """Regenerates the job's data set exactly as its description says."""
+  spec = job["data"]
+  rng = np.random.RandomState(spec["seed"])
+  x = rng.normal(size=(spec["n"], spec["features"])).astype(np.float32)
+  w = rng.normal(size=(spec["features"], 1)).astype(np.float32)
+  y = (spec["target_scale"] * (x @ w)).astype(np.float32)
+  return x, y
+
+
+def _batch_rows(job, step):
+  """Rows of the batch the job used at 1-based `step`."""
+  batch = job["data"]["batch_size"]
+  start = (step - 1) % (job["data"]["n"] // batch) * batch
+  return np.arange(start, start + batch)
+
+
+def _progress(done, total, text, stream=None):
+  stream = stream or sys.stderr
+  width = 30
+  filled = int(width * done / max(total, 1))
+  stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] "
+               f"{done}/{total} {text}")
+  if done == total:
+    stream.write("\n")
+  stream.flush()
+
+
+def _restore(job, checkpoint, strategy):
+  """The job's model and optimizer, rebuilt with TF 2.3 code and restored."""
+  # pylint: disable=g-import-not-at-top
+  from tf_mixed_precision_compat import legacy
+  from tf_mixed_precision_compat import policy
+  # pylint: enable=g-import-not-at-top
+  spec = job["data"]
+  with strategy.scope():
+    model = policy.model_from_json(job["model_json"])
+    opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(spec["learning_rate"],
+                                momentum=spec["momentum"]), "dynamic")
+    report = legacy.restore_checkpoint(checkpoint, model, opt)
+  return model, opt, report
+
+
+def _train_steps(job, model, opt, strategy, steps, spike_step=None,
+                 progress=True):
+  """The job's GradientTape loop over `steps`, global batch split over replicas."""
+  batch = job["data"]["batch_size"]
+  x, y = job_data(job)
+
+  def step_fn(xb, yb):
+    with tf.GradientTape() as tape:
+      pred = model(xb, training=True)
+      per_example = tf.reshape(tf.square(pred - yb), [-1])
+      # Mean over the global batch, so replicas sum to the job's loss.
+      loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
+      scaled_loss = opt.get_scaled_loss(loss)
+    scaled_grads = tape.gradient(scaled_loss, model.trainable_variables)
+    grads = opt.get_unscaled_gradients(scaled_grads)
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
 
   @tf.function
-  def train_step():
-    scale = loss_scale()
-    with tf.GradientTape() as tape:
-      pred = tf.matmul(x, tf.cast(w, tf.float16))
-      loss = tf.reduce_mean(tf.cast(tf.square(pred - y), tf.float32))
-      scaled_loss = loss * scale
-    # The backward pass runs in float16, so once the scale is large enough
-    # the scaled gradients overflow: the skipped steps below are real.
-    (scaled_grad,) = tape.gradient(scaled_loss, [w])
-    grad = scaled_grad / scale
-    _, should_apply = loss_scale.update([grad])
-    if should_apply:
-      opt.apply_gradients([(grad, w)])
-    return loss, scale, should_apply
+  def train_step(xb, yb):
+    per_replica = strategy.run(step_fn, args=(xb, yb))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-  history = []
-  for _ in range(steps):
-    loss, scale, applied = train_step()
-    history.append({
-        "loss": float(loss), "scale": float(scale), "applied": bool(applied),
-        "new_scale": float(loss_scale()),
-        "good_steps": int(loss_scale._num_good_steps.numpy())})
-  return history
+  rows = np.concatenate([_batch_rows(job, s) for s in steps])
+  targets = y[rows].copy()
+  if spike_step is not None and spike_step in steps:
+    at = list(steps).index(spike_step) * batch
+    targets[at:at + batch] *= SPIKE_FACTOR
+  dataset = strategy.experimental_distribute_dataset(
+      tf.data.Dataset.from_tensor_slices((x[rows], targets)).batch(batch))
+  trajectory = []
+  scale = float(opt.loss_scale)
+  for i, (step, (xb, yb)) in enumerate(zip(steps, dataset)):
+    loss = float(train_step(xb, yb))
+    new_scale = float(opt.loss_scale)
+    counter = int(opt.dynamic_counter.numpy())
+    # A finite step either counts up or (counter back at 0) doubles the scale.
+    skipped = counter == 0 and new_scale != 2 * scale
+    trajectory.append({"step": step, "loss": loss, "loss_scale": new_scale,
+                       "counter": counter, "skipped": skipped,
+                       "corrupted": step == spike_step})
+    scale = new_scale
+    if progress:
+      _progress(i + 1, len(steps), f"loss {loss:10.4f}  scale {new_scale:g}")
+  return trajectory
 
 
-def main(argv=None):
+def resume(steps=30, spike_step=50, progress=True, strategy=None):
+  """Resumes the TF 2.3.4 job from its last checkpoint and keeps training.
+
+  Args:
+    steps: Steps to train after the restored step 40.
+    spike_step: The (1-based, job-global) step whose batch is corrupted, or
+      None.
+    progress: Whether to draw a progress bar on stderr.
+    strategy: The `tf.distribute.Strategy`; default a `MirroredStrategy` over
+      the devices `configure_devices()` chose.
+
+  Returns:
+    A dict: `recorded` (what TF 2.3.4 recorded: loss_scale, counter,
+    iterations), `restored` (the same, read back after the restore on this
+    TensorFlow), `replicas`, `history` (TF 2.3.4's steps 1-40) and
+    `trajectory` (one dict per new step: step, loss, loss_scale, counter,
+    skipped, corrupted).
+  """
+  job = load_job()
+  if strategy is None:
+    strategy = tf.distribute.MirroredStrategy(configure_devices())
+  model, opt, report = _restore(job, DATA_DIR, strategy)
+  restored = {"loss_scale": float(opt.loss_scale),
+              "counter": int(opt.dynamic_counter.numpy()),
+              "iterations": int(opt.iterations.numpy()),
+              "report": report}
+  first = job["iterations"] + 1
+  trajectory = _train_steps(job, model, opt, strategy,
+                            list(range(first, first + steps)), spike_step,
+                            progress)
+  return {
+      "recorded": {k: job[k] for k in ("loss_scale", "counter",
+                                       "iterations")},
+      "restored": restored,
+      "replicas": strategy.num_replicas_in_sync,
+      "history": job["trajectory"],
+      "trajectory": trajectory,
+  }
+
+
+def replay(progress=True):
+  """Re-runs the job's steps 21-40 from its step-20 checkpoint, one replica.
+
+  Args:
+    progress: Whether to draw a progress bar on stderr.
+
+  Returns:
+    A list of `(ours, recorded)` step dicts (step, loss, loss_scale, counter,
+    skipped), ours computed here, recorded by TF 2.3.4.
+  """
+  job = load_job()
+  strategy = tf.distribute.get_strategy()
+  model, opt, _ = _restore(job, os.path.join(DATA_DIR, "ckpt-20"), strategy)
+  recorded = {r["step"]: r for r in job["trajectory"]}
+  ours = _train_steps(job, model, opt, strategy, list(range(21, 41)),
+                      progress=progress)
+  return [(r, recorded[r["step"]]) for r in ours]
+
+
+def plot(result, path):
+  """Writes loss and loss scale over the steps to the PNG `path`.
+
+  Args:
+    result: What `resume()` returned.
+    path: The output file.
+
+  Returns:
+    True if written, False if matplotlib is not installed.
+  """
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return False
+  history, trajectory = result["history"], result["trajectory"]
+  fig, (ax_loss, ax_scale) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+  for runs, label, color in ((history, "TensorFlow 2.3.4 (recorded)", "gray"),
+                             (trajectory, f"TensorFlow {tf.__version__}, "
+                              f"{result['replicas']} replicas", "tab:blue")):
+    steps = [r["step"] for r in runs]
+    ax_loss.plot(steps, [r["loss"] for r in runs], color=color, label=label)
+    ax_scale.step(steps, [r["loss_scale"] for r in runs], where="post",
+                  color=color, label=label)
+    skipped = [r for r in runs if r["skipped"]]
+    ax_scale.scatter([r["step"] for r in skipped],
+                     [r["loss_scale"] for r in skipped], marker="x",
+                     color="tab:red", zorder=3)
+  ax_loss.set_yscale("log")
+  ax_loss.set_ylabel("loss")
+  ax_loss.axvline(history[-1]["step"] + 0.5, color="black", linestyle=":")
+  ax_loss.legend()
+  ax_scale.set_yscale("log", base=2)
+  ax_scale.set_ylabel("loss scale (x: skipped step)")
+  ax_scale.set_xlabel("step")
+  fig.suptitle("Mixed-precision job resumed from its TF 2.3.4 checkpoint")
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+  return True
+
+
+def _print_table(rows, out):
+  print(f"{'step':>5}  {'loss':>10}  {'loss scale':>10}  {'counter':>7}  "
+        f"{'':4}", file=out)
+  for r in rows:
+    note = "SKIP" if r["skipped"] else ""
+    if r.get("corrupted"):
+      note += " (corrupted batch)"
+    print(f"{r['step']:>5}  {r['loss']:>10.4f}  {r['loss_scale']:>10g}  "
+          f"{r['counter']:>7}  {note}", file=out)
+
+
+def main(argv=None, out=None):
+  """Runs the demo; returns the process exit status."""
+  out = out or sys.stdout
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--steps", type=int, default=40)
+  parser.add_argument("--steps", type=int, default=30,
+                      help="steps to train after resuming (default 30)")
+  parser.add_argument("--spike-step", type=int, default=50,
+                      help="step whose batch is corrupted (default 50; 0: "
+                      "none)")
+  parser.add_argument("--plot", default="demo_loss_scale.png",
+                      help="PNG file to write (default demo_loss_scale.png)")
+  parser.add_argument("--no-replay", action="store_true",
+                      help="skip the TF 2.3.4 replay comparison")
   args = parser.parse_args(argv)
-  history = loss_scale_run(steps=args.steps)
-  print("Dynamic loss scaling (tf.mixed_precision.experimental."
-        "DynamicLossScale, increment_period=4)\n")
-  print(f"{'step':>4}  {'loss':>10}  {'scale used':>10}  {'applied':>7}  "
-        f"{'next scale':>10}  {'good steps':>10}")
-  for i, h in enumerate(history):
-    loss = f"{h['loss']:.4f}" if np.isfinite(h["loss"]) else "overflow"
-    print(f"{i:>4}  {loss:>10}  {h['scale']:>10g}  "
-          f"{'yes' if h['applied'] else 'SKIP':>7}  {h['new_scale']:>10g}  "
-          f"{h['good_steps']:>10}")
-  skipped = [i for i, h in enumerate(history) if not h["applied"]]
-  scales = [h["new_scale"] for h in history]
-  print(f"\nskipped steps: {skipped}")
-  print(f"scale: start {history[0]['scale']:g}, max {max(scales):g}, "
-        f"min {min(scales):g}, final {scales[-1]:g}")
+  if args.steps < 1:
+    parser.error(f"--steps must be >= 1, got {args.steps}")
+  devices = configure_devices()
+
+  # pylint: disable=g-import-not-at-top
+  import tf_mixed_precision_compat
+  # pylint: enable=g-import-not-at-top
+  tf_mixed_precision_compat.install()  # The line a TF 2.3 job adds.
+
+  strategy = tf.distribute.MirroredStrategy(devices)
+  result = resume(args.steps, args.spike_step or None, strategy=strategy)
+  recorded, restored = result["recorded"], result["restored"]
+  print(f"Resumed the TF {load_job()['tensorflow_version']} job from "
+        f"demo_data/ckpt-{recorded['iterations']} on TensorFlow "
+        f"{tf.__version__} with {result['replicas']} replicas.", file=out)
+  for key in ("loss_scale", "counter", "iterations"):
+    same = "equal" if restored[key] == recorded[key] else "DIFFERENT"
+    print(f"  restored {key:<10} {restored[key]:>8g}   TF 2.3.4 recorded "
+          f"{recorded[key]:>8g}   {same}", file=out)
+  print(f"\nTraining on (step {args.spike_step}'s batch corrupted, targets "
+        f"x{SPIKE_FACTOR:g}):", file=out)
+  trajectory = result["trajectory"]
+  _print_table(trajectory, out)
+  skipped = [r["step"] for r in trajectory if r["skipped"]]
+  scales = [restored["loss_scale"]]
+  for r in trajectory:
+    if scales[-1] != r["loss_scale"]:
+      scales.append(r["loss_scale"])
+  print(f"\nskipped steps: {skipped}", file=out)
+  print("loss scale trajectory: "
+        + " -> ".join(f"{s:g}" for s in scales),
+        file=out)
+  print(f"loss: {trajectory[0]['loss']:.4f} -> {trajectory[-1]['loss']:.4f}",
+        file=out)
+
+  if not args.no_replay:
+    pairs = replay()
+    agree = all(ours["skipped"] == theirs["skipped"]
+                and ours["loss_scale"] == theirs["loss_scale"]
+                and ours["counter"] == theirs["counter"]
+                for ours, theirs in pairs)
+    worst = max(abs(o["loss"] - t["loss"]) / abs(t["loss"]) for o, t in pairs)
+    replay_skips = [o["step"] for o, _ in pairs if o["skipped"]]
+    print(f"\nReplay of steps 21-40 from ckpt-20 (one replica): skipped "
+          f"{replay_skips}, final scale {pairs[-1][0]['loss_scale']:g} counter "
+          f"{pairs[-1][0]['counter']}; loss-scale decisions "
+          f"{'identical to' if agree else 'DIFFERENT from'} TF 2.3.4's, "
+          f"losses within {worst:.2%}.", file=out)
+
+  if plot(result, args.plot):
+    print(f"\nplot written to {args.plot}", file=out)
+  else:
+    print("\nmatplotlib is not installed: no plot (pip install matplotlib).",
+          file=out)
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())
