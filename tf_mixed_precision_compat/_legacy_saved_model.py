@@ -20,6 +20,42 @@ from tf_mixed_precision_compat import _legacy_config
 from tf_mixed_precision_compat import _private_api
 
 
+class _RevivedOptimizer(tf.Module):
+  """Stands in for a TF 2.x Keras optimizer inside a served SavedModel.
+
+  It only receives the optimizer's variables (`add_slot`, and its children
+  through the loader's setter); serving never uses them. The slots are kept
+  out of the object's own dependencies, where the checkpoint does not expect
+  them.
+  """
+
+  def __init__(self):
+    super().__init__()
+    self.__dict__["_untracked_slots"] = []
+
+  def add_slot(self, var, slot_name):
+    del slot_name  # Positional: the loader restores slots by node.
+    slot = tf.Variable(tf.zeros(var.shape, var.dtype), trainable=False)
+    self.__dict__["_untracked_slots"].append(slot)
+    return slot
+
+
+_registered = []
+
+
+def enable_serving():
+  """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once)."""
+  if _registered:
+    return
+  revived = _private_api.revived_types
+  revived.register_revived_type(
+      "optimizer", lambda obj: False,  # Never used when saving.
+      versions=[revived.VersionedTypeRegistration(
+          object_factory=lambda proto: _RevivedOptimizer(), version=1,
+          min_producer_version=1, min_consumer_version=1, setter=setattr)])
+  _registered.append(True)
+
+
 def is_saved_model(path):
   return os.path.isdir(path) and (
       tf.io.gfile.exists(os.path.join(path, "saved_model.pb")) or

@@ -13,3 +13,8 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 # the nodes of `saved_model.pb` (a SavedModel proto); `tf.saved_model.load`
 # does not expose that metadata.
 from tensorflow.core.protobuf import saved_model_pb2
+# TF 2.x Keras SavedModels contain an object of type "optimizer" with slot
+# variables; without Keras 2 installed nothing revives that type and
+# `tf.saved_model.load` fails ("'_UserObject' object has no attribute
+# 'add_slot'"). Registering a revived type is the only way to serve them.
+from tensorflow.python.saved_model import revived_types

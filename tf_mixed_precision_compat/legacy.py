@@ -42,7 +42,7 @@ from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
 from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # pylint: disable=unused-import
 
 __all__ = ["RestoreError", "RestoreReport", "load_model",
-           "restore_checkpoint"]
+           "load_saved_model", "restore_checkpoint"]
 
 
 def checkpoint_prefix(path):
@@ -244,3 +244,38 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
     model = _legacy_h5.load(path, safe_mode, custom_objects, compile,
                             allow_partial)
   return (model, report) if return_report else model
+
+
+def load_saved_model(path, tags=None, options=None):
+  """`tf.saved_model.load` for TF 2.3/2.4 Keras SavedModels (serving).
+
+  On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
+  Keras SavedModel saved with its optimizer ("'_UserObject' object has no
+  attribute 'add_slot'"): nothing revives the saved optimizer object. The
+  first call registers a stand-in for that object type with the SavedModel
+  loader (the only global change; it affects only loading of such objects),
+  then loads. Afterwards plain `tf.saved_model.load` works too.
+
+  Args:
+    path: The SavedModel directory.
+    tags: As `tf.saved_model.load`.
+    options: As `tf.saved_model.load`.
+
+  Returns:
+    What `tf.saved_model.load` returns: the restored object, callable with
+    the model's inputs and carrying its `signatures`.
+
+  Example:
+
+  >>> import tempfile
+  >>> class Doubler(tf.Module):
+  ...   @tf.function(input_signature=[tf.TensorSpec([None], tf.float32)])
+  ...   def __call__(self, x):
+  ...     return 2 * x
+  >>> path = tempfile.mkdtemp()
+  >>> tf.saved_model.save(Doubler(), path)
+  >>> load_saved_model(path)(tf.constant([1.5])).numpy()
+  array([3.], dtype=float32)
+  """
+  _legacy_saved_model.enable_serving()
+  return tf.saved_model.load(os.fspath(path), tags=tags, options=options)
