@@ -17,16 +17,17 @@ restores them into Keras 3 models and this package's `LossScaleOptimizer`:
 Loaders never run code from the files unless `safe_mode=False`, and a failed
 restore leaves every model and optimizer value as it was.
 
-Example:
+Example (resuming a TF 2.3 job; `old.json` is its `model.to_json()`):
 
->>> import tempfile
->>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
->>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.1))
->>> path = tf.train.Checkpoint(model=model, optimizer=opt).save(
-...     tempfile.mkdtemp() + "/ckpt")
->>> report = restore_checkpoint(path, model, opt)
->>> report.loss_scale, report.counter
-(32768.0, 0)
+    model = policy.model_from_json(open("old.json").read())
+    opt = LossScaleOptimizer(keras.optimizers.SGD(0.01, momentum=0.9))
+    report = restore_checkpoint("/old/job/checkpoints", model, opt)
+    print(report.iterations, report.loss_scale, report.counter)
+
+>>> restore_checkpoint("/no/such/ckpt-1", keras.Sequential())
+Traceback (most recent call last):
+...
+FileNotFoundError: No checkpoint at '/no/such/ckpt-1': ...
 """
 
 import os
@@ -140,16 +141,16 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
       object-based, or the model is not built.
     RestoreError: (a `ValueError`) If entries do not match, listing them.
 
-  Example:
+  Example (a model the checkpoint does not fit is refused, unchanged):
 
   >>> import tempfile
-  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-  >>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
-  >>> path = tf.train.Checkpoint(model=model, optimizer=opt).save(
-  ...     tempfile.mkdtemp() + "/ckpt")
-  >>> report = restore_checkpoint(path, model, opt)
-  >>> sorted(target for _, target in report.matched)[:2]
-  ['optimizer/iterations', 'optimizer/learning_rate']
+  >>> old = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  >>> path = tf.train.Checkpoint(model=old).save(tempfile.mkdtemp() + "/c")
+  >>> other = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+  >>> restore_checkpoint(path, other)
+  Traceback (most recent call last):
+  ...
+  tf_mixed_precision_compat._legacy_checkpoint.RestoreError: Cannot restore ...
   """
   prefix = checkpoint_prefix(path)
   reader = open_checkpoint(prefix)
@@ -216,9 +217,6 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
   Example:
 
   >>> import tempfile
-  >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-  >>> model.compile(optimizer=LossScaleOptimizer(keras.optimizers.SGD()),
-  ...               loss="mse")
   >>> load_model(tempfile.mkdtemp() + "/missing.h5")
   Traceback (most recent call last):
   ...
