@@ -2,7 +2,8 @@
 
 Importing this package patches nothing. Use the classes directly, through the
 TensorFlow-shaped trees `tf_mixed_precision_compat.v2` and `.v1`, or call
-`install()` to make the old `tf.` endpoints resolve again.
+`install()` (or `import tf_mixed_precision_compat.auto`) to make the old `tf.`
+endpoints resolve again.
 """
 
 from tf_mixed_precision_compat import _version_check
@@ -12,19 +13,25 @@ _version_check.check()
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
+from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat import policy
+from tf_mixed_precision_compat import v1_optimizer
 from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite
 from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite_v1
 from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite
 from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite_v1
+# The functions shadow their module's name; it stays importable by full name.
+from tf_mixed_precision_compat.install import install
+from tf_mixed_precision_compat.install import installed
+from tf_mixed_precision_compat.install import uninstall
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizerV1
 from tf_mixed_precision_compat.loss_scale import deserialize
 from tf_mixed_precision_compat.loss_scale import DynamicLossScale
 from tf_mixed_precision_compat.loss_scale import FixedLossScale
 from tf_mixed_precision_compat.loss_scale import get
 from tf_mixed_precision_compat.loss_scale import LossScale
 from tf_mixed_precision_compat.loss_scale import serialize
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizerV1
-from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat.policy import get_layer_policy
 from tf_mixed_precision_compat.policy import global_policy
 from tf_mixed_precision_compat.policy import Policy
@@ -32,11 +39,6 @@ from tf_mixed_precision_compat.policy import policy_scope
 from tf_mixed_precision_compat.policy import PolicyV1
 from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
-from tf_mixed_precision_compat import v1_optimizer
-# The functions shadow their module's name; it stays importable by full name.
-from tf_mixed_precision_compat.install import install
-from tf_mixed_precision_compat.install import installed
-from tf_mixed_precision_compat.install import uninstall
 from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
@@ -44,7 +46,7 @@ __version__ = "0.1.0"
 v1 = endpoints.namespace("v1")
 v2 = endpoints.namespace("v2")
 
-__all__ = sorted([
+__all__ = [
     "DynamicLossScale",
     "FixedLossScale",
     "LossScale",
@@ -61,10 +63,11 @@ __all__ = sorted([
     "endpoints",
     "get",
     "get_layer_policy",
+    "global_policy",
     "graph_rewrite",
     "install",
     "installed",
-    "global_policy",
+    "legacy",
     "policy",
     "policy_scope",
     "serialize",
@@ -74,4 +77,4 @@ __all__ = sorted([
     "v1",
     "v1_optimizer",
     "v2",
-])
+]
