@@ -574,6 +574,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     # The optimizer is often created outside the strategy's scope.
     _raise_if_strategy_unsupported()
     grads_and_vars = tuple(grads_and_vars)
+    self._check_grads_and_vars(grads_and_vars)
     grads = [g for g, _ in grads_and_vars]
     variables = [v for _, v in grads_and_vars]
     if self._take_mark():
@@ -591,6 +592,37 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         self._apply_cross_replica,
         args=(grads, variables, name, experimental_aggregate_gradients))
     return self.iterations
+
+  def _check_grads_and_vars(self, grads_and_vars):
+    """Raises what the inner optimizer would, before the loss scale changes.
+
+    The loss scale is updated before the inner optimizer sees the gradients,
+    so malformed input must be rejected first or it would leave a changed
+    scale or counter behind.
+    """
+    for pair in grads_and_vars:
+      if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise TypeError('"grads_and_vars" must be (gradient, variable) pairs, '
+                        f"but got the element: {pair!r}")
+      grad, var = pair
+      if not isinstance(var, (tf.Variable, keras.Variable)):
+        raise TypeError('"grads_and_vars" must pair each gradient with a '
+                        "tf.Variable or keras.Variable, but got: "
+                        f"{var!r}")
+      shape = getattr(grad, "shape", None)
+      if (grad is not None and not isinstance(grad, tf.IndexedSlices) and
+          shape is not None and
+          not tf.TensorShape(shape).is_compatible_with(var.shape)):
+        raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
+                         f"shape {tf.TensorShape(shape)}, but the variable "
+                         f"has shape {tf.TensorShape(var.shape)}.")
+    present = [v for g, v in grads_and_vars if g is not None]
+    if not present:
+      # TF 2.4's message (raised there by the inner optimizer).
+      raise ValueError("No gradients provided for any variable: %s." %
+                       ([v.name for _, v in grads_and_vars],))
+    if self.built and hasattr(self._optimizer, "_check_variables_are_known"):
+      self._optimizer._check_variables_are_known(present)  # pylint: disable=protected-access
 
   def apply(self, grads, trainable_variables=None):
     """Keras 3's spelling of `apply_gradients` (gradients and variables).
