@@ -75,6 +75,32 @@ def _local_ops(distribution, values):
   return flat
 
 
+def _check_gradient(grad, var):
+  """Rejects a gradient the wrapped optimizer cannot apply to `var`.
+
+  Runs before the loss scale is updated, so bad input changes nothing. (An
+  eager gradient of another dtype would otherwise reach the apply kernel,
+  which aborts the process.) Graph-mode TF raised these exception types.
+
+  Raises:
+    TypeError: If the gradient's dtype differs from the variable's.
+    ValueError: If a dense gradient's shape is incompatible with the
+      variable's.
+  """
+  dtype = getattr(grad, "dtype", None)
+  dtype = None if dtype is None else tf.as_dtype(dtype).base_dtype
+  if dtype is not None and dtype != var.dtype.base_dtype:
+    raise TypeError(f'"grads_and_vars": the gradient for {var.name} has dtype '
+                    f"{dtype.name}, but the variable has dtype "
+                    f"{var.dtype.base_dtype.name}.")
+  shape = getattr(grad, "shape", None)
+  if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
+      not tf.TensorShape(shape).is_compatible_with(var.shape)):
+    raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
+                     f"shape {tf.TensorShape(shape)}, but the variable has "
+                     f"shape {var.shape}.")
+
+
 @export(
     v1=("mixed_precision.MixedPrecisionLossScaleOptimizer",
         "train.experimental.MixedPrecisionLossScaleOptimizer"),
@@ -236,7 +262,10 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
 
     Raises:
       ValueError: If called in a cross-replica context of a distribution
-        strategy, or if no variable has a gradient.
+        strategy, if no variable has a gradient, or (dynamic loss scale) a
+        gradient's shape does not match its variable's.
+      TypeError: (Dynamic loss scale) if a gradient's dtype differs from its
+        variable's.
     """
     if tf.distribute.in_cross_replica_context():
       raise ValueError("apply_gradients() must be called in a replica context.")
@@ -250,6 +279,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     if not present:
       raise ValueError("No gradients provided for any variable: %s." %
                        ([str(v) for _, v in grads_and_vars],))
+    for g, v in present:
+      _check_gradient(g, v)
     return tf.distribute.get_replica_context().merge_call(
         self._distributed_apply, args=(present, global_step, name))
 
