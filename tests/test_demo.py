@@ -1,4 +1,4 @@
-"""The demo's story holds: exact resume, a skipped overflow, a replay, a plot."""
+"""The demo's story holds: exact resume, a skipped overflow, replay, plot."""
 
 import filecmp
 import os

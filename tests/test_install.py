@@ -1,4 +1,4 @@
-"""install() / uninstall(): every endpoint resolves, and everything comes back."""
+"""install() / uninstall(): every endpoint resolves, everything comes back."""
 
 import subprocess
 import sys
@@ -107,7 +107,8 @@ def test_plain_import_patches_nothing_and_auto_installs():
       assert keras.Model.compile is compile_fn
       assert "Policy" not in keras.saving.get_custom_objects()
       assert not [m for m in sys.modules if m.endswith(
-          "mixed_precision.experimental") and m.startswith(("keras", "tensorflow.keras"))]
+          "mixed_precision.experimental") and m.startswith(
+              ("keras", "tensorflow.keras"))]
 
       # Loaded as its own module by the import statement (TF puts Keras'
       # directory on tensorflow.__path__).
@@ -118,7 +119,8 @@ def test_plain_import_patches_nothing_and_auto_installs():
       import tf_mixed_precision_compat.auto
       assert tf_mixed_precision_compat.installed()
       from tensorflow.keras.mixed_precision import experimental as exp
-      assert exp.LossScaleOptimizer is tf_mixed_precision_compat.LossScaleOptimizerV1
+      assert exp.LossScaleOptimizer is (
+          tf_mixed_precision_compat.LossScaleOptimizerV1)
       assert held.mixed_precision.experimental.set_policy is (
           tf_mixed_precision_compat.set_policy)
       assert keras.mixed_precision.experimental is not None

@@ -111,7 +111,7 @@ def _restore(job, checkpoint, strategy):
 
 def _train_steps(job, model, opt, strategy, steps, spike_step=None,
                  progress=True):
-  """The job's GradientTape loop over `steps`, global batch split over replicas."""
+  """The job's GradientTape loop over `steps`, batches split over replicas."""
   batch = job["data"]["batch_size"]
   x, y = job_data(job)
 
