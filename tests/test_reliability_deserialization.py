@@ -23,6 +23,7 @@ import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import policy as policy_module
 
 _EVIL_SOURCE = '''
+import os
 open(os.path.join({where!r}, "imported"), "w").close()
 
 class Evil:
