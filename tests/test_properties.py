@@ -62,7 +62,8 @@ def _sequence_runner(dtype_name, sparse, none_mask):
   """A tf.function replaying a whole sequence; None positions are static."""
   dtype = tf.as_dtype(dtype_name)
 
-  @tf.function
+  # Sequence lengths vary: a relaxed shape keeps it at one trace.
+  @tf.function(reduce_retracing=True)
   def run(ls_scale, ls_counter, values, growth_steps, multiplier):
     # The loss scale's variables are passed in, so one trace serves every
     # example with this gradient structure.
