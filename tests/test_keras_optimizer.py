@@ -316,6 +316,38 @@ class TestScaling:
     assert var.numpy() == 0.
     assert float(opt.loss_scale) == 8. and _counter(opt) == 0
 
+  @pytest.mark.parametrize("make_inner", [
+      lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+      lambda: keras.optimizers.Adam(0.1),
+  ], ids=["sgd_momentum", "adam"])
+  def test_first_step_builds_inside_distributed_function(
+      self, mirrored_strategy, make_inner):
+    # TF 2.4 code never called build(): its optimizers created their slots
+    # on the first apply, also inside a distributed tf.function. Keras 3
+    # optimizers fail to build there; the wrapper must not.
+    def train(prebuilt):
+      with mirrored_strategy.scope():
+        var = tf.Variable([1., -2.])
+        opt = LossScaleOptimizer(make_inner(), initial_scale=8,
+                                 dynamic_growth_steps=2)
+        if prebuilt:
+          opt.build([var])
+
+      def step_fn():
+        with tf.GradientTape() as tape:
+          loss = opt.get_scaled_loss(tf.reduce_sum(var * var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        opt.apply_gradients(zip(grads, [var]))
+
+      step = tf.function(lambda: mirrored_strategy.run(step_fn))
+      for _ in range(3):
+        step()
+      return var.numpy(), float(opt.loss_scale), int(opt.iterations.numpy())
+
+    lazy, prebuilt = train(prebuilt=False), train(prebuilt=True)
+    np.testing.assert_array_equal(lazy[0], prebuilt[0])
+    assert lazy[1:] == prebuilt[1:] == (16., 3)
+
 
 # ---------------------------------------------------------------- V1 --
 

@@ -587,7 +587,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
           "Keras 3 inner optimizers under several replicas: they always sum "
           "gradients across replicas. Pass unaggregated gradients instead.")
     if not self.built:
-      self.build(variables)
+      # Lifted out of any tf.function being traced, as TF 2.4 created its
+      # slots: Keras 3 optimizers otherwise fail to build on their first
+      # distributed tf.function step (initial values inside the trace).
+      with tf.init_scope():
+        self.build(variables)
     tf.distribute.get_replica_context().merge_call(
         self._apply_cross_replica,
         args=(grads, variables, name, experimental_aggregate_gradients))
