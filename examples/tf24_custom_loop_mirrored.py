@@ -39,7 +39,8 @@ with strategy.scope():
       tf.keras.layers.Activation('linear', dtype='float32'),
   ])
   optimizer = mixed_precision.LossScaleOptimizer(
-      tf.keras.optimizers.SGD(learning_rate=0.01), dynamic_growth_steps=10)
+      tf.keras.optimizers.SGD(learning_rate=0.01, momentum=0.9),
+      dynamic_growth_steps=10)
 
 
 def step_fn(x, y):
