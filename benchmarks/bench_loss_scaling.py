@@ -1,0 +1,709 @@
+r"""Side-by-side benchmark of loss scaling optimizers.
+
+Measures, in one process and with interleaved repetitions, the training step
+time of:
+
+* `bare`: the inner optimizer (Keras 3 Adam) without any loss scaling;
+* `floor`: bare plus the least a loss scaler must do: scale the loss by a
+  constant, unscale the gradients and check that all of them are finite
+  (the verdict is returned, so it is computed, but gates nothing);
+* `keras3`: Keras 3's `keras.optimizers.LossScaleOptimizer` (its own
+  convention: `scale_loss`, scaled gradients to `apply`);
+* `ours_dynamic` / `ours_fixed`: this package's TF 2.4 `LossScaleOptimizer`,
+  dynamic and `dynamic=False`, used as TF 2.4 code uses it
+  (`get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`);
+* `tf_keras`: tf_keras's `LossScaleOptimizer`, when `tf_keras` is installed;
+* in `tf.compat.v1` sessions: `tf.compat.v1.train.AdamOptimizer` bare and
+  wrapped in our `MixedPrecisionLossScaleOptimizer` (dynamic).
+
+Workloads: "wide" (10 float32 variables of 1000x1000, a tanh MLP, batch 64),
+"many" (400 variables of 32x32), "scaling" (10, 100 and 1000 variables of
+64x64) and "fit" (a Keras 3 `mixed_float16` model trained with `fit`). Modes:
+eager ("many" only), `tf.function`, `tf.function(jit_compile=True)` and
+`MirroredStrategy` over two logical CPUs (configured at start-up).
+
+Repetitions are interleaved: each repetition times a block of steps of every
+contender of a cell in turn (the order rotates), so machine noise hits all
+contenders alike. The overhead of a contender is the median over repetitions
+of (its block time / bare's block time in the same repetition) - 1; the
+spread is the half inter-quartile range of that ratio.
+
+Also reported: the first-call (trace) time of every contender with the most
+variables, the peak memory of one step (from the CPU allocator's statistics)
+and the overhead per variable across the "scaling" sizes.
+
+Usage:
+
+  python benchmarks/bench_loss_scaling.py [--quick] [--out results.json]
+
+`--quick` uses fewer repetitions and smaller sizes (reported in the output)
+and finishes in under two minutes on two cores.
+"""
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+tf.get_logger().setLevel("ERROR")  # Retracing notices of the many steps.
+
+_CPU = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    _CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tf_mixed_precision_compat import keras_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat import v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat import loss_scale as loss_scale_module  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+try:  # Optional contender.
+  import tf_keras  # pylint: disable=g-import-not-at-top
+except ImportError:
+  tf_keras = None
+
+CONTENDERS = ("bare", "floor", "keras3", "ours_dynamic", "ours_fixed",
+              "tf_keras")
+FIT_CONTENDERS = ("bare", "keras3", "ours_dynamic", "ours_fixed")
+MODES = ("eager", "function", "jit", "mirrored")
+_SCALE = 2.**15
+_BATCH = 64
+_LR = 1e-4
+
+
+# -------------------------------------------------------------- settings --
+
+
+class Settings:
+  """Sizes and repetition counts of one run."""
+
+  def __init__(self, quick):
+    self.quick = quick
+    if quick:
+      self.wide = (10, 128)
+      self.many = (40, 32)
+      self.scaling = ((10, 32), (40, 32), (100, 32))
+      self.reps, self.block_s = 3, 0.01
+      self.fit_reps, self.fit_steps, self.fit_units = 2, 4, 64
+    else:
+      self.wide = (10, 1000)
+      self.many = (400, 32)
+      self.scaling = ((10, 64), (100, 64), (1000, 64))
+      self.reps, self.block_s = 11, 0.1
+      self.fit_reps, self.fit_steps, self.fit_units = 7, 20, 1024
+
+  def as_dict(self):
+    return {k: v for k, v in vars(self).items()}
+
+
+# ------------------------------------------------------------- workloads --
+
+
+def _initial_values(num_vars, width, seed=0):
+  rng = np.random.default_rng(seed)
+  values = [
+      (rng.standard_normal((width, width)) / np.sqrt(width)).astype(np.float32)
+      for _ in range(num_vars)
+  ]
+  x = rng.standard_normal((_BATCH, width)).astype(np.float32)
+  return values, x
+
+
+def _loss(variables, x):
+  h = x
+  for w in variables:
+    h = tf.tanh(tf.matmul(h, w))
+  return tf.reduce_mean(tf.square(h))
+
+
+def _floor_check(grads):
+  return tf.reduce_all(
+      tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
+
+
+def _make_optimizer(name):
+  """The optimizer of contender `name`, or None when it is unavailable."""
+  if name in ("bare", "floor"):
+    return keras.optimizers.Adam(_LR)
+  if name == "keras3":
+    return keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(_LR))
+  if name == "ours_dynamic":
+    return keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(_LR))
+  if name == "ours_fixed":
+    return keras_optimizer.LossScaleOptimizer(
+        keras.optimizers.Adam(_LR), dynamic=False, initial_scale=_SCALE)
+  if name == "tf_keras":
+    if tf_keras is None:
+      return None
+    return tf_keras.mixed_precision.LossScaleOptimizer(
+        tf_keras.optimizers.Adam(_LR))
+  raise ValueError(f"unknown contender {name!r}")
+
+
+def _step_body(name, opt, variables, x):
+  """One training step of contender `name`, in replica context."""
+  with tf.GradientTape() as tape:
+    loss = _loss(variables, x)
+    if name == "floor":
+      target = loss * _SCALE
+    elif name == "keras3":
+      target = opt.scale_loss(loss)
+    elif name in ("ours_dynamic", "ours_fixed", "tf_keras"):
+      target = opt.get_scaled_loss(loss)
+    else:
+      target = loss
+  grads = tape.gradient(target, variables)
+  if name == "floor":
+    grads = [g * (1. / _SCALE) for g in grads]
+    finite = _floor_check(grads)
+    opt.apply_gradients(zip(grads, variables))
+    return loss, finite
+  if name == "keras3":
+    opt.apply(grads, variables)
+    return loss
+  if name in ("ours_dynamic", "ours_fixed", "tf_keras"):
+    grads = opt.get_unscaled_gradients(grads)
+  opt.apply_gradients(zip(grads, variables))
+  return loss
+
+
+def _make_step(name, mode, values, x_value, strategy):
+  """A zero-argument callable running one step, or None if unavailable."""
+  scope = strategy.scope() if strategy is not None else _NullScope()
+  with scope:
+    opt = _make_optimizer(name)
+    if opt is None:
+      return None
+    variables = [tf.Variable(v) for v in values]
+    # Slots are created up front, under the strategy's scope: creating them
+    # inside the first replicated call is not supported by Keras 3.
+    opt.build(variables)
+  x = tf.constant(x_value)
+
+  if mode == "eager":
+    def step():
+      return _step_body(name, opt, variables, x)
+    return step
+  if mode == "mirrored":
+    def replicated():
+      return strategy.run(
+          lambda: _step_body(name, opt, variables, x))
+    fn = tf.function(replicated)
+  else:
+    fn = tf.function(lambda: _step_body(name, opt, variables, x),
+                     jit_compile=(mode == "jit"))
+  return fn
+
+
+class _NullScope:
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *args):
+    return False
+
+
+def _sync(result):
+  for t in tf.nest.flatten(result, expand_composites=True):
+    if hasattr(t, "values") and isinstance(t, tf.distribute.DistributedValues):
+      for v in t.values:
+        v.numpy()
+    elif hasattr(t, "numpy"):
+      t.numpy()
+
+
+def _memory_stats():
+  try:
+    return tf.config.experimental.get_memory_info("CPU:0")
+  except (ValueError, RuntimeError):
+    return None
+
+
+def _peak_step_memory(step):
+  """Peak bytes allocated above the resting level during one step."""
+  gc.collect()
+  before = _memory_stats()
+  if before is None:
+    return None
+  tf.config.experimental.reset_memory_stats("CPU:0")
+  before = _memory_stats()["current"]
+  _sync(step())
+  return _memory_stats()["peak"] - before
+
+
+# --------------------------------------------------------------- timing --
+
+
+def _interleaved(steps, reps, block):
+  """Times `block` calls of every step per repetition, rotating the order.
+
+  Args:
+    steps: Dict name -> zero-argument step callable.
+    reps: Number of repetitions.
+    block: Calls per timed block (the same for every contender).
+
+  Returns:
+    Dict name -> list of per-step seconds, one entry per repetition.
+  """
+  names = list(steps)
+  times = {n: [] for n in names}
+  for rep in range(reps):
+    order = names[rep % len(names):] + names[:rep % len(names)]
+    for n in order:
+      step = steps[n]
+      start = time.perf_counter()
+      for _ in range(block):
+        result = step()
+      _sync(result)
+      times[n].append((time.perf_counter() - start) / block)
+  return times
+
+
+def _block(step, settings):
+  """Steps per timed block: about `settings.block_s` seconds of bare steps."""
+  start = time.perf_counter()
+  _sync(step())
+  seconds = time.perf_counter() - start
+  return max(1, min(200, int(round(settings.block_s / max(seconds, 1e-6)))))
+
+
+def _quartiles(values):
+  if len(values) == 1:
+    return values[0], values[0], values[0]
+  q = statistics.quantiles(values, n=4, method="inclusive")
+  return q[0], statistics.median(values), q[2]
+
+
+def _summarize(times, baseline="bare"):
+  """Medians, spreads and paired overheads of interleaved step times."""
+  out = {}
+  base = times[baseline]
+  for name, ts in times.items():
+    lo, med, hi = _quartiles(ts)
+    ratios = [t / b for t, b in zip(ts, base)]
+    rlo, rmed, rhi = _quartiles(ratios)
+    out[name] = {
+        "step_ms": med * 1e3,
+        "step_ms_iqr": [lo * 1e3, hi * 1e3],
+        "overhead": rmed - 1.,
+        "overhead_spread": (rhi - rlo) / 2.,
+        "samples_ms": [t * 1e3 for t in ts],
+    }
+  return out
+
+
+def run_cell(workload, mode, num_vars, width, settings, strategy, log):
+  """Measures every contender on one workload and mode."""
+  values, x = _initial_values(num_vars, width)
+  steps, trace_s, memory, notes = {}, {}, {}, {}
+  for name in CONTENDERS:
+    step = _make_step(name, mode, values, x,
+                      strategy if mode == "mirrored" else None)
+    if step is None:
+      notes[name] = "tf_keras is not installed"
+      continue
+    start = time.perf_counter()
+    _sync(step())
+    trace_s[name] = time.perf_counter() - start
+    _sync(step())  # A second warm-up: some caches fill on the 2nd call.
+    memory[name] = _peak_step_memory(step)
+    steps[name] = step
+  times = _interleaved(steps, settings.reps, _block(steps["bare"], settings))
+  summary = _summarize(times)
+  for name in summary:
+    summary[name]["first_call_s"] = trace_s[name]
+    summary[name]["peak_step_bytes"] = memory[name]
+  cell = {
+      "workload": workload,
+      "mode": mode,
+      "num_vars": num_vars,
+      "width": width,
+      "contenders": summary,
+      "notes": notes,
+  }
+  log(_cell_line(cell))
+  del steps
+  gc.collect()
+  return cell
+
+
+def _cell_line(cell):
+  parts = [f"{cell['workload']}[{cell['num_vars']}x{cell['width']}]",
+           cell["mode"]]
+  for name, s in cell["contenders"].items():
+    if name == "bare":
+      parts.append(f"bare={s['step_ms']:.2f}ms")
+    else:
+      parts.append(f"{name}={100 * s['overhead']:+.1f}%")
+  return "  ".join(parts)
+
+
+# ------------------------------------------------------------------ fit --
+
+
+class _StepTimer(keras.callbacks.Callback):
+  """Records the time between consecutive training batches' ends."""
+
+  def __init__(self):
+    super().__init__()
+    self.ends = []
+
+  def on_train_batch_end(self, batch, logs=None):
+    self.ends.append(time.perf_counter())
+
+
+def _fit_model(name, mode, units, strategy):
+  scope = strategy.scope() if mode == "mirrored" else _NullScope()
+  with scope:
+    # Layers compute in float16; the model itself keeps the float32 policy
+    # so that Keras does not wrap the bare optimizer on `compile`.
+    inputs = keras.Input((units,))
+    h = inputs
+    for _ in range(4):
+      h = keras.layers.Dense(units, activation="tanh",
+                             dtype="mixed_float16")(h)
+    outputs = keras.layers.Dense(1, dtype="float32")(h)
+    model = keras.Model(inputs, outputs)
+    if name == "bare":
+      opt = keras.optimizers.Adam(_LR)
+    else:
+      opt = _make_optimizer(name)
+    model.compile(optimizer=opt, loss="mse", jit_compile=(mode == "jit"))
+  return model
+
+
+def run_fit_cell(mode, settings, strategy, log):
+  """Steps per second of `Model.fit` for every fit contender."""
+  units = settings.fit_units
+  rng = np.random.default_rng(1)
+  n = _BATCH * (settings.fit_steps + 1)
+  x = rng.standard_normal((n, units)).astype(np.float32)
+  y = rng.standard_normal((n, 1)).astype(np.float32)
+  dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(
+      _BATCH, drop_remainder=True).repeat()
+  models = {}
+  trace_s = {}
+  for name in FIT_CONTENDERS:
+    model = _fit_model(name, mode, units, strategy)
+    start = time.perf_counter()
+    model.fit(dataset, epochs=1, steps_per_epoch=2, verbose=0)
+    trace_s[name] = time.perf_counter() - start
+    models[name] = model
+
+  times = {n: [] for n in models}
+  names = list(models)
+  for rep in range(settings.fit_reps):
+    order = names[rep % len(names):] + names[:rep % len(names)]
+    for name in order:
+      timer = _StepTimer()
+      models[name].fit(dataset, epochs=1, steps_per_epoch=settings.fit_steps,
+                       verbose=0, callbacks=[timer])
+      gaps = np.diff(timer.ends)
+      times[name].append(float(np.median(gaps)))
+  summary = _summarize(times)
+  for name in summary:
+    summary[name]["steps_per_s"] = 1e3 / summary[name]["step_ms"]
+    summary[name]["first_call_s"] = trace_s[name]
+  cell = {
+      "workload": "fit",
+      "mode": mode,
+      "num_vars": len(models["bare"].trainable_variables),
+      "width": units,
+      "contenders": summary,
+      "notes": {"tf_keras": "tf_keras is not installed"} if tf_keras is None
+               else {},
+  }
+  log(_cell_line(cell))
+  return cell
+
+
+# ------------------------------------------------------------ v1 session --
+
+
+def _v1_graph(name, values, x_value):
+  graph = tf.Graph()
+  with graph.as_default():
+    variables = [tf.compat.v1.Variable(v, use_resource=True) for v in values]
+    x = tf.constant(x_value)
+    loss = _loss(variables, x)
+    opt = tf.compat.v1.train.AdamOptimizer(_LR)
+    if name == "v1_ours":
+      opt = v1_optimizer.MixedPrecisionLossScaleOptimizer(
+          opt, loss_scale_module.DynamicLossScale())
+    train_op = opt.minimize(loss, var_list=variables)
+    init = tf.compat.v1.global_variables_initializer()
+  session = tf.compat.v1.Session(graph=graph)
+  session.run(init)
+
+  def step():
+    session.run(train_op)
+  return session, step
+
+
+def run_v1_cell(workload, num_vars, width, settings, log):
+  """Bare v1 Adam against our v1 loss-scale optimizer, in sessions."""
+  values, x = _initial_values(num_vars, width)
+  sessions, steps, trace_s = [], {}, {}
+  for name in ("v1_bare", "v1_ours"):
+    start = time.perf_counter()
+    session, step = _v1_graph(name, values, x)
+    step()
+    trace_s[name] = time.perf_counter() - start
+    sessions.append(session)
+    steps[name] = step
+  times = _interleaved(steps, settings.reps, _block(steps["v1_bare"], settings))
+  summary = _summarize(times, baseline="v1_bare")
+  for name in summary:
+    summary[name]["first_call_s"] = trace_s[name]
+  for session in sessions:
+    session.close()
+  cell = {
+      "workload": workload,
+      "mode": "session",
+      "num_vars": num_vars,
+      "width": width,
+      "contenders": summary,
+      "notes": {},
+  }
+  log(f"{workload}[{num_vars}x{width}]  session  "
+      f"v1_bare={summary['v1_bare']['step_ms']:.2f}ms  "
+      f"v1_ours={100 * summary['v1_ours']['overhead']:+.1f}%")
+  return cell
+
+
+# --------------------------------------------------------------- report --
+
+
+def _pct(s):
+  return f"{100 * s['overhead']:+.1f}% ±{100 * s['overhead_spread']:.1f}"
+
+
+def _label(cell):
+  if cell["workload"] == "fit":
+    return f"fit (mixed_float16, {cell['num_vars']} vars)"
+  return f"{cell['workload']} ({cell['num_vars']}x{cell['width']}²)"
+
+
+def markdown(results):
+  """The report tables, as markdown text."""
+  lines = []
+  lines.append("Overhead = step time / bare step time - 1 (median over "
+               "interleaved repetitions, ± half the inter-quartile range).")
+  lines.append("")
+  header = ["workload", "mode", "bare step"] + list(CONTENDERS[1:])
+  lines.append("| " + " | ".join(header) + " |")
+  lines.append("|" + "---|" * len(header))
+  for cell in results["cells"]:
+    if cell["mode"] == "session":
+      continue
+    c = cell["contenders"]
+    bare = c["bare"]
+    if cell["workload"] == "fit":
+      base = f"{bare['step_ms']:.2f} ms ({bare['steps_per_s']:.0f} steps/s)"
+    else:
+      base = f"{bare['step_ms']:.2f} ms"
+    row = [_label(cell), cell["mode"], base]
+    for name in CONTENDERS[1:]:
+      if name in c:
+        row.append(_pct(c[name]))
+      elif name in cell["notes"]:
+        row.append("n/a¹")
+      else:
+        row.append("—")
+    lines.append("| " + " | ".join(row) + " |")
+  lines.append("")
+  lines.append("¹ tf_keras is not installed here; its column is skipped. "
+               "— : not applicable (no floor for `fit`).")
+  v1 = [c for c in results["cells"] if c["mode"] == "session"]
+  if v1:
+    lines.append("")
+    lines.append("tf.compat.v1 sessions: `MixedPrecisionLossScaleOptimizer` "
+                 "(dynamic) around `tf.compat.v1.train.AdamOptimizer`.")
+    lines.append("")
+    lines.append("| workload | bare v1 Adam step | ours v1 overhead |")
+    lines.append("|---|---|---|")
+    for cell in v1:
+      c = cell["contenders"]
+      lines.append(f"| {_label(cell)} | {c['v1_bare']['step_ms']:.2f} ms | "
+                   f"{_pct(c['v1_ours'])} |")
+  if results.get("trace"):
+    t = results["trace"]
+    lines.append("")
+    lines.append(f"First call (trace + build) with {t['num_vars']} variables, "
+                 "tf.function:")
+    lines.append("")
+    lines.append("| contender | first call | / bare |")
+    lines.append("|---|---|---|")
+    for name, seconds in t["first_call_s"].items():
+      lines.append(f"| {name} | {seconds:.2f} s | "
+                   f"{seconds / t['first_call_s']['bare']:.2f}x |")
+  if results.get("per_variable"):
+    lines.append("")
+    lines.append("Overhead per variable (µs per step per variable, "
+                 "scaling workload):")
+    lines.append("")
+    pv = results["per_variable"]
+    sizes = sorted({int(k) for m in pv.values() for k in m["ours_dynamic"]})
+    lines.append("| mode | contender | " +
+                 " | ".join(f"{s} vars" for s in sizes) + " |")
+    lines.append("|---|---|" + "---|" * len(sizes))
+    for mode, by_name in pv.items():
+      for name in ("floor", "keras3", "ours_dynamic", "ours_fixed"):
+        if name not in by_name:
+          continue
+        lines.append(f"| {mode} | {name} | " + " | ".join(
+            f"{by_name[name].get(str(s), float('nan')):.2f}" for s in sizes) +
+                     " |")
+  if results.get("memory"):
+    lines.append("")
+    lines.append("Peak memory of one step above the resting level "
+                 "(CPU allocator statistics), wide workload:")
+    lines.append("")
+    lines.append("| mode | " + " | ".join(CONTENDERS[:-1]) + " |")
+    lines.append("|---|" + "---|" * (len(CONTENDERS) - 1))
+    for mode, by_name in results["memory"].items():
+      row = [mode]
+      for name in CONTENDERS[:-1]:
+        b = by_name.get(name)
+        if b is None:
+          row.append("n/a")
+        else:
+          extra = b - by_name["bare"]
+          row.append(f"{b / 2**20:.1f} MiB ({extra / 2**20:+.1f})")
+      lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines)
+
+
+def _derived(results):
+  """Trace-time, per-variable and memory summaries of the cells."""
+  cells = results["cells"]
+  scaling = [c for c in cells if c["workload"] == "scaling"]
+  if scaling:
+    biggest = max(c["num_vars"] for c in scaling)
+    for c in scaling:
+      if c["num_vars"] == biggest and c["mode"] == "function":
+        results["trace"] = {
+            "num_vars": biggest,
+            "first_call_s": {
+                n: s["first_call_s"] for n, s in c["contenders"].items()
+            },
+        }
+    per_variable = {}
+    for c in scaling:
+      bare_ms = c["contenders"]["bare"]["step_ms"]
+      for name, s in c["contenders"].items():
+        if name == "bare":
+          continue
+        extra_us = s["overhead"] * bare_ms * 1e3
+        per_variable.setdefault(c["mode"], {}).setdefault(
+            name, {})[str(c["num_vars"])] = extra_us / c["num_vars"]
+    results["per_variable"] = per_variable
+  memory = {}
+  for c in cells:
+    if c["workload"] == "wide":
+      memory[c["mode"]] = {
+          n: s.get("peak_step_bytes") for n, s in c["contenders"].items()
+      }
+  results["memory"] = memory
+
+
+def _machine():
+  model = platform.processor()
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          model = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  return {
+      "cpu_model": model,
+      "cpu_count": os.cpu_count(),
+      "tensorflow": tf.__version__,
+      "keras": keras.__version__,
+      "python": platform.python_version(),
+      "tf_keras": getattr(tf_keras, "__version__", None),
+  }
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="fewer repetitions and smaller sizes (< 2 min)")
+  parser.add_argument("--out", help="write the results as JSON to this path")
+  parser.add_argument("--only", default="",
+                      help="comma-separated workloads to run (wide, many, "
+                      "scaling, fit, v1); default all")
+  args = parser.parse_args(argv)
+  settings = Settings(args.quick)
+  only = set(filter(None, args.only.split(",")))
+
+  def wanted(workload):
+    return not only or workload in only
+
+  def log(line):
+    print(line, file=sys.stderr, flush=True)
+
+  started = time.perf_counter()
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  cells = []
+  if wanted("wide"):
+    for mode in ("function", "jit", "mirrored"):
+      cells.append(run_cell("wide", mode, *settings.wide, settings, strategy,
+                            log))
+  if wanted("many"):
+    for mode in ("eager", "function", "jit", "mirrored"):
+      cells.append(run_cell("many", mode, *settings.many, settings, strategy,
+                            log))
+  if wanted("scaling"):
+    for mode in ("function", "jit", "mirrored"):
+      for num_vars, width in settings.scaling:
+        cells.append(run_cell("scaling", mode, num_vars, width, settings,
+                              strategy, log))
+  if wanted("fit"):
+    for mode in ("function", "jit", "mirrored"):
+      cells.append(run_fit_cell(mode, settings, strategy, log))
+  if wanted("v1"):
+    cells.append(run_v1_cell("wide", *settings.wide, settings, log))
+    cells.append(run_v1_cell("many", *settings.many, settings, log))
+    num_vars, width = settings.scaling[-1]
+    cells.append(run_v1_cell("scaling", num_vars, width, settings, log))
+  results = {
+      "machine": _machine(),
+      "settings": settings.as_dict(),
+      "command": "python benchmarks/bench_loss_scaling.py" +
+                 (" --quick" if args.quick else ""),
+      "cells": cells,
+      "notes": {} if tf_keras is not None else {
+          "tf_keras": "tf_keras is not installed; its LossScaleOptimizer is "
+                      "not measured."},
+  }
+  _derived(results)
+  results["wall_s"] = time.perf_counter() - started
+  text = markdown(results)
+  print(text)
+  m = results["machine"]
+  print(f"\nMachine: {m['cpu_count']} CPUs, {m['cpu_model']}; TensorFlow "
+        f"{m['tensorflow']}, Keras {m['keras']}; run took "
+        f"{results['wall_s']:.0f} s.")
+  if args.out:
+    with open(args.out, "w") as f:
+      json.dump(results, f, indent=1)
+  return results
+
+
+if __name__ == "__main__":
+  main()
