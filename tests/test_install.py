@@ -426,3 +426,25 @@ def test_docstring_examples_run():
     result = doctest.testmod(sys.modules[name])
     assert result.attempted >= 5 and not result.failed
   assert not mp.installed()
+
+
+def test_plain_saved_model_load_serves_tf24_keras_saved_models_while_installed():
+  from tf_mixed_precision_compat import _legacy_saved_model  # pylint: disable=g-import-not-at-top
+  from tests import testing  # pylint: disable=g-import-not-at-top
+  path = testing.fixture_path("legacy", "sm_tf24_func_adam")
+  was_enabled = _legacy_saved_model.serving_enabled()
+  _legacy_saved_model.disable_serving()  # Earlier tests may have enabled it.
+  try:
+    with pytest.raises(Exception, match="add_slot"):
+      tf.saved_model.load(path)
+    mp.install()
+    try:
+      loaded = tf.saved_model.load(path)
+      assert callable(loaded)
+    finally:
+      mp.uninstall()
+    with pytest.raises(Exception, match="add_slot"):
+      tf.saved_model.load(path)
+  finally:
+    if was_enabled:
+      _legacy_saved_model.enable_serving()

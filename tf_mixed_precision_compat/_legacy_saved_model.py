@@ -41,19 +41,33 @@ class _RevivedOptimizer(tf.Module):
 
 
 _registered = []
+_OPTIMIZER_TYPE = "optimizer"
 
 
 def enable_serving():
   """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once)."""
   if _registered:
     return
-  revived = _private_api.revived_types
-  revived.register_revived_type(
-      "optimizer", lambda obj: False,  # Never used when saving.
-      versions=[revived.VersionedTypeRegistration(
+  load = tf.__internal__.saved_model.load
+  load.register_revived_type(
+      _OPTIMIZER_TYPE, lambda obj: False,  # Never used when saving.
+      versions=[load.VersionedTypeRegistration(
           object_factory=lambda proto: _RevivedOptimizer(), version=1,
           min_producer_version=1, min_consumer_version=1, setter=setattr)])
   _registered.append(True)
+
+
+def serving_enabled():
+  """Whether `enable_serving()` registered the optimizer type."""
+  return bool(_registered)
+
+
+def disable_serving():
+  """Undoes `enable_serving()`, so `uninstall()` leaves TF as it found it."""
+  if not _registered:
+    return
+  _private_api.unregister_revived_type(_OPTIMIZER_TYPE)
+  _registered.clear()
 
 
 def is_saved_model(path):

@@ -16,5 +16,14 @@ from tensorflow.core.protobuf import saved_model_pb2
 # TF 2.x Keras SavedModels contain an object of type "optimizer" with slot
 # variables; without Keras 2 installed nothing revives that type and
 # `tf.saved_model.load` fails ("'_UserObject' object has no attribute
-# 'add_slot'"). Registering a revived type is the only way to serve them.
+# 'add_slot'"). `tf.__internal__.saved_model.load.register_revived_type`
+# registers one; TF has no public way to remove it again, which `uninstall()`
+# must do to leave TF exactly as it found it.
 from tensorflow.python.saved_model import revived_types
+
+
+def unregister_revived_type(identifier):
+  """Removes a type registered with `register_revived_type`."""
+  revived_types._REVIVED_TYPE_REGISTRY.pop(identifier, None)  # pylint: disable=protected-access
+  if identifier in revived_types._TYPE_IDENTIFIERS:  # pylint: disable=protected-access
+    revived_types._TYPE_IDENTIFIERS.remove(identifier)  # pylint: disable=protected-access

@@ -17,7 +17,9 @@ unchanged:
   `DynamicLossScale`) are registered with Keras 3 deserialization
   (`keras.saving.get_custom_objects()`);
 * `Model.compile` wraps optimizers as TF 2.3/2.4 did
-  (`policy.enable_compile_integration()`).
+  (`policy.enable_compile_integration()`);
+* plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
+  (it otherwise fails on their optimizer object; see `legacy`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
@@ -53,6 +55,7 @@ import types
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import keras_optimizer
 from tf_mixed_precision_compat import loss_scale
@@ -208,6 +211,9 @@ def _apply(journal):
   if not policy.compile_integration_enabled():
     policy.enable_compile_integration()
     journal.on_undo(policy.disable_compile_integration)
+  if not _legacy_saved_model.serving_enabled():
+    _legacy_saved_model.enable_serving()
+    journal.on_undo(_legacy_saved_model.disable_serving)
 
 
 def install():
