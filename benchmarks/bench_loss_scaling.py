@@ -7,6 +7,9 @@ time of:
 * `floor`: bare plus the least a loss scaler must do: scale the loss by a
   constant, unscale the gradients and check that all of them are finite
   (the verdict is returned, so it is computed, but gates nothing);
+* `floor_gated`: the floor whose apply waits (a control dependency, no
+  `cond`) for the verdict: the ordering every skip-on-overflow optimizer
+  must pay, since no variable may change before all gradients are checked;
 * `keras3`: Keras 3's `keras.optimizers.LossScaleOptimizer` (its own
   convention: `scale_loss`, scaled gradients to `apply`);
 * `ours_dynamic` / `ours_fixed`: this package's TF 2.4 `LossScaleOptimizer`,
@@ -73,8 +76,8 @@ try:  # Optional contender.
 except ImportError:
   tf_keras = None
 
-CONTENDERS = ("bare", "floor", "keras3", "ours_dynamic", "ours_fixed",
-              "tf_keras")
+CONTENDERS = ("bare", "floor", "floor_gated", "keras3", "ours_dynamic",
+              "ours_fixed", "tf_keras")
 FIT_CONTENDERS = ("bare", "keras3", "ours_dynamic", "ours_fixed")
 MODES = ("eager", "function", "jit", "mirrored")
 _SCALE = 2.**15
@@ -91,11 +94,11 @@ class Settings:
   def __init__(self, quick):
     self.quick = quick
     if quick:
-      self.wide = (10, 128)
-      self.many = (40, 32)
-      self.scaling = ((10, 32), (40, 32), (100, 32))
-      self.reps, self.block_s = 3, 0.01
-      self.fit_reps, self.fit_steps, self.fit_units = 2, 4, 64
+      self.wide = (10, 64)
+      self.many = (16, 16)
+      self.scaling = ((2, 16), (4, 16), (8, 16))
+      self.reps, self.block_s = 3, 0.005
+      self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
     else:
       self.wide = (10, 1000)
       self.many = (400, 32)
@@ -134,7 +137,7 @@ def _floor_check(grads):
 
 def _make_optimizer(name):
   """The optimizer of contender `name`, or None when it is unavailable."""
-  if name in ("bare", "floor"):
+  if name in ("bare", "floor", "floor_gated"):
     return keras.optimizers.Adam(_LR)
   if name == "keras3":
     return keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(_LR))
@@ -155,7 +158,7 @@ def _step_body(name, opt, variables, x):
   """One training step of contender `name`, in replica context."""
   with tf.GradientTape() as tape:
     loss = _loss(variables, x)
-    if name == "floor":
+    if name in ("floor", "floor_gated"):
       target = loss * _SCALE
     elif name == "keras3":
       target = opt.scale_loss(loss)
@@ -168,6 +171,15 @@ def _step_body(name, opt, variables, x):
     grads = [g * (1. / _SCALE) for g in grads]
     finite = _floor_check(grads)
     opt.apply_gradients(zip(grads, variables))
+    return loss, finite
+  if name == "floor_gated":
+    grads = [g * (1. / _SCALE) for g in grads]
+    finite = _floor_check(grads)
+    # What any skip-on-overflow optimizer must wait for: no variable may
+    # change before every gradient is known finite. (Ordering only; the
+    # apply is not actually skipped.)
+    with tf.control_dependencies([finite]):
+      opt.apply_gradients(zip(grads, variables))
     return loss, finite
   if name == "keras3":
     opt.apply(grads, variables)
@@ -224,23 +236,30 @@ def _sync(result):
       t.numpy()
 
 
-def _memory_stats():
-  try:
-    return tf.config.experimental.get_memory_info("CPU:0")
-  except (ValueError, RuntimeError):
-    return None
+def _rss_kib(field):
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise OSError(field)
 
 
 def _peak_step_memory(step):
-  """Peak bytes allocated above the resting level during one step."""
+  """Peak resident memory above the resting level during one step, bytes.
+
+  Uses the kernel's resettable high-water mark (`/proc/self/clear_refs`);
+  TensorFlow's CPU allocator statistics miss most CPU allocations. Returns
+  None where that is unavailable (not Linux).
+  """
   gc.collect()
-  before = _memory_stats()
-  if before is None:
+  try:
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")
+    before = _rss_kib("VmRSS")
+    _sync(step())
+    return (_rss_kib("VmHWM") - before) * 1024
+  except OSError:
     return None
-  tf.config.experimental.reset_memory_stats("CPU:0")
-  before = _memory_stats()["current"]
-  _sync(step())
-  return _memory_stats()["peak"] - before
 
 
 # --------------------------------------------------------------- timing --
@@ -560,7 +579,8 @@ def markdown(results):
                  " | ".join(f"{s} vars" for s in sizes) + " |")
     lines.append("|---|---|" + "---|" * len(sizes))
     for mode, by_name in pv.items():
-      for name in ("floor", "keras3", "ours_dynamic", "ours_fixed"):
+      for name in ("floor", "floor_gated", "keras3", "ours_dynamic",
+                   "ours_fixed"):
         if name not in by_name:
           continue
         lines.append(f"| {mode} | {name} | " + " | ".join(
@@ -568,8 +588,8 @@ def markdown(results):
                      " |")
   if results.get("memory"):
     lines.append("")
-    lines.append("Peak memory of one step above the resting level "
-                 "(CPU allocator statistics), wide workload:")
+    lines.append("Peak resident memory of one step above the resting "
+                 "level (after warm-up), wide workload:")
     lines.append("")
     lines.append("| mode | " + " | ".join(CONTENDERS[:-1]) + " |")
     lines.append("|---|" + "---|" * (len(CONTENDERS) - 1))
@@ -581,7 +601,7 @@ def markdown(results):
           row.append("n/a")
         else:
           extra = b - by_name["bare"]
-          row.append(f"{b / 2**20:.1f} MiB ({extra / 2**20:+.1f})")
+          row.append(f"{b / 2**20:.2f} MiB ({extra / 2**20:+.2f})")
       lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines)
 
@@ -589,7 +609,9 @@ def markdown(results):
 def _derived(results):
   """Trace-time, per-variable and memory summaries of the cells."""
   cells = results["cells"]
-  scaling = [c for c in cells if c["workload"] == "scaling"]
+  scaling = [
+      c for c in cells if c["workload"] == "scaling" and c["mode"] != "session"
+  ]
   if scaling:
     biggest = max(c["num_vars"] for c in scaling)
     for c in scaling:
@@ -612,7 +634,7 @@ def _derived(results):
     results["per_variable"] = per_variable
   memory = {}
   for c in cells:
-    if c["workload"] == "wide":
+    if c["workload"] == "wide" and c["mode"] != "session":
       memory[c["mode"]] = {
           n: s.get("peak_step_bytes") for n, s in c["contenders"].items()
       }
@@ -651,13 +673,15 @@ def main(argv=None):
   settings = Settings(args.quick)
   only = set(filter(None, args.only.split(",")))
 
+  started = time.perf_counter()
+
   def wanted(workload):
     return not only or workload in only
 
   def log(line):
-    print(line, file=sys.stderr, flush=True)
+    print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr,
+          flush=True)
 
-  started = time.perf_counter()
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   cells = []
   if wanted("wide"):

@@ -1,0 +1,83 @@
+"""The loss-scaling benchmark keeps working (`--quick`); no timing asserted."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
+
+_CONTENDERS = {"bare", "floor", "floor_gated", "keras3", "ours_dynamic",
+               "ours_fixed"}
+_FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
+
+
+def _run_quick(tmp_path):
+  out = tmp_path / "results.json"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out",
+                         str(out)], capture_output=True, text=True, env=env,
+                        timeout=600, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out) as f:
+    return proc.stdout, json.load(f)
+
+
+def test_quick_run_reports_every_cell(tmp_path):
+  stdout, results = _run_quick(tmp_path)
+  cells = {(c["workload"], c["mode"], c["num_vars"]) for c in results["cells"]}
+  settings = results["settings"]
+  wide_vars, many_vars = settings["wide"][0], settings["many"][0]
+  expected = {("wide", m, wide_vars) for m in ("function", "jit", "mirrored")}
+  expected |= {("many", m, many_vars)
+               for m in ("eager", "function", "jit", "mirrored")}
+  expected |= {("scaling", m, n) for m in ("function", "jit", "mirrored")
+               for n, _ in settings["scaling"]}
+  expected |= {("wide", "session", wide_vars), ("many", "session", many_vars)}
+  assert expected <= cells
+
+  for cell in results["cells"]:
+    contenders = cell["contenders"]
+    if cell["mode"] == "session":
+      assert set(contenders) == {"v1_bare", "v1_ours"}
+      assert contenders["v1_bare"]["overhead"] == 0.
+    elif cell["workload"] == "fit":
+      assert set(contenders) == _FIT_CONTENDERS
+      assert contenders["bare"]["steps_per_s"] > 0
+    else:
+      assert set(contenders) == _CONTENDERS
+      # tf_keras is not a dependency: its column is skipped with a note.
+      assert ("tf_keras" in cell["notes"]) == ("tf_keras" not in contenders)
+    for stats in contenders.values():
+      assert stats["step_ms"] > 0
+      assert len(stats["samples_ms"]) == settings["reps"] or (
+          cell["workload"] == "fit")
+      assert stats["step_ms_iqr"][0] <= stats["step_ms"] <= (
+          stats["step_ms_iqr"][1])
+      assert stats["overhead_spread"] >= 0
+      assert stats["first_call_s"] > 0
+
+  fit_modes = {c["mode"] for c in results["cells"] if c["workload"] == "fit"}
+  assert fit_modes == {"function", "jit", "mirrored"}
+
+  biggest = settings["scaling"][-1][0]
+  assert results["trace"]["num_vars"] == biggest
+  assert set(results["trace"]["first_call_s"]) == _CONTENDERS
+  for mode in ("function", "jit", "mirrored"):
+    per_var = results["per_variable"][mode]["ours_dynamic"]
+    assert set(per_var) == {str(n) for n, _ in settings["scaling"]}
+  assert set(results["memory"]) == {"function", "jit", "mirrored"}
+  assert results["machine"]["tensorflow"]
+
+  # The printed table has a row per non-session cell and a column per
+  # contender.
+  header = next(line for line in stdout.splitlines()
+                if line.startswith("| workload | mode |"))
+  for name in ("floor", "keras3", "ours_dynamic", "ours_fixed", "tf_keras"):
+    assert name in header
+  rows = [line for line in stdout.splitlines()
+          if line.startswith("| ") and ("ms" in line) and "%" in line]
+  assert len(rows) >= sum(1 for c in results["cells"]
+                          if c["mode"] != "session")
+  assert "First call (trace + build)" in stdout
