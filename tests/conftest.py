@@ -13,6 +13,8 @@ from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-posit
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from tests import testing  # pylint: disable=g-import-not-at-top,wrong-import-position
+
 _CPU = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _CPU, [tf.config.LogicalDeviceConfiguration()] * 2)
@@ -43,3 +45,21 @@ def mirrored_strategy():
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   assert strategy.num_replicas_in_sync == NUM_REPLICAS
   return strategy
+
+
+@pytest.fixture
+def tf_log():
+  """Messages logged to TF's logger during the test (see testing.py)."""
+  with testing.capture_tf_log() as messages:
+    yield messages
+
+
+@pytest.fixture
+def installed():
+  """The package installed for the test, uninstalled afterwards."""
+  import tf_mixed_precision_compat as mp  # pylint: disable=g-import-not-at-top
+  mp.install()
+  try:
+    yield
+  finally:
+    mp.uninstall()

@@ -14,15 +14,6 @@ from tf_mixed_precision_compat import demo
 from tests import testing
 
 
-@pytest.fixture
-def installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
-
-
 def test_bundled_job_is_the_tf23_fixture():
   fixture = testing.fixture_path("legacy", "demo_tf23")
   for name in os.listdir(demo.DATA_DIR):

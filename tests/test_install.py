@@ -6,7 +6,6 @@ import textwrap
 import threading
 
 import keras
-import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -16,15 +15,6 @@ from tf_mixed_precision_compat import policy
 
 _LEGACY_NAMES = ("Policy", "PolicyV1", "LossScaleOptimizer",
                  "LossScaleOptimizerV1", "FixedLossScale", "DynamicLossScale")
-
-
-@pytest.fixture
-def installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
 
 
 def _resolve(root, path):

@@ -7,7 +7,6 @@ tf.compat.v1 session.
 """
 
 import json
-import logging
 import math
 
 from absl.testing import parameterized
@@ -16,7 +15,6 @@ import pytest
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import _deprecation
 from tests import testing
 
 MODES = ("eager", "function", "mirrored", "graph")
@@ -539,26 +537,6 @@ class HelpersTest(parameterized.TestCase):
   def test_serialize_rejects_non_loss_scale(self):
     with self.assertRaisesRegex(ValueError, "loss_scale"):
       mp.serialize(3)
-
-
-class _Capture(logging.Handler):
-
-  def __init__(self):
-    super().__init__()
-    self.messages = []
-
-  def emit(self, record):
-    self.messages.append(record.getMessage())
-
-
-@pytest.fixture
-def tf_log():
-  handler = _Capture()
-  logger = tf.get_logger()
-  logger.addHandler(handler)
-  _deprecation.reset_for_testing()
-  yield handler.messages
-  logger.removeHandler(handler)
 
 
 @pytest.mark.parametrize("cls, arg", [(mp.DynamicLossScale, ()),

@@ -1,7 +1,6 @@
 """Tests of the dtype policies: classes, global policy, get_layer_policy."""
 
 import json
-import logging
 
 from absl.testing import parameterized
 import keras
@@ -24,16 +23,6 @@ def _restore_global_policy():
   previous = keras.config.dtype_policy()
   yield
   keras.config.set_dtype_policy(previous)
-
-
-class _LogCapture(logging.Handler):
-
-  def __init__(self):
-    super().__init__()
-    self.messages = []
-
-  def emit(self, record):
-    self.messages.append(record.getMessage())
 
 
 # --------------------------------------------------------------------------
@@ -236,17 +225,13 @@ class PolicyV1Test(parameterized.TestCase):
       PolicyV1("mixed_float16", loss_scale=0.5)
 
   def test_logs(self):
-    handler = _LogCapture()
-    tf.get_logger().addHandler(handler)
-    try:
+    with testing.capture_tf_log() as messages:
       Policy("mixed_float16")
-      self.assertEqual(handler.messages, [])
+      self.assertEqual(messages, [])
       PolicyV1("float32", loss_scale=8)
       PolicyV1("mixed_bfloat16", loss_scale="dynamic")
       PolicyV1("float16", loss_scale=8)  # float16: no warning.
-    finally:
-      tf.get_logger().removeHandler(handler)
-    warnings = [m for m in handler.messages if "only useful" in m]
+    warnings = [m for m in messages if "only useful" in m]
     self.assertEqual(warnings, [
         "Creating a Policy with a loss scale is only useful for float16 "
         "policies. You passed loss_scale=8 for policy float32. Consider not "
@@ -256,18 +241,14 @@ class PolicyV1Test(parameterized.TestCase):
         "Consider not passing any loss_scale instead."])
     # TF 2.4.4's only deprecation warnings here were the loss scales'.
     self.assertTrue(any("FixedLossScale.__init__" in m and "deprecated" in m
-                        for m in handler.messages))
+                        for m in messages))
 
   def test_auto_policy_logs_dynamic_loss_scale_deprecation(self):
-    handler = _LogCapture()
-    tf.get_logger().addHandler(handler)
-    try:
+    with testing.capture_tf_log() as messages:
       PolicyV1("mixed_float16")
-    finally:
-      tf.get_logger().removeHandler(handler)
-    self.assertLen(handler.messages, 1)
-    self.assertIn("DynamicLossScale.__init__", handler.messages[0])
-    self.assertIn("is deprecated", handler.messages[0])
+    self.assertLen(messages, 1)
+    self.assertIn("DynamicLossScale.__init__", messages[0])
+    self.assertIn("is deprecated", messages[0])
 
   def test_used_by_a_layer(self):
     layer = keras.layers.Dense(2, dtype=PolicyV1("mixed_float16", 4))

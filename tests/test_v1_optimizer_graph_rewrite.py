@@ -8,7 +8,6 @@ runs with the option on (eagerly, in tf.function, in a Session and under the
 """
 
 import inspect
-import logging
 import sys
 
 from absl.testing import parameterized
@@ -18,7 +17,6 @@ import pytest
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
 from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
@@ -39,16 +37,6 @@ def _option():
       "auto_mixed_precision")
 
 
-class _Capture(logging.Handler):
-
-  def __init__(self):
-    super().__init__()
-    self.messages = []
-
-  def emit(self, record):
-    self.messages.append(record.getMessage())
-
-
 @pytest.fixture(autouse=True)
 def clean_state():
   """Leaves the option, the module flag and the Keras policy as found."""
@@ -59,16 +47,6 @@ def clean_state():
       {"auto_mixed_precision": bool(before)})
   graph_rewrite._rewrite_enabled = False  # pylint: disable=protected-access
   keras.config.set_dtype_policy(policy)
-
-
-@pytest.fixture
-def tf_log():
-  handler = _Capture()
-  logger = tf.get_logger()
-  logger.addHandler(handler)
-  _deprecation.reset_for_testing()
-  yield handler.messages
-  logger.removeHandler(handler)
 
 
 @pytest.mark.parametrize("flavour", ["v1", "v2"])

@@ -1,8 +1,12 @@
 """Shared test helpers."""
 
+import contextlib
+import logging
 import os
 
 import tensorflow as tf
+
+from tf_mixed_precision_compat import _deprecation
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -37,3 +41,30 @@ def named_product(**axes):
   for case in cases:
     case["testcase_name"] = "_".join(f"{k}_{v}" for k, v in case.items())
   return cases
+
+
+class _Capture(logging.Handler):
+
+  def __init__(self):
+    super().__init__()
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def capture_tf_log():
+  """Collects what is logged to TF's logger; once-only warnings log again.
+
+  Yields:
+    The list the messages are appended to.
+  """
+  handler = _Capture()
+  logger = tf.get_logger()
+  logger.addHandler(handler)
+  _deprecation.reset_for_testing()
+  try:
+    yield handler.messages
+  finally:
+    logger.removeHandler(handler)
