@@ -26,7 +26,10 @@ from tf_mixed_precision_compat import _distribute
 from tf_mixed_precision_compat import _scaling
 from tf_mixed_precision_compat import _tracking
 
-__all__ = ["check_initial_scale", "check_growth_steps"]
+__all__ = [
+    "check_growth_steps", "check_initial_scale", "check_multiplier",
+    "update_variables"
+]
 
 
 def _is_real(value):
@@ -78,11 +81,50 @@ def check_growth_steps(value, arg_name):
   return int(value)
 
 
-def _check_multiplier(value):
+def check_multiplier(value, arg_name="multiplier"):
+  """Validates a growth/shrink factor and returns it as a float.
+
+  Args:
+    value: The proposed multiplier.
+    arg_name: The argument's name, used in the error message.
+
+  Returns:
+    `value` as a Python float.
+
+  Raises:
+    ValueError: If `value` is not a finite real number greater than 1.
+  """
   if not _is_real(value) or not math.isfinite(value) or value <= 1:
-    raise ValueError('"multiplier" must be a finite number greater than 1, '
+    raise ValueError(f'"{arg_name}" must be a finite number greater than 1, '
                      f"but got: {value!r}")
   return float(value)
+
+
+def update_variables(scale, counter, grads, growth_steps, multiplier):
+  """One step of dynamic loss scaling, applied to `scale` and `counter`.
+
+  Shared by `_DynamicLossScaleState` and the TF 2.3 `DynamicLossScale`, whose
+  variables have the same names and meaning.
+
+  Args:
+    scale: The float32 loss scale variable.
+    counter: The int64 good-steps variable.
+    grads: A nested structure of gradients (see `_distribute.all_finite`).
+    growth_steps: Consecutive finite steps before the scale grows.
+    multiplier: The growth and shrink factor.
+
+  Returns:
+    `(update_op, is_finite)`: `update_op` is None when executing eagerly and
+    an op otherwise; `is_finite` is a scalar bool tensor.
+  """
+  is_finite = _distribute.all_finite(grads)
+  new_scale, new_counter = _scaling.dynamic_update(
+      scale, counter, is_finite, growth_steps, multiplier)
+  update_op = tf.group(scale.assign(new_scale, read_value=False),
+                       counter.assign(new_counter, read_value=False))
+  if tf.executing_eagerly():
+    update_op = None
+  return update_op, is_finite
 
 
 class _DynamicLossScaleState(_tracking.PerGraphWeights):
@@ -120,7 +162,7 @@ class _DynamicLossScaleState(_tracking.PerGraphWeights):
     self._initial_loss_scale = check_initial_scale(initial_loss_scale,
                                                    "initial_loss_scale")
     self._growth_steps = check_growth_steps(growth_steps, "growth_steps")
-    self._multiplier = _check_multiplier(multiplier)
+    self._multiplier = check_multiplier(multiplier)
     super().__init__()
     self._current_loss_scale = self._add_weight(
         name="current_loss_scale",
@@ -179,16 +221,8 @@ class _DynamicLossScaleState(_tracking.PerGraphWeights):
     Raises:
       RuntimeError: If called in a replica context of a strategy.
     """
-    is_finite = _distribute.all_finite(grads)
-    new_scale, new_counter = _scaling.dynamic_update(
-        self._current_loss_scale, self._counter, is_finite,
-        self._growth_steps, self._multiplier)
-    update_op = tf.group(
-        self._current_loss_scale.assign(new_scale, read_value=False),
-        self._counter.assign(new_counter, read_value=False))
-    if tf.executing_eagerly():
-      update_op = None
-    return update_op, is_finite
+    return update_variables(self._current_loss_scale, self._counter, grads,
+                            self._growth_steps, self._multiplier)
 
   def __repr__(self):
     if tf.executing_eagerly():

@@ -19,9 +19,8 @@ import numbers
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
-from tf_mixed_precision_compat import _distribute
-from tf_mixed_precision_compat import _scaling
 from tf_mixed_precision_compat import _tracking
+from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -163,30 +162,6 @@ class FixedLossScale(LossScale):
     return {"loss_scale_value": self._loss_scale_value}
 
 
-def _validated_dynamic_args(initial_loss_scale, increment_period, multiplier):
-  """Checks DynamicLossScale's arguments; TF 2.3 accepted nonsense here."""
-  if not _is_real_number(initial_loss_scale):
-    raise ValueError("initial_loss_scale must be a Python int or float, got "
-                     f"{initial_loss_scale!r}.")
-  if not math.isfinite(initial_loss_scale) or initial_loss_scale < 1:
-    raise ValueError("initial_loss_scale must be finite and at least 1, got "
-                     f"{initial_loss_scale}.")
-  if (not _is_real_number(increment_period) or
-      increment_period != int(increment_period)):
-    raise ValueError("increment_period must be a Python int, got "
-                     f"{increment_period!r}.")
-  if increment_period < 1:
-    raise ValueError(
-        f"increment_period must be at least 1, got {increment_period}.")
-  if not _is_real_number(multiplier):
-    raise ValueError(
-        f"multiplier must be a Python int or float, got {multiplier!r}.")
-  if not math.isfinite(multiplier) or multiplier <= 1:
-    raise ValueError(
-        f"multiplier must be finite and greater than 1, got {multiplier}.")
-  return float(initial_loss_scale), int(increment_period), float(multiplier)
-
-
 @export(
     "mixed_precision.experimental.DynamicLossScale",
     "train.experimental.DynamicLossScale",
@@ -243,9 +218,12 @@ class DynamicLossScale(LossScale):
     """
     _deprecation.warn_once(DynamicLossScale,
                            _deprecation_text("DynamicLossScale"))
-    (self._initial_loss_scale, self._increment_period,
-     self._multiplier) = _validated_dynamic_args(initial_loss_scale,
-                                                 increment_period, multiplier)
+    # TF 2.3 accepted nonsense here (a NaN scale, a period of 0).
+    self._initial_loss_scale = dynamic_state.check_initial_scale(
+        initial_loss_scale, "initial_loss_scale")
+    self._increment_period = dynamic_state.check_growth_steps(
+        increment_period, "increment_period")
+    self._multiplier = dynamic_state.check_multiplier(multiplier)
     super().__init__()
     self._current_loss_scale = self._add_weight(
         name="current_loss_scale",
@@ -272,18 +250,10 @@ class DynamicLossScale(LossScale):
 
   def update(self, grads):
     """Updates the loss scale from whether all `grads` are finite."""
-    is_finite = _distribute.all_finite(grads)
-    new_scale, new_count = _scaling.dynamic_update(self._current_loss_scale,
-                                                   self._num_good_steps,
-                                                   is_finite,
-                                                   self._increment_period,
-                                                   self._multiplier)
-    update_op = tf.group(
-        self._current_loss_scale.assign(new_scale, read_value=False),
-        self._num_good_steps.assign(new_count, read_value=False))
-    if tf.executing_eagerly():
-      update_op = None
-    return update_op, is_finite
+    return dynamic_state.update_variables(self._current_loss_scale,
+                                          self._num_good_steps, grads,
+                                          self._increment_period,
+                                          self._multiplier)
 
   def __repr__(self):
     if tf.executing_eagerly():
