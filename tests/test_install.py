@@ -410,13 +410,6 @@ def test_installed_endpoint_trains_eagerly_in_function_and_mirrored(
     assert value == 1.0 - 2 * 0.5 * replicas * 2.**-10
 
 
-def test_docstring_examples_run():
-  import doctest  # pylint: disable=g-import-not-at-top
-  for name in ("tf_mixed_precision_compat.install",):
-    result = doctest.testmod(sys.modules[name])
-    assert result.attempted >= 5 and not result.failed
-  assert not mp.installed()
-
 
 def test_plain_saved_model_load_serves_tf24_keras_saved_models_while_installed():
   from tf_mixed_precision_compat import _legacy_saved_model  # pylint: disable=g-import-not-at-top

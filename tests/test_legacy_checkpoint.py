@@ -378,10 +378,3 @@ class BadInputTest(parameterized.TestCase):
     with self.assertRaisesRegex(legacy.RestoreError, "not finite"):
       legacy.restore_checkpoint(prefix, model2, opt2)
     self.assertEqual(float(opt2.loss_scale.numpy()), 2.0**15)
-
-
-def test_docstring_examples_run():
-  import doctest  # pylint: disable=g-import-not-at-top
-  result = doctest.testmod(legacy, optionflags=doctest.ELLIPSIS)
-  assert result.attempted >= 8
-  assert result.failed == 0

@@ -588,12 +588,3 @@ class EndpointsTest(parameterized.TestCase):
       self.assertEqual(sorted(spec.v1), sorted(entry["keras_api_names_v1"]))
       seen.add(entry["name"])
     self.assertEqual(seen, set(ours))
-
-
-def test_docstring_examples_run():
-  import doctest  # pylint: disable=g-import-not-at-top
-  keras.config.set_dtype_policy("float32")
-  result = doctest.testmod(policy_module, optionflags=doctest.ELLIPSIS)
-  assert result.attempted > 20
-  assert result.failed == 0
-  assert not policy_module.compile_integration_enabled()

@@ -1,0 +1,34 @@
+"""Every public module's docstring examples run and print what they claim."""
+
+import doctest
+import importlib
+
+import keras
+import pytest
+
+import tf_mixed_precision_compat as mp
+
+MODULES = [
+    "dynamic_state",
+    "endpoints",
+    "graph_rewrite",
+    "install",
+    "keras_optimizer",
+    "legacy",
+    "loss_scale",
+    "policy",
+    "v1_optimizer",
+]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_examples_run(name):
+  module = importlib.import_module(f"tf_mixed_precision_compat.{name}")
+  keras.config.set_dtype_policy("float32")  # Examples assume the default.
+  result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+  assert result.attempted > 0, f"{name} has no runnable example"
+  assert result.failed == 0
+  # Examples that change global state put it back.
+  assert not mp.installed()
+  assert not mp.policy.compile_integration_enabled()
+  assert keras.config.dtype_policy().name == "float32"
