@@ -104,8 +104,29 @@ def test_module_entry_point_tells_the_story(tmp_path):
   assert "skipped steps: [50]" in out
   assert "loss scale trajectory: 1024 -> 512" in out
   assert "identical to TF 2.3.4's" in out
+  assert "TF 2.3's DynamicLossScale by hand" in out
+  assert "skipped steps: [9, 13, 17, 21]; scale from 4096 up to 32768" in out
   assert "20/20" in result.stderr  # The replay's progress bar.
   assert f"plot written to {plot}" in out
   assert plot.read_bytes()[:4] == b"\x89PNG"
   assert not mp.installed()  # The subprocess installed, not this one.
   assert tf.keras.mixed_precision is not None
+
+
+def test_dynamic_loss_scale_grows_halves_on_overflow_and_stays_at_least_one():
+  history = demo.scale_dynamics(steps=24)
+  skipped = [i for i, h in enumerate(history) if not h["applied"]]
+  assert skipped, "the float16 backward pass must overflow at least once"
+  assert max(h["new_scale"] for h in history) > history[0]["scale"]
+  for i, h in enumerate(history):
+    assert h["new_scale"] >= 1
+    if h["applied"]:
+      grew = h["good_steps"] == 0
+      assert h["new_scale"] == (h["scale"] * 2 if grew else h["scale"])
+    else:
+      assert h["new_scale"] == h["scale"] / 2
+      assert h["good_steps"] == 0
+      # A skipped step leaves the weights, hence the next loss, unchanged.
+      if i + 1 < len(history):
+        assert history[i + 1]["loss"] == h["loss"]
+

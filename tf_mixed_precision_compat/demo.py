@@ -20,7 +20,12 @@ optimizer=...)` through a `CheckpointManager`. The demo
    halves,
 4. replays the job's steps 21-40 from its step-20 checkpoint on one replica
    and compares each step's loss-scale decision with TF 2.3.4's record,
-5. writes a PNG plot of loss and loss scale when matplotlib is installed.
+5. drives TF 2.3's `tf.mixed_precision.experimental.DynamicLossScale` by hand
+   on a small float16 model with a short growth period, so the whole
+   algorithm shows: the scale grows every few finite steps until the
+   float16 backward pass overflows, that step is skipped and the scale
+   halves, and it never drops below 1,
+6. writes a PNG plot of loss and loss scale when matplotlib is installed.
 """
 
 import argparse
@@ -258,6 +263,70 @@ def plot(result, path):
   return True
 
 
+def scale_dynamics(steps=24, initial_loss_scale=2.**12, increment_period=3,
+                   seed=0):
+  """Trains a float16 linear model with a TF 2.3 `DynamicLossScale` by hand.
+
+  The scaled loss is float32 but the backward pass runs in float16, so once
+  the scale is large enough the gradients overflow for real.
+
+  Args:
+    steps: Number of training steps.
+    initial_loss_scale: The scale to start from.
+    increment_period: Finite steps between two growths of the scale.
+    seed: Seed of the synthetic data.
+
+  Returns:
+    One dict per step: loss, scale (used for the step), applied, and the
+    scale and counter after the update.
+  """
+  # pylint: disable=g-import-not-at-top
+  from tf_mixed_precision_compat import loss_scale as loss_scale_module
+  # pylint: enable=g-import-not-at-top
+  rng = np.random.default_rng(seed)
+  x = tf.constant(rng.normal(size=(64, 16)), tf.float16)
+  y = tf.constant(rng.normal(size=(64, 1)) * 8., tf.float16)
+  w = tf.Variable(tf.zeros((16, 1)))
+  loss_scale = loss_scale_module.DynamicLossScale(
+      initial_loss_scale=initial_loss_scale, increment_period=increment_period)
+  opt = tf.keras.optimizers.SGD(0.01)
+
+  @tf.function
+  def train_step():
+    scale = loss_scale()
+    with tf.GradientTape() as tape:
+      pred = tf.matmul(x, tf.cast(w, tf.float16))
+      loss = tf.reduce_mean(tf.cast(tf.square(pred - y), tf.float32))
+      scaled_loss = loss * scale
+    (grad,) = tape.gradient(scaled_loss, [w])
+    grad = grad / scale
+    _, should_apply = loss_scale.update([grad])
+    if should_apply:
+      opt.apply_gradients([(grad, w)])
+    return loss, scale, should_apply
+
+  history = []
+  for _ in range(steps):
+    loss, scale, applied = train_step()
+    history.append({
+        "loss": float(loss), "scale": float(scale), "applied": bool(applied),
+        "new_scale": float(loss_scale()),
+        "good_steps": int(loss_scale._num_good_steps.numpy())})  # pylint: disable=protected-access
+  return history
+
+
+def _print_scale_dynamics(history, out):
+  print(f"{'step':>5}  {'scale used':>10}  {'applied':>7}  {'next scale':>10}"
+        f"  {'good steps':>10}", file=out)
+  for i, h in enumerate(history):
+    print(f"{i:>5}  {h['scale']:>10g}  {'yes' if h['applied'] else 'SKIP':>7}"
+          f"  {h['new_scale']:>10g}  {h['good_steps']:>10}", file=out)
+  skipped = [i for i, h in enumerate(history) if not h["applied"]]
+  scales = [h["new_scale"] for h in history]
+  print(f"skipped steps: {skipped}; scale from {history[0]['scale']:g} up to "
+        f"{max(scales):g}, never below {min(scales):g}", file=out)
+
+
 def _print_table(rows, out):
   print(f"{'step':>5}  {'loss':>10}  {'loss scale':>10}  {'counter':>7}  "
         f"{'':4}", file=out)
@@ -331,6 +400,10 @@ def main(argv=None, out=None):
           f"{pairs[-1][0]['counter']}; loss-scale decisions "
           f"{'identical to' if agree else 'DIFFERENT from'} TF 2.3.4's, "
           f"losses within {worst:.2%}.", file=out)
+
+  print("\nTF 2.3's DynamicLossScale by hand (float16 backward pass, "
+        "increment_period=3):", file=out)
+  _print_scale_dynamics(scale_dynamics(), out)
 
   if plot(result, args.plot):
     print(f"\nplot written to {args.plot}", file=out)
