@@ -98,12 +98,16 @@ class Settings:
       self.many = (16, 16)
       self.scaling = ((2, 16), (4, 16), (8, 16))
       self.reps, self.block_s = 3, 0.005
+      self.jit_max_vars = None
       self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
     else:
       self.wide = (10, 1000)
       self.many = (400, 32)
       self.scaling = ((10, 64), (100, 64), (1000, 64))
-      self.reps, self.block_s = 11, 0.1
+      self.reps, self.block_s = 7, 0.1
+      # XLA compiles each contender's 1000-layer step for minutes: jit cells
+      # go up to 400 variables unless --jit-max-vars says otherwise.
+      self.jit_max_vars = 400
       self.fit_reps, self.fit_steps, self.fit_units = 7, 20, 1024
 
   def as_dict(self):
@@ -366,6 +370,8 @@ def _cell_line(cell):
       parts.append(f"bare={s['step_ms']:.2f}ms")
     else:
       parts.append(f"{name}={100 * s['overhead']:+.1f}%")
+  parts.append("first calls " + " ".join(
+      f"{s['first_call_s']:.1f}" for s in cell["contenders"].values()) + " s")
   return "  ".join(parts)
 
 
@@ -666,11 +672,16 @@ def main(argv=None):
   parser.add_argument("--quick", action="store_true",
                       help="fewer repetitions and smaller sizes (< 2 min)")
   parser.add_argument("--out", help="write the results as JSON to this path")
+  parser.add_argument("--jit-max-vars", type=int, default=None,
+                      help="largest variable count measured with jit_compile "
+                      "(default: 400 in a full run, all in --quick)")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
   args = parser.parse_args(argv)
   settings = Settings(args.quick)
+  if args.jit_max_vars is not None:
+    settings.jit_max_vars = args.jit_max_vars
   only = set(filter(None, args.only.split(",")))
 
   started = time.perf_counter()
@@ -695,6 +706,10 @@ def main(argv=None):
   if wanted("scaling"):
     for mode in ("function", "jit", "mirrored"):
       for num_vars, width in settings.scaling:
+        if (mode == "jit" and settings.jit_max_vars is not None and
+            num_vars > settings.jit_max_vars):
+          log(f"scaling[{num_vars}x{width}]  jit  skipped (--jit-max-vars)")
+          continue
         cells.append(run_cell("scaling", mode, num_vars, width, settings,
                               strategy, log))
   if wanted("fit"):
