@@ -74,3 +74,21 @@ def test_all_is_sorted_and_names_only_public_symbols():
   # Every registered symbol is also reachable from the package top level.
   for spec in endpoints.all_specs():
     assert getattr(mp, spec.symbol.__name__) is spec.symbol, spec.symbol
+
+
+def test_every_public_name_is_documented():
+  undocumented = [name for name in mp.__all__
+                  if not (getattr(mp, name).__doc__ or "").strip()]
+  assert not undocumented
+  # Public methods and properties of the registered classes too.
+  for spec in endpoints.all_specs():
+    if not isinstance(spec.symbol, type):
+      continue
+    for attr, value in vars(spec.symbol).items():
+      if attr.startswith("_") or not callable(getattr(value, "fget", value)):
+        continue
+      doc = getattr(value, "__doc__", None)  # A property's own doc.
+      inherited = any(
+          (getattr(getattr(base, attr, None), "__doc__", None) or "").strip()
+          for base in spec.symbol.__mro__[1:])
+      assert (doc or "").strip() or inherited, f"{spec.symbol.__name__}.{attr}"

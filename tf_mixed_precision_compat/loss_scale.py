@@ -235,14 +235,17 @@ class DynamicLossScale(LossScale):
 
   @property
   def initial_loss_scale(self):
+    """The loss scale the variable started from, a Python float."""
     return self._initial_loss_scale
 
   @property
   def increment_period(self):
+    """Consecutive finite steps after which the scale grows, an int."""
     return self._increment_period
 
   @property
   def multiplier(self):
+    """The growth and shrink factor, a Python float."""
     return self._multiplier
 
   def __call__(self):
