@@ -1,6 +1,7 @@
 """install() / uninstall(): every endpoint resolves, everything comes back."""
 
 import subprocess
+import tempfile
 import sys
 import textwrap
 import threading
@@ -412,22 +413,50 @@ def test_installed_endpoint_trains_eagerly_in_function_and_mirrored(
 
 
 def test_plain_saved_model_load_serves_tf24_keras_saved_models_while_installed():
-  from tf_mixed_precision_compat import _legacy_saved_model  # pylint: disable=g-import-not-at-top
-  from tests import testing  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tf_mixed_precision_compat import _legacy_saved_model
+  from tf_mixed_precision_compat import _private_api
+  from tests import testing
   path = testing.fixture_path("legacy", "sm_tf24_func_adam")
-  was_enabled = _legacy_saved_model.serving_enabled()
-  _legacy_saved_model.disable_serving()  # Earlier tests may have enabled it.
+  revived = _private_api.revived_types
+  saved = (dict(revived._REVIVED_TYPE_REGISTRY),
+           list(revived._TYPE_IDENTIFIERS),
+           list(_legacy_saved_model._registered))
+  # Start from a TF where nothing revives Keras 2 optimizers: without
+  # tf_keras, and before this package registered anything.
+  _private_api.unregister_revived_type("optimizer")
+  _legacy_saved_model._registered.clear()
   try:
     with pytest.raises(Exception, match="add_slot"):
       tf.saved_model.load(path)
     mp.install()
     try:
-      loaded = tf.saved_model.load(path)
-      assert callable(loaded)
+      assert callable(tf.saved_model.load(path))
     finally:
       mp.uninstall()
+    assert "optimizer" not in revived._REVIVED_TYPE_REGISTRY
+    assert "optimizer" not in revived._TYPE_IDENTIFIERS
     with pytest.raises(Exception, match="add_slot"):
       tf.saved_model.load(path)
   finally:
-    if was_enabled:
-      _legacy_saved_model.enable_serving()
+    revived._REVIVED_TYPE_REGISTRY.clear()
+    revived._REVIVED_TYPE_REGISTRY.update(saved[0])
+    revived._TYPE_IDENTIFIERS[:] = saved[1]
+    _legacy_saved_model._registered[:] = saved[2]
+
+
+def test_install_keeps_another_librarys_optimizer_registration():
+  # pylint: disable=g-import-not-at-top,protected-access
+  from tf_mixed_precision_compat import _private_api
+  revived = _private_api.revived_types
+  # tf_keras (installed by the test command) registered it on import.
+  import tf_keras  # pylint: disable=unused-import
+  before = (revived._REVIVED_TYPE_REGISTRY.get("optimizer"),
+            list(revived._TYPE_IDENTIFIERS))
+  assert before[0] is not None
+  mp.install()
+  mp.uninstall()
+  assert revived._REVIVED_TYPE_REGISTRY.get("optimizer") is before[0]
+  assert revived._TYPE_IDENTIFIERS == before[1]
+  # Saving still works afterwards (a dangling identifier broke it).
+  tf.saved_model.save(tf.Module(), tempfile.mkdtemp())

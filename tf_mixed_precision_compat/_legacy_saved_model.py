@@ -44,9 +44,23 @@ _registered = []
 _OPTIMIZER_TYPE = "optimizer"
 
 
+def serving_enabled():
+  """Whether `tf.saved_model.load` can revive TF 2.x Keras optimizers.
+
+  True after `enable_serving()`, and also when another library registered
+  the type first (`tf_keras` does when imported).
+  """
+  load = tf.__internal__.saved_model.load
+  return _OPTIMIZER_TYPE in load.registered_identifiers()
+
+
 def enable_serving():
-  """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once)."""
-  if _registered:
+  """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once).
+
+  An existing registration (e.g. `tf_keras`'s) is left alone: it already
+  revives these objects, and replacing it would change `tf_keras`'s loads.
+  """
+  if serving_enabled():
     return
   load = tf.__internal__.saved_model.load
   load.register_revived_type(
@@ -57,13 +71,8 @@ def enable_serving():
   _registered.append(True)
 
 
-def serving_enabled():
-  """Whether `enable_serving()` registered the optimizer type."""
-  return bool(_registered)
-
-
 def disable_serving():
-  """Undoes `enable_serving()`, so `uninstall()` leaves TF as it found it."""
+  """Undoes `enable_serving()`; another library's registration stays."""
   if not _registered:
     return
   _private_api.unregister_revived_type(_OPTIMIZER_TYPE)
