@@ -301,19 +301,12 @@ class ReplayTest(parameterized.TestCase):
 
 
 def _strategy():
-  """A 2-replica MirroredStrategy that reduces without collective ops.
+  """A 2-replica MirroredStrategy with its default (collective) reduction.
 
-  TF 2.21 gives every MirroredStrategy instance the same collective group and
-  instance keys; once one instance has run collectives eagerly and another
-  in a tf.function (or vice versa) with other shapes, the process's
-  collective executor aborts ("Shape mismatch in the collective instance").
-  Plain v1 optimizers hit this too. In-process tests therefore reduce through
-  one device; the default (collective) reduction is covered in a fresh
-  process by `test_mirrored_default_collectives_subprocess`.
+  conftest.py gives every test fresh collective keys, so instances in one
+  process no longer collide.
   """
-  return tf.distribute.MirroredStrategy(
-      ["/cpu:0", "/cpu:1"],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
+  return tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 
 class SaverCheckpointTest(parameterized.TestCase):

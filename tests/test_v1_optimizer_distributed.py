@@ -14,7 +14,6 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
 from tests import test_v1_optimizer
 
@@ -23,10 +22,8 @@ MODES = ("eager", "function", "graph")
 
 def _wrapped(inner=None, **kwargs):
   kwargs.setdefault("initial_loss_scale", 8.0)
-  kwargs.setdefault("increment_period", 2)
-  return MixedPrecisionLossScaleOptimizer(
-      inner or tf.compat.v1.train.GradientDescentOptimizer(1.0),
-      mp.DynamicLossScale(**kwargs))
+  return test_v1_optimizer._dynamic_opt(  # pylint: disable=protected-access
+      inner or tf.compat.v1.train.GradientDescentOptimizer(1.0), **kwargs)
 
 
 def run_steps(mode, make_state, replica_step, num_steps=1):
