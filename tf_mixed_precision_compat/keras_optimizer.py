@@ -72,6 +72,7 @@ import threading
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _gated_apply
 from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
@@ -656,6 +657,13 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
       update_op, should_apply = self._loss_scale.update(grads)
     else:
       update_op, should_apply = None, True
+    if (self.dynamic and not isinstance(should_apply, bool) and
+        _gated_apply.supported(self._optimizer, grads, variables)):
+      # Same result as the conditional below, without making every update
+      # wait for the verdict (see _gated_apply).
+      _gated_apply.apply_when_finite(self._optimizer, grads, variables,
+                                     should_apply)
+      return update_op
 
     def apply_fn():
       distribution.extended.call_for_each_replica(

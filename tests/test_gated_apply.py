@@ -1,0 +1,266 @@
+"""The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
+
+`_gated_apply.apply_when_finite` updates small tensors in place and restores
+them on a non-finite step, and defers large ones to a conditional commit.
+Here every vetted Keras 3 optimizer runs the same gradient sequence (with
+non-finite steps) through it and through the conditional path it replaces,
+with small and large variables, in tf.function and under XLA; the bytes of
+every variable, slot, `iterations` and the loss scale must be equal after
+every step. Eagerly and under MirroredStrategy the conditional path is used
+(`supported` says so) and gives the same trajectory.
+"""
+
+from unittest import mock
+
+from absl.testing import parameterized
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _gated_apply
+from tf_mixed_precision_compat import keras_optimizer
+
+# (3, 4) and (5,) are small; (256, 256) has exactly `_DEFER_MIN_ELEMENTS`
+# elements, so it is deferred.
+_SHAPES = ((3, 4), (256, 256), (5,))
+_NON_FINITE_STEPS = (1, 4, 5)
+_STEPS = 8
+
+_OPTIMIZERS = {
+    "adam": lambda: keras.optimizers.Adam(0.01),
+    "adam_amsgrad": lambda: keras.optimizers.Adam(0.01, amsgrad=True),
+    "sgd": lambda: keras.optimizers.SGD(0.1),
+    "sgd_nesterov": lambda: keras.optimizers.SGD(0.1, momentum=0.9,
+                                                 nesterov=True),
+    "rmsprop_centered": lambda: keras.optimizers.RMSprop(
+        0.01, momentum=0.5, centered=True),
+    "adagrad": lambda: keras.optimizers.Adagrad(0.1),
+    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
+    "adamax": lambda: keras.optimizers.Adamax(0.01),
+    "nadam": lambda: keras.optimizers.Nadam(0.01),
+    "lion": lambda: keras.optimizers.Lion(0.001),
+    "adam_clipnorm_schedule": lambda: keras.optimizers.Adam(
+        keras.optimizers.schedules.ExponentialDecay(0.01, 2, 0.5),
+        clipnorm=1.0),
+}
+
+
+def _gradients(step, scale=1.0):
+  rng = np.random.default_rng(step)
+  grads = [(rng.standard_normal(s) * scale).astype(np.float32)
+           for s in _SHAPES]
+  if step in _NON_FINITE_STEPS:
+    grads[step % len(grads)].flat[3] = np.inf if step % 2 else np.nan
+  return grads
+
+
+def _differing(got, want):
+  """Indices of the steps and tensors whose bytes differ (no slow diffs)."""
+  return [(step, i) for step, (g, w) in enumerate(zip(got, want))
+          for i, (a, b) in enumerate(zip(g, w)) if a != b]
+
+
+def _state(opt, variables):
+  """Bytes of every variable, slot, counter and the loss scale."""
+  tensors = list(variables) + list(opt.variables) + [opt.loss_scale]
+  return [np.asarray(t).tobytes() for t in tensors]
+
+
+def _run(make_inner, mode, strategy=None, gated=True):
+  """States after each step of a dynamic LossScaleOptimizer."""
+  scope = strategy.scope() if strategy else mock.MagicMock()
+  with scope:
+    rng = np.random.default_rng(42)
+    variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
+                 for s in _SHAPES]
+    opt = keras_optimizer.LossScaleOptimizer(
+        make_inner(), initial_scale=8., dynamic_growth_steps=2)
+    opt.build(variables)
+
+  def apply(grads):
+    opt.apply_gradients(zip(grads, variables))
+
+  if mode == "mirrored":
+    # Each replica gets half the gradient; their exact sum is the gradient.
+    # (Computed in the replica, on its device.)
+    step = tf.function(lambda g: strategy.run(
+        lambda: apply([tf.identity(x) * 0.5 for x in g])))
+  elif mode == "eager":
+    step = apply
+  else:
+    step = tf.function(apply, jit_compile=(mode == "jit"))
+  states = []
+  patch = (mock.patch.object(_gated_apply, "supported", return_value=False)
+           if not gated else mock.MagicMock())
+  with patch:
+    for i in range(_STEPS):
+      step([tf.constant(g) for g in _gradients(i)])
+      states.append(_state(opt, variables))
+  return states
+
+
+class GatedApplyTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      (f"{name}_{mode}", name, mode)
+      for name in _OPTIMIZERS for mode in ("function", "jit"))
+  def test_bit_identical_to_the_conditional_apply(self, name, mode):
+    calls = []
+    real = _gated_apply.apply_when_finite
+
+    def spy(*args):
+      calls.append(1)
+      return real(*args)
+
+    with mock.patch.object(_gated_apply, "apply_when_finite", spy):
+      gated = _run(_OPTIMIZERS[name], mode)
+    self.assertTrue(calls, "the gated apply was not used")
+    reference = _run(_OPTIMIZERS[name], mode, gated=False)
+    self.assertLen(gated, _STEPS)
+    self.assertEqual(_differing(gated, reference), [])
+
+  @parameterized.parameters("function", "jit")
+  def test_non_finite_step_changes_only_iterations_and_scale(self, mode):
+    rng = np.random.default_rng(0)
+    variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
+                 for s in _SHAPES]
+    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt.build(variables)
+    step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
+                       jit_compile=(mode == "jit"))
+    step([tf.constant(g) for g in _gradients(0)])
+    before = [np.asarray(t).tobytes() for t in list(variables) +
+              [w for w in opt.inner_optimizer.variables
+               if w is not opt.iterations]]
+    iterations = int(opt.iterations.numpy())
+    for bad in (np.nan, np.inf, -np.inf):
+      grads = _gradients(0)
+      grads[1][7, 9] = bad  # a deferred (large) gradient
+      grads[0][0, 0] = 1.0
+      step([tf.constant(g) for g in grads])
+      grads = _gradients(0)
+      grads[0][2, 1] = bad  # a small one
+      step([tf.constant(g) for g in grads])
+    after = [np.asarray(t).tobytes() for t in list(variables) +
+             [w for w in opt.inner_optimizer.variables
+              if w is not opt.iterations]]
+    self.assertEqual(_differing([before], [after]), [])
+    self.assertEqual(int(opt.iterations.numpy()), iterations + 6)
+    self.assertEqual(float(opt.loss_scale.numpy()), 2.**15 / 2.**6)
+
+  @parameterized.parameters("eager", "mirrored")
+  def test_other_modes_use_the_conditional_with_the_same_result(self, mode):
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+                if mode == "mirrored" else None)
+    with mock.patch.object(_gated_apply, "apply_when_finite") as gated:
+      got = _run(_OPTIMIZERS["adam"], mode, strategy=strategy)
+    gated.assert_not_called()
+    want = _run(_OPTIMIZERS["adam"], "function")
+    self.assertLen(got, _STEPS)
+    self.assertEqual(_differing(got, want), [])
+
+  def test_keras_variables_of_a_model(self):
+    def run(gated):
+      keras.utils.set_random_seed(3)
+      model = keras.Sequential([keras.Input((300,)), keras.layers.Dense(256),
+                                keras.layers.Dense(3)])
+      opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+      opt.build(model.trainable_variables)
+      x = tf.constant(np.random.default_rng(0).standard_normal(
+          (4, 300)).astype(np.float32))
+
+      @tf.function
+      def step(poison):
+        with tf.GradientTape() as tape:
+          loss = tf.reduce_sum(model(x) ** 2) * poison
+          scaled = opt.get_scaled_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),
+                                model.trainable_variables))
+
+      patch = (mock.MagicMock() if gated else mock.patch.object(
+          _gated_apply, "supported", return_value=False))
+      states = []
+      with patch:
+        for poison in (1., np.inf, 1., 1.):
+          step(tf.constant(poison))
+          states.append([np.asarray(v).tobytes()
+                         for v in model.weights + opt.variables])
+      return states
+
+    gated, reference = run(True), run(False)
+    self.assertLen(gated, 4)
+    self.assertEqual(_differing(gated, reference), [])
+
+  def test_write_methods_are_restored_even_after_an_error(self):
+    inner = keras.optimizers.Adam(0.01)
+    variables = [tf.Variable(tf.ones(s)) for s in _SHAPES]
+    inner.build(variables)
+
+    @tf.function
+    def step():
+      grads = [tf.ones(s) for s in _SHAPES]
+      _gated_apply.apply_when_finite(inner, grads, variables,
+                                     tf.constant(True))
+      with mock.patch.object(type(inner), "update_step",
+                             side_effect=RuntimeError("boom")):
+        with self.assertRaisesRegex(RuntimeError, "boom"):
+          _gated_apply.apply_when_finite(inner, grads, variables,
+                                         tf.constant(True))
+
+    step()
+    for name in ("assign", "assign_add", "assign_sub"):
+      self.assertNotIn(name, vars(inner))
+    self.assertEqual(int(inner.iterations.numpy()), 1)
+
+
+class SupportedTest(parameterized.TestCase):
+
+  def _check(self, inner, grads=None, variables=None, expect=False):
+    variables = variables or [tf.Variable(tf.ones([2]))]
+    grads = grads or [tf.ones([2])]
+    results = []
+
+    @tf.function
+    def traced():
+      results.append(_gated_apply.supported(inner, grads, variables))
+
+    traced()
+    self.assertEqual(results, [expect])
+
+  def test_vetted_optimizer_in_a_function(self):
+    self._check(keras.optimizers.Adam(), expect=True)
+
+  def test_not_eagerly(self):
+    self.assertFalse(_gated_apply.supported(
+        keras.optimizers.Adam(), [tf.ones([2])], [tf.Variable(tf.ones([2]))]))
+
+  def test_not_under_a_strategy(self):
+    with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+      self._check(keras.optimizers.Adam())
+
+  @parameterized.named_parameters(
+      ("weight_decay", lambda: keras.optimizers.AdamW()),
+      ("adam_weight_decay", lambda: keras.optimizers.Adam(weight_decay=0.1)),
+      ("ema", lambda: keras.optimizers.Adam(use_ema=True)),
+      ("accumulation", lambda: keras.optimizers.Adam(
+          gradient_accumulation_steps=2)),
+      ("subclass", lambda: type("MyAdam", (keras.optimizers.Adam,), {})()),
+      ("keras3_wrapper", lambda: keras.optimizers.LossScaleOptimizer(
+          keras.optimizers.Adam())),
+  )
+  def test_unvetted_optimizers(self, make):
+    self._check(make())
+
+  def test_sparse_gradients(self):
+    self._check(keras.optimizers.Adam(), grads=[tf.IndexedSlices(
+        tf.ones([1]), tf.constant([0]), tf.constant([2]))])
+
+  def test_constrained_variable(self):
+    self._check(keras.optimizers.Adam(), variables=[tf.Variable(
+        tf.ones([2]), constraint=lambda v: v)])
+
+
+if __name__ == "__main__":
+  from absl.testing import absltest  # pylint: disable=g-import-not-at-top
+  absltest.main()

@@ -1,0 +1,217 @@
+"""Applying gradients so that a non-finite step leaves no trace, without waiting.
+
+TF 2.4 put the inner optimizer's apply inside a `tf.cond` on the all-finite
+verdict. Inside a traced step that makes every variable update wait until
+the last gradient has been checked, so the updates can no longer overlap the
+rest of the backward pass; on a 2-core CPU that wait costs several times more
+than the check itself (the `floor_gated` column of the README's Performance
+table). `apply_when_finite` gives the same result and lets each update run as
+soon as its gradient exists:
+
+* Small tensors (fewer than `_DEFER_MIN_ELEMENTS` elements) are updated in
+  place as usual, after a read of their old value. A resource variable copies
+  on write while such a read is alive, so the old value survives; on a
+  non-finite step one functional `If` op writes the old values back. It is
+  built with `tf.raw_ops.If` rather than `tf.cond` because `tf.cond` is
+  lowered to a switch per tensor, all waiting on the verdict; the `If` is one
+  op, and on a finite step it runs an empty branch.
+* Large tensors are not copied (that would add a pass over memory to their
+  update): the inner optimizer's writes to them are turned into new tensors,
+  which its later reads see (`keras.StatelessScope`), and a conditional
+  assigns those once the verdict is known: a few ops per tensor, negligible
+  next to a large tensor's update.
+* `iterations` advances on every step, as TF 2.4 counted skipped steps.
+
+Every value is computed by the same kernels from the same inputs as in a plain
+apply, only stored elsewhere, so variables, slots and `iterations` are
+bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
+
+The assumptions behind this are checked by `supported`; elsewhere the caller
+keeps TF 2.4's conditional.
+"""
+
+import keras
+import tensorflow as tf
+
+# Tensors with at least this many elements are deferred (written once the
+# verdict is known) instead of written in place and restored on overflow.
+_DEFER_MIN_ELEMENTS = 1 << 16
+
+# Keras 3 optimizers whose updates all go through the optimizer's `assign`,
+# `assign_add` and `assign_sub` or `keras.Variable.assign`, which
+# `apply_when_finite` intercepts. Exact types: a subclass may write variables
+# any other way.
+_VETTED = ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam",
+           "Lion")
+_VETTED_TYPES = tuple(getattr(keras.optimizers, n) for n in _VETTED)
+
+
+_WRITE_METHODS = ("assign", "assign_add", "assign_sub")
+
+
+def supported(inner, grads, variables):
+  """Whether `apply_when_finite` may apply `grads` with `inner` here.
+
+  Args:
+    inner: The inner optimizer.
+    grads: The gradients to apply (None allowed).
+    variables: The variables they belong to.
+
+  Returns:
+    True inside a `tf.function` (whose automatic control dependencies keep
+    reads, writes and the restore in order) without a distribution strategy,
+    for a vetted Keras 3 optimizer without weight decay, EMA or gradient
+    accumulation, and dense gradients of unconstrained variables.
+  """
+  if type(inner) not in _VETTED_TYPES:  # pylint: disable=unidiomatic-typecheck
+    return False
+  if not tf.inside_function() or tf.distribute.has_strategy():
+    return False
+  if (inner.weight_decay is not None or inner.use_ema or
+      inner.gradient_accumulation_steps):
+    return False
+  if any(isinstance(g, tf.IndexedSlices) for g in grads):
+    return False
+  return not any(
+      getattr(v, "constraint", None) is not None or
+      getattr(v, "overwrite_with_gradient", False) for v in variables)
+
+
+def _tf_variable(variable):
+  return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+def _is_large(variable):
+  size = variable.shape.num_elements()
+  return size is None or size >= _DEFER_MIN_ELEMENTS
+
+
+class _Writes:
+  """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
+
+  Built outside the stateless scope, where `keras.Variable.value` is still
+  the underlying `tf.Variable`.
+  """
+
+  def __init__(self, inner):
+    self._storage = {id(v): v.value for v in inner.variables}
+    self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
+    self.written = []  # write ops of small tensors
+    self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
+
+  def write(self, variable, combine, value):
+    target = self._storage.get(id(variable))
+    if target is None:
+      target = _tf_variable(variable)
+    value = tf.cast(value, target.dtype)
+    if not _is_large(target):
+      if id(target) not in self.originals:
+        self.originals[id(target)] = [target, target.read_value()]
+      with tf.control_dependencies([self.originals[id(target)][1]]):
+        if combine is None:
+          op = target.assign(value, read_value=False)
+        elif combine == "add":
+          op = target.assign_add(value, read_value=False)
+        else:
+          op = target.assign_sub(value, read_value=False)
+      self.written.append(op)
+      return
+    # Large: the new value becomes a tensor; a keras.Variable also records
+    # it in the stateless scope so that the optimizer's later reads see it.
+    if isinstance(variable, keras.Variable):
+      old = tf.convert_to_tensor(variable)
+    else:
+      entry = self.deferred.get(id(target))
+      old = entry[1] if entry else target.read_value()
+    new = (value if combine is None else
+           old + value if combine == "add" else old - value)
+    if isinstance(variable, keras.Variable):
+      variable.assign(new)
+    self.deferred[id(target)] = [target, new]
+
+  def assign(self, variable, value):
+    self.write(variable, None, value)
+
+  def assign_add(self, variable, value):
+    self.write(variable, "add", value)
+
+  def assign_sub(self, variable, value):
+    self.write(variable, "sub", value)
+
+
+def _restore_branches(handle_count, values):
+  """The two branches of the restoring `If`: write back, or do nothing."""
+  specs = ([tf.TensorSpec([], tf.resource)] * handle_count +
+           [tf.TensorSpec(v.shape, v.dtype) for v in values])
+
+  def restore(*args):
+    for handle, value in zip(args[:handle_count], args[handle_count:]):
+      tf.raw_ops.AssignVariableOp(resource=handle, value=value)
+    return tf.constant(True)
+
+  def keep(*args):
+    del args
+    return tf.constant(False)
+
+  branches = []
+  for fn in (restore, keep):
+    concrete = tf.function(fn, autograph=False).get_concrete_function(*specs)
+    concrete.add_to_graph()
+    branches.append(concrete)
+  return branches
+
+
+def apply_when_finite(inner, grads, variables, finite):
+  """Applies `grads` with `inner` where `finite`, else only counts the step.
+
+  Only call where `supported(inner, grads, variables)` holds.
+
+  Args:
+    inner: The inner Keras 3 optimizer (built).
+    grads: Unscaled gradients, in the order of `variables`.
+    variables: The variables.
+    finite: Scalar bool tensor, whether the step is applied.
+
+  Returns:
+    An op that runs after every write of the step.
+  """
+  writes = _Writes(inner)
+  # Instance attributes shadow the class's methods for the duration of the
+  # call; set in `__dict__` directly so that Keras's attribute tracking
+  # never sees them.
+  for name in _WRITE_METHODS:
+    inner.__dict__[name] = getattr(writes, name)
+  try:
+    with keras.StatelessScope() as scope:
+      inner.apply_gradients(list(zip(grads, variables)))
+  finally:
+    for name in _WRITE_METHODS:
+      del inner.__dict__[name]
+
+  ops = []
+  deferred = list(writes.deferred.values())
+  for variable in inner.variables:
+    new = scope.get_current_value(variable)
+    if new is None or id(variable.value) in writes.deferred:
+      continue
+    if variable is inner.iterations:
+      ops.append(variable.value.assign(new, read_value=False))
+    else:
+      deferred.append([variable.value, new])
+
+  if deferred:
+    def commit():
+      with tf.control_dependencies(
+          [t.assign(n, read_value=False) for t, n in deferred]):
+        return tf.constant(True)
+    ops.append(tf.cond(finite, commit, lambda: tf.constant(False)).op)
+
+  if writes.originals:
+    handles = [t.handle for t, _ in writes.originals.values()]
+    olds = [o for _, o in writes.originals.values()]
+    restore, keep = _restore_branches(len(handles), olds)
+    with tf.control_dependencies(writes.written):
+      ops.append(tf.raw_ops.If(
+          cond=tf.logical_not(finite), input=handles + olds, Tout=[tf.bool],
+          then_branch=restore, else_branch=keep)[0].op)
+  return tf.group(ops)
