@@ -4,9 +4,9 @@
 them on a non-finite step, and defers large ones to a conditional commit.
 Here every vetted Keras 3 optimizer runs the same gradient sequence (with
 non-finite steps) through it and through the conditional path it replaces,
-with small and large variables, in tf.function and under XLA; the bytes of
-every variable, slot, `iterations` and the loss scale must be equal after
-every step. Eagerly and under MirroredStrategy the conditional path is used
+with small and large variables, in tf.function; the bytes of every variable,
+slot, `iterations` and the loss scale must be equal after every step.
+Eagerly, under XLA and under MirroredStrategy the conditional path is used
 (`supported` says so) and gives the same trajectory.
 """
 
@@ -103,7 +103,7 @@ class GatedApplyTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{mode}", name, mode)
-      for name in _OPTIMIZERS for mode in ("function", "jit"))
+      for name in _OPTIMIZERS for mode in ("function",))
   def test_bit_identical_to_the_conditional_apply(self, name, mode):
     calls = []
     real = _gated_apply.apply_when_finite
@@ -148,7 +148,7 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertEqual(int(opt.iterations.numpy()), iterations + 6)
     self.assertEqual(float(opt.loss_scale.numpy()), 2.**15 / 2.**6)
 
-  @parameterized.parameters("eager", "mirrored")
+  @parameterized.parameters("eager", "jit", "mirrored")
   def test_other_modes_use_the_conditional_with_the_same_result(self, mode):
     strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
                 if mode == "mirrored" else None)
@@ -157,6 +157,10 @@ class GatedApplyTest(parameterized.TestCase):
     gated.assert_not_called()
     want = _run(_OPTIMIZERS["adam"], "function")
     self.assertLen(got, _STEPS)
+    if mode == "jit":
+      # XLA fuses Adam's arithmetic (variables within a few ulp; see
+      # test_keras_optimizer.py); the loss scale trajectory is exact.
+      got, want = [s[-1:] for s in got], [s[-1:] for s in want]
     self.assertEqual(_differing(got, want), [])
 
   def test_keras_variables_of_a_model(self):
@@ -216,14 +220,16 @@ class GatedApplyTest(parameterized.TestCase):
 
 class SupportedTest(parameterized.TestCase):
 
-  def _check(self, inner, grads=None, variables=None, expect=False):
+  def _check(self, inner, grads=None, variables=None, expect=False,
+             jit_compile=False):
     variables = variables or [tf.Variable(tf.ones([2]))]
     grads = grads or [tf.ones([2])]
     results = []
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def traced():
       results.append(_gated_apply.supported(inner, grads, variables))
+      return tf.constant(0)
 
     traced()
     self.assertEqual(results, [expect])
@@ -234,6 +240,9 @@ class SupportedTest(parameterized.TestCase):
   def test_not_eagerly(self):
     self.assertFalse(_gated_apply.supported(
         keras.optimizers.Adam(), [tf.ones([2])], [tf.Variable(tf.ones([2]))]))
+
+  def test_not_under_xla(self):
+    self._check(keras.optimizers.Adam(), jit_compile=True)
 
   def test_not_under_a_strategy(self):
     with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():

@@ -33,6 +33,8 @@ keeps TF 2.4's conditional.
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
+
 # Tensors with at least this many elements are deferred (written once the
 # verdict is known) instead of written in place and restored on overflow.
 _DEFER_MIN_ELEMENTS = 1 << 16
@@ -59,13 +61,16 @@ def supported(inner, grads, variables):
 
   Returns:
     True inside a `tf.function` (whose automatic control dependencies keep
-    reads, writes and the restore in order) without a distribution strategy,
+    reads, writes and the restore in order) that XLA does not compile (XLA
+    schedules ops its own way, so the conditional costs it no wait, and it
+    compiles the functional `If` slowly), without a distribution strategy,
     for a vetted Keras 3 optimizer without weight decay, EMA or gradient
     accumulation, and dense gradients of unconstrained variables.
   """
   if type(inner) not in _VETTED_TYPES:  # pylint: disable=unidiomatic-typecheck
     return False
-  if not tf.inside_function() or tf.distribute.has_strategy():
+  if (not tf.inside_function() or tf.distribute.has_strategy() or
+      _private_api.in_xla_context()):
     return False
   if (inner.weight_decay is not None or inner.use_ema or
       inner.gradient_accumulation_steps):

@@ -27,3 +27,18 @@ def unregister_revived_type(identifier):
   revived_types._REVIVED_TYPE_REGISTRY.pop(identifier, None)  # pylint: disable=protected-access
   if identifier in revived_types._TYPE_IDENTIFIERS:  # pylint: disable=protected-access
     revived_types._TYPE_IDENTIFIERS.remove(identifier)  # pylint: disable=protected-access
+
+
+# Whether the graph being built will be compiled by XLA
+# (`tf.function(jit_compile=True)`, also around nested control flow). XLA
+# ignores the op ordering the gated apply is built for and compiles its
+# functional `If` slowly, so such steps keep the conditional; TF only tells
+# through its control-flow contexts, which have no public accessor.
+from tensorflow.python.ops import control_flow_util
+
+
+def in_xla_context():
+  """Whether ops created now are compiled by XLA."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return control_flow_util.GraphOrParentsInXlaContext(
+      tf.compat.v1.get_default_graph())
