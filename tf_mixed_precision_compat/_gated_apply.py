@@ -11,10 +11,10 @@ soon as its gradient exists:
 * Small tensors (fewer than `_DEFER_MIN_ELEMENTS` elements) are updated in
   place as usual, after a read of their old value. A resource variable copies
   on write while such a read is alive, so the old value survives; on a
-  non-finite step one functional `If` op writes the old values back. It is
-  built with `tf.raw_ops.If` rather than `tf.cond` because `tf.cond` is
-  lowered to a switch per tensor, all waiting on the verdict; the `If` is one
-  op, and on a finite step it runs an empty branch.
+  non-finite step functional `If` ops (one per 64 tensors) write the old
+  values back. They are built with `tf.raw_ops.If` rather than `tf.cond`
+  because `tf.cond` is lowered to a switch per tensor, all waiting on the
+  verdict; an `If` is one op, and on a finite step it runs an empty branch.
 * Large tensors are not copied (that would add a pass over memory to their
   update): the inner optimizer's writes to them are turned into new tensors,
   which its later reads see (`keras.StatelessScope`), and a conditional
@@ -29,6 +29,8 @@ bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
 """
+
+import functools
 
 import keras
 import tensorflow as tf
@@ -49,6 +51,11 @@ _VETTED_TYPES = tuple(getattr(keras.optimizers, n) for n in _VETTED)
 
 
 _WRITE_METHODS = ("assign", "assign_add", "assign_sub")
+
+# Tensors restored by one `If` op: a few dozen `If` ops per step cost less
+# than building and instantiating one branch function over thousands of
+# tensors.
+_RESTORE_CHUNK = 64
 
 
 def supported(inner, grads, variables):
@@ -111,7 +118,7 @@ class _Writes:
     value = tf.cast(value, target.dtype)
     if not _is_large(target):
       if id(target) not in self.originals:
-        self.originals[id(target)] = [target, target.read_value()]
+        self.originals[id(target)] = [target, target.value()]
       with tf.control_dependencies([self.originals[id(target)][1]]):
         if combine is None:
           op = target.assign(value, read_value=False)
@@ -144,13 +151,20 @@ class _Writes:
     self.write(variable, "sub", value)
 
 
-def _restore_branches(handle_count, values):
-  """The two branches of the restoring `If`: write back, or do nothing."""
-  specs = ([tf.TensorSpec([], tf.resource)] * handle_count +
-           [tf.TensorSpec(v.shape, v.dtype) for v in values])
+@functools.lru_cache(maxsize=None)
+def _restore_branches(dtypes):
+  """The branches of a restoring `If` over variables of `dtypes`.
+
+  `restore(handles..., values...)` writes the values back; `keep` does
+  nothing. Shapes are left unknown, so one pair serves every chunk of the
+  same dtypes, traced once per process.
+  """
+  count = len(dtypes)
+  specs = ([tf.TensorSpec(None, tf.resource)] * count +
+           [tf.TensorSpec(None, dtype) for dtype in dtypes])
 
   def restore(*args):
-    for handle, value in zip(args[:handle_count], args[handle_count:]):
+    for handle, value in zip(args[:count], args[count:]):
       tf.raw_ops.AssignVariableOp(resource=handle, value=value)
     return tf.constant(True)
 
@@ -158,12 +172,29 @@ def _restore_branches(handle_count, values):
     del args
     return tf.constant(False)
 
-  branches = []
-  for fn in (restore, keep):
-    concrete = tf.function(fn, autograph=False).get_concrete_function(*specs)
-    concrete.add_to_graph()
-    branches.append(concrete)
-  return branches
+  return tuple(tf.function(fn, autograph=False).get_concrete_function(*specs)
+               for fn in (restore, keep))
+
+
+def _restore_unless(finite, originals):
+  """`If` ops writing `originals` back unless `finite`, one per chunk.
+
+  Chunks keep each branch function small: building and instantiating one
+  function over thousands of tensors took seconds, growing faster than the
+  tensor count.
+  """
+  ops = []
+  not_finite = tf.logical_not(finite)
+  for start in range(0, len(originals), _RESTORE_CHUNK):
+    chunk = originals[start:start + _RESTORE_CHUNK]
+    restore, keep = _restore_branches(tuple(o.dtype for _, o in chunk))
+    restore.add_to_graph()
+    keep.add_to_graph()
+    ops.append(tf.raw_ops.If(
+        cond=not_finite, input=[t.handle for t, _ in chunk] +
+        [o for _, o in chunk], Tout=[tf.bool], then_branch=restore,
+        else_branch=keep)[0].op)
+  return ops
 
 
 def apply_when_finite(inner, grads, variables, finite):
@@ -211,12 +242,6 @@ def apply_when_finite(inner, grads, variables, finite):
         return tf.constant(True)
     ops.append(tf.cond(finite, commit, lambda: tf.constant(False)).op)
 
-  if writes.originals:
-    handles = [t.handle for t, _ in writes.originals.values()]
-    olds = [o for _, o in writes.originals.values()]
-    restore, keep = _restore_branches(len(handles), olds)
-    with tf.control_dependencies(writes.written):
-      ops.append(tf.raw_ops.If(
-          cond=tf.logical_not(finite), input=handles + olds, Tout=[tf.bool],
-          then_branch=restore, else_branch=keep)[0].op)
+  with tf.control_dependencies(writes.written):
+    ops.extend(_restore_unless(finite, list(writes.originals.values())))
   return tf.group(ops)
