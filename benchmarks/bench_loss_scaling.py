@@ -99,6 +99,7 @@ class Settings:
       self.scaling = ((2, 16), (4, 16), (8, 16))
       self.reps, self.block_s = 3, 0.005
       self.jit_max_vars = None
+      self.mirrored_max_vars = None
       self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
     else:
       self.wide = (10, 1000)
@@ -108,6 +109,9 @@ class Settings:
       # XLA compiles each contender's 1000-layer step for minutes: jit cells
       # go up to 400 variables unless --jit-max-vars says otherwise.
       self.jit_max_vars = 400
+      # Likewise, setting up 1000-layer replicated steps for every contender
+      # takes over 20 minutes on 2 cores (--mirrored-max-vars).
+      self.mirrored_max_vars = 400
       self.fit_reps, self.fit_steps, self.fit_units = 7, 20, 1024
 
   def as_dict(self):
@@ -675,6 +679,10 @@ def main(argv=None):
   parser.add_argument("--jit-max-vars", type=int, default=None,
                       help="largest variable count measured with jit_compile "
                       "(default: 400 in a full run, all in --quick)")
+  parser.add_argument("--mirrored-max-vars", type=int, default=None,
+                      help="largest variable count measured under "
+                      "MirroredStrategy (default: 400 in a full run, all in "
+                      "--quick)")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
@@ -682,6 +690,8 @@ def main(argv=None):
   settings = Settings(args.quick)
   if args.jit_max_vars is not None:
     settings.jit_max_vars = args.jit_max_vars
+  if args.mirrored_max_vars is not None:
+    settings.mirrored_max_vars = args.mirrored_max_vars
   only = set(filter(None, args.only.split(",")))
 
   started = time.perf_counter()
@@ -706,9 +716,11 @@ def main(argv=None):
   if wanted("scaling"):
     for mode in ("function", "jit", "mirrored"):
       for num_vars, width in settings.scaling:
-        if (mode == "jit" and settings.jit_max_vars is not None and
-            num_vars > settings.jit_max_vars):
-          log(f"scaling[{num_vars}x{width}]  jit  skipped (--jit-max-vars)")
+        limit = {"jit": settings.jit_max_vars,
+                 "mirrored": settings.mirrored_max_vars}.get(mode)
+        if limit is not None and num_vars > limit:
+          log(f"scaling[{num_vars}x{width}]  {mode}  skipped "
+              f"(--{mode}-max-vars)")
           continue
         cells.append(run_cell("scaling", mode, num_vars, width, settings,
                               strategy, log))
