@@ -107,6 +107,15 @@ class _Writes:
 
   def __init__(self, inner):
     self._storage = {id(v): v.value for v in inner.variables}
+    # The small optimizer variables are read once, up front, and the
+    # stateless scope hands these reads to the optimizer: the read it makes
+    # anyway before updating a slot doubles as the slot's saved old value,
+    # so saving costs no op. (`iterations` keeps its own reads.)
+    self.first_reads = [(v, v.value.value()) for v in inner.variables
+                        if v is not inner.iterations and not _is_large(v)]
+    self._first_read = {id(self._storage[id(v)]): r
+                        for v, r in self.first_reads}
+    self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.written = []  # write ops of small tensors
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
@@ -118,7 +127,9 @@ class _Writes:
     value = tf.cast(value, target.dtype)
     if not _is_large(target):
       if id(target) not in self.originals:
-        self.originals[id(target)] = [target, target.value()]
+        old = self._first_read.get(id(target))
+        self.originals[id(target)] = [
+            target, target.value() if old is None else old]
       with tf.control_dependencies([self.originals[id(target)][1]]):
         if combine is None:
           op = target.assign(value, read_value=False)
@@ -127,6 +138,10 @@ class _Writes:
         else:
           op = target.assign_sub(value, read_value=False)
       self.written.append(op)
+      if isinstance(variable, keras.Variable):
+        # Later reads in the scope must see the update.
+        with tf.control_dependencies([op]):
+          self.scope.add_update((variable, target.value()))
       return
     # Large: the new value becomes a tensor; a keras.Variable also records
     # it in the stateless scope so that the optimizer's later reads see it.
@@ -218,7 +233,8 @@ def apply_when_finite(inner, grads, variables, finite):
   for name in _WRITE_METHODS:
     inner.__dict__[name] = getattr(writes, name)
   try:
-    with keras.StatelessScope() as scope:
+    with keras.StatelessScope(writes.first_reads) as scope:
+      writes.scope = scope
       inner.apply_gradients(list(zip(grads, variables)))
   finally:
     for name in _WRITE_METHODS:
@@ -226,9 +242,12 @@ def apply_when_finite(inner, grads, variables, finite):
 
   ops = []
   deferred = list(writes.deferred.values())
+  unread = {id(v): r for v, r in writes.first_reads}
   for variable in inner.variables:
     new = scope.get_current_value(variable)
-    if new is None or id(variable.value) in writes.deferred:
+    if (new is None or new is unread.get(id(variable)) or
+        id(variable.value) in writes.deferred or
+        id(variable.value) in writes.originals):
       continue
     if variable is inner.iterations:
       ops.append(variable.value.assign(new, read_value=False))
