@@ -683,6 +683,9 @@ def main(argv=None):
                       help="largest variable count measured under "
                       "MirroredStrategy (default: 400 in a full run, all in "
                       "--quick)")
+  parser.add_argument("--modes", default="",
+                      help="comma-separated modes to run (eager, function, "
+                      "jit, mirrored); default all")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
@@ -699,6 +702,11 @@ def main(argv=None):
   def wanted(workload):
     return not only or workload in only
 
+  modes = set(filter(None, args.modes.split(",")))
+
+  def _modes(*names):
+    return [m for m in names if not modes or m in modes]
+
   def log(line):
     print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr,
           flush=True)
@@ -706,15 +714,15 @@ def main(argv=None):
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   cells = []
   if wanted("wide"):
-    for mode in ("function", "jit", "mirrored"):
+    for mode in _modes("function", "jit", "mirrored"):
       cells.append(run_cell("wide", mode, *settings.wide, settings, strategy,
                             log))
   if wanted("many"):
-    for mode in ("eager", "function", "jit", "mirrored"):
+    for mode in _modes("eager", "function", "jit", "mirrored"):
       cells.append(run_cell("many", mode, *settings.many, settings, strategy,
                             log))
   if wanted("scaling"):
-    for mode in ("function", "jit", "mirrored"):
+    for mode in _modes("function", "jit", "mirrored"):
       for num_vars, width in settings.scaling:
         limit = {"jit": settings.jit_max_vars,
                  "mirrored": settings.mirrored_max_vars}.get(mode)
@@ -725,7 +733,7 @@ def main(argv=None):
         cells.append(run_cell("scaling", mode, num_vars, width, settings,
                               strategy, log))
   if wanted("fit"):
-    for mode in ("function", "jit", "mirrored"):
+    for mode in _modes("function", "jit", "mirrored"):
       cells.append(run_fit_cell(mode, settings, strategy, log))
   if wanted("v1"):
     cells.append(run_v1_cell("wide", *settings.wide, settings, log))

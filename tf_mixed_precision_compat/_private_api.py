@@ -31,9 +31,10 @@ def unregister_revived_type(identifier):
 
 # Whether the graph being built will be compiled by XLA
 # (`tf.function(jit_compile=True)`, also around nested control flow). XLA
-# ignores the op ordering the gated apply is built for and compiles its
-# functional `If` slowly, so such steps keep the conditional; TF only tells
-# through its control-flow contexts, which have no public accessor.
+# schedules ops its own way and compiles some graph shapes very slowly (a
+# functional `If` over many tensors, hundreds of small reductions), so the
+# gated apply and the per-gradient finite checks are not used there; TF only
+# tells through its control-flow contexts, which have no public accessor.
 from tensorflow.python.ops import control_flow_util
 
 

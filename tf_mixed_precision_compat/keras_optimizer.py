@@ -33,6 +33,8 @@ the gradients of all replicas (`_distribute.all_finite`: one overflowing
 replica skips the step everywhere), then either the inner optimizer applies
 the gradients in every replica, or, on a non-finite step, nothing is applied
 and only the inner optimizer's `iterations` is incremented, as TF 2.4.4 did.
+In a `tf.function` step without a strategy or XLA, `_gated_apply` gets the
+same result without making every update wait for the verdict.
 
 *Not wrapped twice.* The class derives from `keras.optimizers.
 LossScaleOptimizer` (without using its implementation), because Keras 3's
