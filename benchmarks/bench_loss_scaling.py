@@ -553,8 +553,11 @@ def markdown(results):
         row.append("—")
     lines.append("| " + " | ".join(row) + " |")
   lines.append("")
-  lines.append("¹ tf_keras is not installed here; its column is skipped. "
-               "— : not applicable (no floor for `fit`).")
+  footnote = "— : not applicable (no floor or tf_keras run for `fit`)."
+  if any(cell["notes"] for cell in results["cells"]):
+    footnote = ("¹ tf_keras is not installed here; its column is skipped. " +
+                footnote)
+  lines.append(footnote)
   v1 = [c for c in results["cells"] if c["mode"] == "session"]
   if v1:
     lines.append("")
