@@ -94,7 +94,7 @@ def _tf_variable(variable):
 
 
 def _is_large(variable):
-  size = variable.shape.num_elements()
+  size = tf.TensorShape(variable.shape).num_elements()
   return size is None or size >= _DEFER_MIN_ELEMENTS
 
 
