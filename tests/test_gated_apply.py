@@ -10,6 +10,7 @@ Eagerly, under XLA and under MirroredStrategy the conditional path is used
 (`supported` says so) and gives the same trajectory.
 """
 
+import contextlib
 from unittest import mock
 
 from absl.testing import parameterized
@@ -68,7 +69,7 @@ def _state(opt, variables):
 
 def _run(make_inner, mode, strategy=None, gated=True):
   """States after each step of a dynamic LossScaleOptimizer."""
-  scope = strategy.scope() if strategy else mock.MagicMock()
+  scope = strategy.scope() if strategy else contextlib.nullcontext()
   with scope:
     rng = np.random.default_rng(42)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
@@ -91,7 +92,7 @@ def _run(make_inner, mode, strategy=None, gated=True):
     step = tf.function(apply, jit_compile=(mode == "jit"))
   states = []
   patch = (mock.patch.object(_gated_apply, "supported", return_value=False)
-           if not gated else mock.MagicMock())
+           if not gated else contextlib.nullcontext())
   with patch:
     for i in range(_STEPS):
       step([tf.constant(g) for g in _gradients(i)])
@@ -182,7 +183,7 @@ class GatedApplyTest(parameterized.TestCase):
         opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),
                                 model.trainable_variables))
 
-      patch = (mock.MagicMock() if gated else mock.patch.object(
+      patch = (contextlib.nullcontext() if gated else mock.patch.object(
           _gated_apply, "supported", return_value=False))
       states = []
       with patch:

@@ -50,8 +50,6 @@ _VETTED = ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam",
 _VETTED_TYPES = tuple(getattr(keras.optimizers, n) for n in _VETTED)
 
 
-_WRITE_METHODS = ("assign", "assign_add", "assign_sub")
-
 # Tensors restored by one `If` op: a few dozen `If` ops per step cost less
 # than building and instantiating one branch function over thousands of
 # tensors.
@@ -98,6 +96,14 @@ def _is_large(variable):
   return size is None or size >= _DEFER_MIN_ELEMENTS
 
 
+# How each intercepted write combines the old value with the given one.
+_COMBINE = {
+    "assign": lambda old, value: value,
+    "assign_add": lambda old, value: old + value,
+    "assign_sub": lambda old, value: old - value,
+}
+
+
 class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
@@ -113,30 +119,27 @@ class _Writes:
     # so saving costs no op. (`iterations` keeps its own reads.)
     self.first_reads = [(v, v.value.value()) for v in inner.variables
                         if v is not inner.iterations and not _is_large(v)]
-    self._first_read = {id(self._storage[id(v)]): r
-                        for v, r in self.first_reads}
+    # id(tf.Variable) -> its first read.
+    self.first_read = {id(self._storage[id(v)]): r
+                       for v, r in self.first_reads}
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.written = []  # write ops of small tensors
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
 
-  def write(self, variable, combine, value):
+  def write(self, method, variable, value):
+    """Does `optimizer.<method>(variable, value)` the gated way."""
     target = self._storage.get(id(variable))
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
     if not _is_large(target):
       if id(target) not in self.originals:
-        old = self._first_read.get(id(target))
+        old = self.first_read.get(id(target))
         self.originals[id(target)] = [
             target, target.value() if old is None else old]
       with tf.control_dependencies([self.originals[id(target)][1]]):
-        if combine is None:
-          op = target.assign(value, read_value=False)
-        elif combine == "add":
-          op = target.assign_add(value, read_value=False)
-        else:
-          op = target.assign_sub(value, read_value=False)
+        op = getattr(target, method)(value, read_value=False)
       self.written.append(op)
       if isinstance(variable, keras.Variable):
         # Later reads in the scope must see the update.
@@ -150,20 +153,10 @@ class _Writes:
     else:
       entry = self.deferred.get(id(target))
       old = entry[1] if entry else target.read_value()
-    new = (value if combine is None else
-           old + value if combine == "add" else old - value)
+    new = _COMBINE[method](old, value)
     if isinstance(variable, keras.Variable):
       variable.assign(new)
     self.deferred[id(target)] = [target, new]
-
-  def assign(self, variable, value):
-    self.write(variable, None, value)
-
-  def assign_add(self, variable, value):
-    self.write(variable, "add", value)
-
-  def assign_sub(self, variable, value):
-    self.write(variable, "sub", value)
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,22 +223,21 @@ def apply_when_finite(inner, grads, variables, finite):
   # Instance attributes shadow the class's methods for the duration of the
   # call; set in `__dict__` directly so that Keras's attribute tracking
   # never sees them.
-  for name in _WRITE_METHODS:
-    inner.__dict__[name] = getattr(writes, name)
+  for name in _COMBINE:
+    inner.__dict__[name] = functools.partial(writes.write, name)
   try:
     with keras.StatelessScope(writes.first_reads) as scope:
       writes.scope = scope
       inner.apply_gradients(list(zip(grads, variables)))
   finally:
-    for name in _WRITE_METHODS:
+    for name in _COMBINE:
       del inner.__dict__[name]
 
   ops = []
   deferred = list(writes.deferred.values())
-  unread = {id(v): r for v, r in writes.first_reads}
   for variable in inner.variables:
     new = scope.get_current_value(variable)
-    if (new is None or new is unread.get(id(variable)) or
+    if (new is None or new is writes.first_read.get(id(variable.value)) or
         id(variable.value) in writes.deferred or
         id(variable.value) in writes.originals):
       continue
