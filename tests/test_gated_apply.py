@@ -25,6 +25,8 @@ from tf_mixed_precision_compat import keras_optimizer
 # elements, so it is deferred.
 _SHAPES = ((3, 4), (256, 256), (5,))
 _NON_FINITE_STEPS = (1, 4, 5)
+# Optimizers whose XLA-compiled update rounds differently once masked.
+_XLA_REORDERS = ("rmsprop_centered",)
 _STEPS = 8
 
 _OPTIMIZERS = {
@@ -104,7 +106,7 @@ class GatedApplyTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{mode}", name, mode)
-      for name in _OPTIMIZERS for mode in ("function",))
+      for name in _OPTIMIZERS for mode in ("function", "jit"))
   def test_bit_identical_to_the_conditional_apply(self, name, mode):
     calls = []
     real = _gated_apply.apply_when_finite
@@ -118,18 +120,42 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertTrue(calls, "the gated apply was not used")
     reference = _run(_OPTIMIZERS[name], mode, gated=False)
     self.assertLen(gated, _STEPS)
+    if mode == "jit" and name in _XLA_REORDERS:
+      # XLA compiles the masked and the conditional update differently, and
+      # the centered denominator (a difference of near-equal numbers)
+      # magnifies the rounding; XLA's conditional differs from the
+      # uncompiled apply just as much. The scale, the counter and the
+      # skipped steps stay exact.
+      self.assertEqual(
+          [s[-1:] + s[3:4] for s in gated], [s[-1:] + s[3:4] for s in reference])
+      for got, want in zip(gated, reference):
+        for a, b in zip(got, want):
+          np.testing.assert_allclose(np.frombuffer(a, np.float32),
+                                     np.frombuffer(b, np.float32),
+                                     rtol=1e-4, atol=1e-6)
+      return
     self.assertEqual(_differing(gated, reference), [])
 
-  @parameterized.parameters("function", "jit")
-  def test_non_finite_step_changes_only_iterations_and_scale(self, mode):
+  @parameterized.product(mode=("function", "jit"),
+                         name=("adam", "sgd_nesterov", "adadelta"))
+  def test_non_finite_step_changes_only_iterations_and_scale(self, mode,
+                                                              name):
     rng = np.random.default_rng(0)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
                  for s in _SHAPES]
-    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt = keras_optimizer.LossScaleOptimizer(_OPTIMIZERS[name]())
     opt.build(variables)
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
                        jit_compile=(mode == "jit"))
     step([tf.constant(g) for g in _gradients(0)])
+    # Negative zeros must survive a skipped step too (x + 0. would turn
+    # them positive). Adam subtracts from its variables, Adadelta adds to
+    # them, SGD with momentum assigns its momentum.
+    for v in variables + [w for w in opt.inner_optimizer.variables
+                          if w.dtype == "float32" and len(w.shape)]:
+      value = np.array(v)
+      value.flat[::2] = -0.
+      v.assign(value)
     before = [np.asarray(t).tobytes() for t in list(variables) +
               [w for w in opt.inner_optimizer.variables
                if w is not opt.iterations]]
@@ -149,7 +175,7 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertEqual(int(opt.iterations.numpy()), iterations + 6)
     self.assertEqual(float(opt.loss_scale.numpy()), 2.**15 / 2.**6)
 
-  @parameterized.parameters("eager", "jit", "mirrored")
+  @parameterized.parameters("eager", "mirrored")
   def test_other_modes_use_the_conditional_with_the_same_result(self, mode):
     strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
                 if mode == "mirrored" else None)
@@ -158,10 +184,6 @@ class GatedApplyTest(parameterized.TestCase):
     gated.assert_not_called()
     want = _run(_OPTIMIZERS["adam"], "function")
     self.assertLen(got, _STEPS)
-    if mode == "jit":
-      # XLA fuses Adam's arithmetic (variables within a few ulp; see
-      # test_keras_optimizer.py); the loss scale trajectory is exact.
-      got, want = [s[-1:] for s in got], [s[-1:] for s in want]
     self.assertEqual(_differing(got, want), [])
 
   def test_keras_variables_of_a_model(self):
@@ -242,8 +264,8 @@ class SupportedTest(parameterized.TestCase):
     self.assertFalse(_gated_apply.supported(
         keras.optimizers.Adam(), [tf.ones([2])], [tf.Variable(tf.ones([2]))]))
 
-  def test_not_under_xla(self):
-    self._check(keras.optimizers.Adam(), jit_compile=True)
+  def test_under_xla(self):
+    self._check(keras.optimizers.Adam(), jit_compile=True, expect=True)
 
   def test_not_under_a_strategy(self):
     with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():

@@ -26,6 +26,15 @@ Every value is computed by the same kernels from the same inputs as in a plain
 apply, only stored elsewhere, so variables, slots and `iterations` are
 bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
 
+Under XLA (`tf.function(jit_compile=True)`) the cost is different: XLA
+orders ops itself, so waiting is free, but a conditional around the updates
+stops it from updating variables in place (about +25% on a 10M-parameter
+MLP, as in Keras 3 and tf_keras). There every write is masked instead: an
+`assign_add` of `where(finite, delta, -0.)`, an `assign_sub` of
+`where(finite, delta, 0.)`, an `assign` of `where(finite, value, old)`.
+Adding -0. or subtracting +0. leaves every number, signed zeros included,
+exactly as it was, and XLA fuses the select into the update.
+
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
 """
@@ -66,16 +75,13 @@ def supported(inner, grads, variables):
 
   Returns:
     True inside a `tf.function` (whose automatic control dependencies keep
-    reads, writes and the restore in order) that XLA does not compile (XLA
-    schedules ops its own way, so the conditional costs it no wait, and it
-    compiles the functional `If` slowly), without a distribution strategy,
-    for a vetted Keras 3 optimizer without weight decay, EMA or gradient
-    accumulation, and dense gradients of unconstrained variables.
+    reads, writes and the restore in order), without a distribution
+    strategy, for a vetted Keras 3 optimizer without weight decay, EMA or
+    gradient accumulation, and dense gradients of unconstrained variables.
   """
   if type(inner) not in _VETTED_TYPES:  # pylint: disable=unidiomatic-typecheck
     return False
-  if (not tf.inside_function() or tf.distribute.has_strategy() or
-      _private_api.in_xla_context()):
+  if not tf.inside_function() or tf.distribute.has_strategy():
     return False
   if (inner.weight_decay is not None or inner.use_ema or
       inner.gradient_accumulation_steps):
@@ -219,6 +225,8 @@ def apply_when_finite(inner, grads, variables, finite):
   Returns:
     An op that runs after every write of the step.
   """
+  if _private_api.in_xla_context():
+    return _apply_masked(inner, grads, variables, finite)
   writes = _Writes(inner)
   # Instance attributes shadow the class's methods for the duration of the
   # call; set in `__dict__` directly so that Keras's attribute tracking
@@ -256,3 +264,34 @@ def apply_when_finite(inner, grads, variables, finite):
   with tf.control_dependencies(writes.written):
     ops.extend(_restore_unless(finite, list(writes.originals.values())))
   return tf.group(ops)
+
+
+# What a skipped `assign_add` adds and a skipped `assign_sub` subtracts:
+# x + -0. and x - +0. equal x bit for bit, for every x (an exact sum that is
+# zero takes the sign of the sum of two zeros of x's sign).
+_NEUTRAL = {"assign_add": -0., "assign_sub": 0.}
+
+
+def _apply_masked(inner, grads, variables, finite):
+  """`apply_when_finite` under XLA: every write masked by `finite`."""
+  writes = []
+
+  def write(method, variable, value):
+    target = _tf_variable(variable)
+    value = tf.cast(value, target.dtype)
+    neutral = _NEUTRAL.get(method)
+    keep = (target.value() if neutral is None else
+            tf.constant(neutral, target.dtype))
+    writes.append(getattr(target, method)(tf.where(finite, value, keep),
+                                          read_value=False))
+
+  # `iterations` is advanced by the optimizer through the variable itself,
+  # not these methods, so it counts skipped steps as TF 2.4 did.
+  for name in _COMBINE:
+    inner.__dict__[name] = functools.partial(write, name)
+  try:
+    inner.apply_gradients(list(zip(grads, variables)))
+  finally:
+    for name in _COMBINE:
+      del inner.__dict__[name]
+  return tf.group(writes)
