@@ -26,14 +26,16 @@ Every value is computed by the same kernels from the same inputs as in a plain
 apply, only stored elsewhere, so variables, slots and `iterations` are
 bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
 
-Under XLA (`tf.function(jit_compile=True)`) the cost is different: XLA
-orders ops itself, so waiting is free, but a conditional around the updates
-stops it from updating variables in place (about +25% on a 10M-parameter
-MLP, as in Keras 3 and tf_keras). There every write is masked instead: an
-`assign_add` of `where(finite, delta, -0.)`, an `assign_sub` of
-`where(finite, delta, 0.)`, an `assign` of `where(finite, value, old)`.
-Adding -0. or subtracting +0. leaves every number, signed zeros included,
-exactly as it was, and XLA fuses the select into the update.
+Under XLA (`tf.function(jit_compile=True)`) the costs are the other way
+round: XLA orders ops itself, so waiting is free, but a conditional around a
+tensor's update stops it from updating that tensor in place (about +25% on a
+10M-parameter MLP, as in Keras 3 and tf_keras), and masks cost more than the
+copy of a small tensor (+34% against +15% with 400 variables of 32x32). So
+there the large tensors are written at once, masked: an `assign_add` of
+`where(finite, delta, -0.)`, an `assign_sub` of `where(finite, delta, 0.)`,
+an `assign` of `where(finite, value, old)`, which XLA fuses into the update
+(adding -0. or subtracting +0. leaves every number, signed zeros included,
+exactly as it was); the small ones are deferred to the conditional.
 
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
@@ -102,6 +104,11 @@ def _is_large(variable):
   return size is None or size >= _DEFER_MIN_ELEMENTS
 
 
+# What a masked `assign_add` adds and a masked `assign_sub` subtracts on a
+# skipped step: x + -0. and x - +0. are x, bit for bit, for every x
+# (signed zeros included; x + +0. would turn -0. into +0.).
+_NEUTRAL = {"assign_add": -0., "assign_sub": 0.}
+
 # How each intercepted write combines the old value with the given one.
 _COMBINE = {
     "assign": lambda old, value: value,
@@ -117,7 +124,12 @@ class _Writes:
   the underlying `tf.Variable`.
   """
 
-  def __init__(self, inner):
+  def __init__(self, inner, finite):
+    self._finite = finite
+    # Which tensors are written at once (the others are deferred): the
+    # small ones in an executor graph, restored afterwards on a non-finite
+    # step; under XLA the large ones, masked.
+    self._xla = _private_api.in_xla_context()
     self._storage = {id(v): v.value for v in inner.variables}
     # The small optimizer variables are read once, up front, and the
     # stateless scope hands these reads to the optimizer: the read it makes
@@ -130,7 +142,7 @@ class _Writes:
                        for v, r in self.first_reads}
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
-    self.written = []  # write ops of small tensors
+    self.written = []  # write ops of the tensors written at once
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
 
   def write(self, method, variable, value):
@@ -139,12 +151,21 @@ class _Writes:
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
-    if not _is_large(target):
-      if id(target) not in self.originals:
-        old = self.first_read.get(id(target))
-        self.originals[id(target)] = [
-            target, target.value() if old is None else old]
-      with tf.control_dependencies([self.originals[id(target)][1]]):
+    if _is_large(target) == self._xla:
+      if self._xla:
+        neutral = _NEUTRAL.get(method)
+        keep = (target.value() if neutral is None else
+                tf.constant(neutral, target.dtype))
+        value = tf.where(self._finite, value, keep)
+        saved = []
+      else:
+        if id(target) not in self.originals:
+          old = self.first_read.get(id(target))
+          self.originals[id(target)] = [
+              target, target.value() if old is None else old]
+        # The saved value must be read before the write.
+        saved = [self.originals[id(target)][1]]
+      with tf.control_dependencies(saved):
         op = getattr(target, method)(value, read_value=False)
       self.written.append(op)
       if isinstance(variable, keras.Variable):
@@ -152,7 +173,7 @@ class _Writes:
         with tf.control_dependencies([op]):
           self.scope.add_update((variable, target.value()))
       return
-    # Large: the new value becomes a tensor; a keras.Variable also records
+    # Deferred: the new value becomes a tensor; a keras.Variable also records
     # it in the stateless scope so that the optimizer's later reads see it.
     if isinstance(variable, keras.Variable):
       old = tf.convert_to_tensor(variable)
@@ -225,9 +246,7 @@ def apply_when_finite(inner, grads, variables, finite):
   Returns:
     An op that runs after every write of the step.
   """
-  if _private_api.in_xla_context():
-    return _apply_masked(inner, grads, variables, finite)
-  writes = _Writes(inner)
+  writes = _Writes(inner, finite)
   # Instance attributes shadow the class's methods for the duration of the
   # call; set in `__dict__` directly so that Keras's attribute tracking
   # never sees them.
@@ -261,37 +280,8 @@ def apply_when_finite(inner, grads, variables, finite):
         return tf.constant(True)
     ops.append(tf.cond(finite, commit, lambda: tf.constant(False)).op)
 
+  ops.extend(writes.written)
   with tf.control_dependencies(writes.written):
     ops.extend(_restore_unless(finite, list(writes.originals.values())))
   return tf.group(ops)
 
-
-# What a skipped `assign_add` adds and a skipped `assign_sub` subtracts:
-# x + -0. and x - +0. equal x bit for bit, for every x (an exact sum that is
-# zero takes the sign of the sum of two zeros of x's sign).
-_NEUTRAL = {"assign_add": -0., "assign_sub": 0.}
-
-
-def _apply_masked(inner, grads, variables, finite):
-  """`apply_when_finite` under XLA: every write masked by `finite`."""
-  writes = []
-
-  def write(method, variable, value):
-    target = _tf_variable(variable)
-    value = tf.cast(value, target.dtype)
-    neutral = _NEUTRAL.get(method)
-    keep = (target.value() if neutral is None else
-            tf.constant(neutral, target.dtype))
-    writes.append(getattr(target, method)(tf.where(finite, value, keep),
-                                          read_value=False))
-
-  # `iterations` is advanced by the optimizer through the variable itself,
-  # not these methods, so it counts skipped steps as TF 2.4 did.
-  for name in _COMBINE:
-    inner.__dict__[name] = functools.partial(write, name)
-  try:
-    inner.apply_gradients(list(zip(grads, variables)))
-  finally:
-    for name in _COMBINE:
-      del inner.__dict__[name]
-  return tf.group(writes)

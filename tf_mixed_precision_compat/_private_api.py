@@ -32,9 +32,10 @@ def unregister_revived_type(identifier):
 # Whether the graph being built will be compiled by XLA
 # (`tf.function(jit_compile=True)`, also around nested control flow). XLA
 # schedules ops its own way and compiles some graph shapes very slowly (a
-# functional `If` over many tensors, hundreds of small reductions), so the
-# gated apply and the per-gradient finite checks are not used there; TF only
-# tells through its control-flow contexts, which have no public accessor.
+# functional `If` over many tensors, hundreds of small reductions), so there
+# the gated apply masks its writes instead of restoring them, and the finite
+# check concatenates small gradients; TF only tells through its control-flow
+# contexts, which have no public accessor.
 from tensorflow.python.ops import control_flow_util
 
 
