@@ -86,3 +86,26 @@ def test_quick_run_reports_every_cell(tmp_path):
   assert len(rows) >= sum(1 for c in results["cells"]
                           if c["mode"] != "session")
   assert "First call (trace + build)" in stdout
+
+
+def _op_types(step):
+  graph = step.get_concrete_function().graph
+  return {op.type for op in graph.get_operations()}
+
+
+def test_gate_costs_variants_differ_only_in_the_restore():
+  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+  try:
+    import gate_costs  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  steps = gate_costs.make_steps(3, 8)
+  ours, no_restore, keep_only = (
+      _op_types(steps[n]) for n in ("ours_dynamic", "no_restore", "keep_only"))
+  assert "If" in ours and "IdentityN" not in ours
+  assert "If" not in no_restore and "IdentityN" not in no_restore
+  assert "If" not in keep_only and "IdentityN" in keep_only
+  assert ours - {"If"} == no_restore == keep_only - {"IdentityN"}
+  # The patch is gone afterwards: a new step restores again.
+  from tf_mixed_precision_compat import _gated_apply  # pylint: disable=g-import-not-at-top
+  assert _gated_apply._restore_unless.__name__ == "_restore_unless"  # pylint: disable=protected-access

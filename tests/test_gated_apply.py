@@ -1,14 +1,14 @@
 """The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
 
 `_gated_apply.apply_when_finite` updates small tensors in place and restores
-them on a non-finite step, and defers large ones to a conditional commit.
+them on a non-finite step, and defers large ones to a conditional commit;
+under XLA it masks the writes of large tensors and defers small ones.
 Here every vetted Keras 3 optimizer runs the same gradient sequence (with
 non-finite steps) through it and through the conditional path it replaces,
-with small and large variables, in tf.function; the bytes of every variable,
-slot, `iterations` and the loss scale must be equal after every step.
-Eagerly, under XLA and under MirroredStrategy the conditional path is used
-(`supported` says so) and gives the same trajectory.
-"""
+with small and large variables, in tf.function and under XLA; the bytes of
+every variable, slot, `iterations` and the loss scale must be equal after
+every step. Eagerly and under MirroredStrategy the conditional path is used
+(`supported` says so) and gives the same trajectory."""
 
 import contextlib
 from unittest import mock
