@@ -689,6 +689,10 @@ def main(argv=None):
   parser.add_argument("--modes", default="",
                       help="comma-separated modes to run (eager, function, "
                       "jit, mirrored); default all")
+  parser.add_argument("--reps", type=int, default=None,
+                      help="interleaved repetitions per cell (default: 7 in a "
+                      "full run, 3 in --quick); more steady the medians of "
+                      "small, noisy cells")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
@@ -698,6 +702,10 @@ def main(argv=None):
     settings.jit_max_vars = args.jit_max_vars
   if args.mirrored_max_vars is not None:
     settings.mirrored_max_vars = args.mirrored_max_vars
+  if args.reps is not None:
+    if args.reps < 1:
+      parser.error(f"--reps must be at least 1, got {args.reps}")
+    settings.reps = args.reps
   only = set(filter(None, args.only.split(",")))
 
   started = time.perf_counter()

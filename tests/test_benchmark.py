@@ -88,24 +88,44 @@ def test_quick_run_reports_every_cell(tmp_path):
   assert "First call (trace + build)" in stdout
 
 
-def _op_types(step):
-  graph = step.get_concrete_function().graph
-  return {op.type for op in graph.get_operations()}
+_GATE_COSTS_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gate_costs
+from tf_mixed_precision_compat import _gated_apply
+steps = gate_costs.make_steps(3, 8)
+types = {name: sorted({op.type for op in
+                       steps[name].get_concrete_function().graph
+                       .get_operations()})
+         for name in ("ours_dynamic", "no_restore", "keep_only")}
+types["restore_after"] = _gated_apply._restore_unless.__name__
+print(json.dumps(types))
+"""
 
 
 def test_gate_costs_variants_differ_only_in_the_restore():
-  sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-  try:
-    import gate_costs  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.pop(0)
-  steps = gate_costs.make_steps(3, 8)
+  # In a subprocess: the benchmark module sets TF's log level and devices
+  # when imported, which other tests in this process would see.
+  proc = subprocess.run(
+      [sys.executable, "-c", _GATE_COSTS_PROBE,
+       os.path.join(ROOT, "benchmarks")], capture_output=True, text=True,
+      timeout=300, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  types = json.loads(proc.stdout.splitlines()[-1])
   ours, no_restore, keep_only = (
-      _op_types(steps[n]) for n in ("ours_dynamic", "no_restore", "keep_only"))
+      set(types[n]) for n in ("ours_dynamic", "no_restore", "keep_only"))
   assert "If" in ours and "IdentityN" not in ours
   assert "If" not in no_restore and "IdentityN" not in no_restore
   assert "If" not in keep_only and "IdentityN" in keep_only
   assert ours - {"If"} == no_restore == keep_only - {"IdentityN"}
-  # The patch is gone afterwards: a new step restores again.
-  from tf_mixed_precision_compat import _gated_apply  # pylint: disable=g-import-not-at-top
-  assert _gated_apply._restore_unless.__name__ == "_restore_unless"  # pylint: disable=protected-access
+  # The patch is gone afterwards.
+  assert types["restore_after"] == "_restore_unless"
+
+
+def test_reps_below_one_is_refused():
+  proc = subprocess.run([sys.executable, SCRIPT, "--reps", "0"],
+                        capture_output=True, text=True, timeout=300,
+                        check=False, env=dict(os.environ,
+                                              TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 2
+  assert "--reps must be at least 1, got 0" in proc.stderr

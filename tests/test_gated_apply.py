@@ -21,8 +21,8 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _gated_apply
 from tf_mixed_precision_compat import keras_optimizer
 
-# (3, 4) and (5,) are small; (256, 256) has exactly `_DEFER_MIN_ELEMENTS`
-# elements, so it is deferred.
+# (3, 4) and (5,) are small; (256, 256) has exactly `_LARGE_MIN_ELEMENTS`
+# elements, so it is large (deferred, or masked under XLA).
 _SHAPES = ((3, 4), (256, 256), (5,))
 _NON_FINITE_STEPS = (1, 4, 5)
 # Optimizers whose XLA-compiled update rounds differently once masked.

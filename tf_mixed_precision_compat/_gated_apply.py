@@ -8,7 +8,7 @@ than the check itself (the `floor_gated` column of the README's Performance
 table). `apply_when_finite` gives the same result and lets each update run as
 soon as its gradient exists:
 
-* Small tensors (fewer than `_DEFER_MIN_ELEMENTS` elements) are updated in
+* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are updated in
   place as usual, after a read of their old value. A resource variable copies
   on write while such a read is alive, so the old value survives; on a
   non-finite step functional `If` ops (one per 64 tensors) write the old
@@ -48,9 +48,11 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 
-# Tensors with at least this many elements are deferred (written once the
-# verdict is known) instead of written in place and restored on overflow.
-_DEFER_MIN_ELEMENTS = 1 << 16
+# Tensors with at least this many elements are large: in an executor graph
+# they are deferred (written once the verdict is known) instead of written
+# in place and restored on overflow; under XLA they are written in place,
+# masked, and the small ones are deferred.
+_LARGE_MIN_ELEMENTS = 1 << 16
 
 # Keras 3 optimizers whose updates all go through the optimizer's `assign`,
 # `assign_add` and `assign_sub` or `keras.Variable.assign`, which
@@ -101,7 +103,7 @@ def _tf_variable(variable):
 
 def _is_large(variable):
   size = tf.TensorShape(variable.shape).num_elements()
-  return size is None or size >= _DEFER_MIN_ELEMENTS
+  return size is None or size >= _LARGE_MIN_ELEMENTS
 
 
 # What a masked `assign_add` adds and a masked `assign_sub` subtracts on a
@@ -151,30 +153,34 @@ class _Writes:
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
-    if _is_large(target) == self._xla:
-      if self._xla:
-        neutral = _NEUTRAL.get(method)
-        keep = (target.value() if neutral is None else
-                tf.constant(neutral, target.dtype))
-        value = tf.where(self._finite, value, keep)
-        saved = []
-      else:
-        if id(target) not in self.originals:
-          old = self.first_read.get(id(target))
-          self.originals[id(target)] = [
-              target, target.value() if old is None else old]
-        # The saved value must be read before the write.
-        saved = [self.originals[id(target)][1]]
-      with tf.control_dependencies(saved):
-        op = getattr(target, method)(value, read_value=False)
-      self.written.append(op)
-      if isinstance(variable, keras.Variable):
-        # Later reads in the scope must see the update.
-        with tf.control_dependencies([op]):
-          self.scope.add_update((variable, target.value()))
+    if _is_large(target) != self._xla:
+      self._defer(method, variable, target, value)
       return
-    # Deferred: the new value becomes a tensor; a keras.Variable also records
-    # it in the stateless scope so that the optimizer's later reads see it.
+    if self._xla:
+      neutral = _NEUTRAL.get(method)
+      keep = (target.value() if neutral is None else
+              tf.constant(neutral, target.dtype))
+      value = tf.where(self._finite, value, keep)
+      saved = []
+    else:
+      if id(target) not in self.originals:
+        old = self.first_read.get(id(target))
+        self.originals[id(target)] = [
+            target, target.value() if old is None else old]
+      # The saved value must be read before the write.
+      saved = [self.originals[id(target)][1]]
+    with tf.control_dependencies(saved):
+      op = getattr(target, method)(value, read_value=False)
+    self.written.append(op)
+    if isinstance(variable, keras.Variable):
+      # Later reads in the scope must see the update.
+      with tf.control_dependencies([op]):
+        self.scope.add_update((variable, target.value()))
+
+  def _defer(self, method, variable, target, value):
+    """Turns the write into a new value, assigned by the commit."""
+    # A keras.Variable also records it in the stateless scope so that the
+    # optimizer's later reads see it.
     if isinstance(variable, keras.Variable):
       old = tf.convert_to_tensor(variable)
     else:
