@@ -35,7 +35,11 @@ there the large tensors are written at once, masked: an `assign_add` of
 `where(finite, delta, -0.)`, an `assign_sub` of `where(finite, delta, 0.)`,
 an `assign` of `where(finite, value, old)`, which XLA fuses into the update
 (adding -0. or subtracting +0. leaves every number, signed zeros included,
-exactly as it was); the small ones are deferred to the conditional.
+exactly as it was); the small ones are deferred to the conditional. The
+result equals XLA's conditional bit for bit, except where XLA fuses the
+masked update into different loops and rounds it differently (centered
+RMSprop, whose denominator, a difference of near-equal numbers, magnifies a
+last-bit difference).
 
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
