@@ -691,8 +691,8 @@ def main(argv=None):
                       "jit, mirrored); default all")
   parser.add_argument("--reps", type=int, default=None,
                       help="interleaved repetitions per cell (default: 7 in a "
-                      "full run, 3 in --quick); more steady the medians of "
-                      "small, noisy cells")
+                      "full run, 3 in --quick); more of them steady the "
+                      "medians of small, noisy cells")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
