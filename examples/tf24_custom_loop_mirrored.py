@@ -33,9 +33,14 @@ dataset = tf.data.Dataset.from_tensor_slices(
 dist_dataset = strategy.experimental_distribute_dataset(dataset)
 
 with strategy.scope():
+  # Seeded initializers make the run (and its loss-scale trajectory)
+  # repeatable.
   model = tf.keras.Sequential([
-      tf.keras.layers.Dense(64, activation='relu', input_shape=(16,)),
-      tf.keras.layers.Dense(1),
+      tf.keras.layers.Dense(
+          64, activation='relu', input_shape=(16,),
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1)),
+      tf.keras.layers.Dense(
+          1, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2)),
       tf.keras.layers.Activation('linear', dtype='float32'),
   ])
   optimizer = mixed_precision.LossScaleOptimizer(
