@@ -140,7 +140,8 @@ class _Writes:
     # The small optimizer variables are read once, up front, and the
     # stateless scope hands these reads to the optimizer: the read it makes
     # anyway before updating a slot doubles as the slot's saved old value,
-    # so saving costs no op. (`iterations` keeps its own reads.)
+    # so saving costs no op. (`iterations` keeps its own reads. Under XLA,
+    # where small tensors are deferred, they are just the optimizer's reads.)
     self.first_reads = [(v, v.value.value()) for v in inner.variables
                         if v is not inner.iterations and not _is_large(v)]
     # id(tf.Variable) -> its first read.
@@ -228,6 +229,8 @@ def _restore_unless(finite, originals):
   function over thousands of tensors took seconds, growing faster than the
   tensor count.
   """
+  if not originals:
+    return []
   ops = []
   not_finite = tf.logical_not(finite)
   for start in range(0, len(originals), _RESTORE_CHUNK):
