@@ -8,9 +8,13 @@ purpose and exist only to be timed:
 
 * `no_restore`: the old values are neither kept nor restored (a non-finite
   step would corrupt the variables): what the rest of ours costs.
-* `keep_only`: the old values are kept alive until every write is done (so
-  each in-place write copies first) but never restored: the cost of saving.
+* `keep_only`: the old values are kept alive until every write is done, but
+  never restored: the cost of saving (their buffers stay allocated; the
+  writes are out of place, so nothing is copied).
 * `ours_dynamic`: saving plus the restoring `If` ops.
+
+`bare`, `floor` and `floor_gated` (the other way to gate: every write waits
+for the verdict) are timed alongside, as in bench_loss_scaling.py.
 
 Usage:
 
@@ -44,14 +48,19 @@ def _keep_only(finite, originals):
 
 _VARIANTS = {"no_restore": _no_restore, "keep_only": _keep_only}
 
+# Contenders of bench_loss_scaling.py timed alongside: `floor_gated` is the
+# other way to gate (wait for the verdict before any write).
+_CONTENDERS = ("bare", "floor", "floor_gated")
+_NAMES = _CONTENDERS + ("ours_dynamic", "no_restore", "keep_only")
+
 
 def make_steps(num_vars, width):
   """Step functions of bare, floor, ours and the variants, by name."""
   values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
   steps = {}
   real = _gated_apply._restore_unless  # pylint: disable=protected-access
-  for name in ("bare", "floor", "ours_dynamic", "no_restore", "keep_only"):
-    contender = name if name in ("bare", "floor") else "ours_dynamic"
+  for name in _NAMES:
+    contender = name if name in _CONTENDERS else "ours_dynamic"
     _gated_apply._restore_unless = _VARIANTS.get(name, real)  # pylint: disable=protected-access
     try:
       step = bench._make_step(contender, "function", values, x, None)  # pylint: disable=protected-access

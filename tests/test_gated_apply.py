@@ -1,7 +1,8 @@
 """The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
 
-`_gated_apply.apply_when_finite` updates small tensors in place and restores
-them on a non-finite step, and defers large ones to a conditional commit;
+`_gated_apply.apply_when_finite` writes small tensors at once (out of place)
+and restores them on a non-finite step, and defers large ones to a
+conditional commit;
 under XLA it masks the writes of large tensors and defers small ones.
 Here every vetted Keras 3 optimizer runs the same gradient sequence (with
 non-finite steps) through it and through the conditional path it replaces,
@@ -190,6 +191,53 @@ class GatedApplyTest(parameterized.TestCase):
     want = _run(_OPTIMIZERS["adam"], "function")
     self.assertLen(got, _STEPS)
     self.assertEqual(_differing(got, want), [])
+
+  @parameterized.parameters("function", "jit")
+  def test_a_variable_written_twice_in_one_step(self, mode):
+    # Listing a variable twice makes the optimizer write it and its slots
+    # twice; the second out-of-place write must build on the first, and a
+    # non-finite step must restore the value from before both.
+    def run(gated):
+      variables = [tf.Variable(np.linspace(-1., 1., s[0] * s[1], dtype=np.float32
+                                           ).reshape(s)) for s in _SHAPES[:2]]
+      opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
+      opt.build(variables)
+      step = tf.function(
+          lambda g, h: opt.apply_gradients(
+              [(g[0], variables[0]), (g[1], variables[1]),
+               (h[0], variables[0]), (h[1], variables[1])]),
+          jit_compile=(mode == "jit"))
+      patch = (contextlib.nullcontext() if gated else mock.patch.object(
+          _gated_apply, "supported", return_value=False))
+      states = []
+      with patch:
+        for i, bad in enumerate((1., np.inf, 1., np.nan, 1.)):
+          first = [tf.fill(s, 0.5 * i + 1.) for s in _SHAPES[:2]]
+          second = [tf.fill(s, -2. * bad) for s in _SHAPES[:2]]
+          step(first, second)
+          states.append(_state(opt, variables))
+      return states
+
+    gated, reference = run(True), run(False)
+    self.assertLen(gated, 5)
+    self.assertNotEqual(gated[0], gated[2])
+    self.assertEqual(gated[1][:2], gated[0][:2])
+    self.assertEqual(_differing(gated, reference), [])
+
+  def test_small_tensors_are_written_out_of_place(self):
+    # An in-place `assign_add`/`assign_sub` would first copy the tensor,
+    # whose old value is kept alive for the restore; an assign of a new
+    # tensor adopts its buffer instead.
+    variables = [tf.Variable(tf.ones(s)) for s in _SHAPES]
+    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
+    opt.build(variables)
+    step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)))
+    graph = step.get_concrete_function(
+        [tf.TensorSpec(s) for s in _SHAPES]).graph
+    types = {op.type for op in graph.get_operations()}
+    self.assertIn("If", types)  # The gated apply was used.
+    self.assertIn("AssignVariableOp", types)
+    self.assertEmpty(types & {"AssignAddVariableOp", "AssignSubVariableOp"})
 
   def test_keras_variables_of_a_model(self):
     def run(gated):

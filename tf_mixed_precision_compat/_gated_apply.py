@@ -8,18 +8,20 @@ than the check itself (the `floor_gated` column of the README's Performance
 table). `apply_when_finite` gives the same result and lets each update run as
 soon as its gradient exists:
 
-* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are updated in
-  place as usual, after a read of their old value. A resource variable copies
-  on write while such a read is alive, so the old value survives; on a
-  non-finite step functional `If` ops (one per 64 tensors) write the old
+* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at
+  once, out of place: the update is computed into a new tensor (`old + delta`
+  rounds exactly as `assign_add`'s in-place sum) whose buffer the variable
+  then adopts, and the old value's buffer survives untouched. (An in-place write would first copy the whole tensor,
+  since a resource variable copies on write while a read of it is alive.) On
+  a non-finite step functional `If` ops (one per 64 tensors) write the old
   values back. They are built with `tf.raw_ops.If` rather than `tf.cond`
   because `tf.cond` is lowered to a switch per tensor, all waiting on the
   verdict; an `If` is one op, and on a finite step it runs an empty branch.
-* Large tensors are not copied (that would add a pass over memory to their
-  update): the inner optimizer's writes to them are turned into new tensors,
-  which its later reads see (`keras.StatelessScope`), and a conditional
-  assigns those once the verdict is known: a few ops per tensor, negligible
-  next to a large tensor's update.
+* Large tensors are deferred: the inner optimizer's writes to them are
+  turned into new tensors, which its later reads see (`keras.StatelessScope`),
+  and a conditional assigns those once the verdict is known. The only wait is
+  for a few cheap ops per tensor, negligible next to a large tensor's update,
+  and a skipped step writes nothing.
 * `iterations` advances on every step, as TF 2.4 counted skipped steps.
 
 Every value is computed by the same kernels from the same inputs as in a plain
@@ -54,7 +56,7 @@ from tf_mixed_precision_compat import _private_api
 
 # Tensors with at least this many elements are large: in an executor graph
 # they are deferred (written once the verdict is known) instead of written
-# in place and restored on overflow; under XLA they are written in place,
+# at once and restored on overflow; under XLA they are written in place,
 # masked, and the small ones are deferred.
 _LARGE_MIN_ELEMENTS = 1 << 16
 
@@ -149,6 +151,7 @@ class _Writes:
                        for v, r in self.first_reads}
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
+    self.latest = {}  # id(tf.Variable) -> its value after the last write
     self.written = []  # write ops of the tensors written at once
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
 
@@ -170,10 +173,14 @@ class _Writes:
     else:
       if id(target) not in self.originals:
         old = self.first_read.get(id(target))
-        self.originals[id(target)] = [
-            target, target.value() if old is None else old]
+        old = target.value() if old is None else old
+        self.originals[id(target)] = [target, old]
+        self.latest[id(target)] = old
       # The saved value must be read before the write.
       saved = [self.originals[id(target)][1]]
+      value = _COMBINE[method](self.latest[id(target)], value)
+      self.latest[id(target)] = value
+      method = "assign"
     with tf.control_dependencies(saved):
       op = getattr(target, method)(value, read_value=False)
     self.written.append(op)
