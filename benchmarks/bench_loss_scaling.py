@@ -9,7 +9,10 @@ time of:
   (the verdict is returned, so it is computed, but gates nothing);
 * `floor_gated`: the floor whose apply waits (a control dependency, no
   `cond`) for the verdict: the ordering every skip-on-overflow optimizer
-  must pay, since no variable may change before all gradients are checked;
+  must pay, since no variable may change before all gradients are checked
+  (or its old value must be kept). XLA orders ops by their data alone, so
+  under `jit_compile` the gradients reach the apply through a select on the
+  verdict instead (`where(finite, g, 0)`, fused into the update);
 * `keras3`: Keras 3's `keras.optimizers.LossScaleOptimizer` (its own
   convention: `scale_loss`, scaled gradients to `apply`);
 * `ours_dynamic` / `ours_fixed`: this package's TF 2.4 `LossScaleOptimizer`,
@@ -162,7 +165,7 @@ def _make_optimizer(name):
   raise ValueError(f"unknown contender {name!r}")
 
 
-def _step_body(name, opt, variables, x):
+def _step_body(name, opt, variables, x, xla=False):
   """One training step of contender `name`, in replica context."""
   with tf.GradientTape() as tape:
     loss = _loss(variables, x)
@@ -185,7 +188,10 @@ def _step_body(name, opt, variables, x):
     finite = _floor_check(grads)
     # What any skip-on-overflow optimizer must wait for: no variable may
     # change before every gradient is known finite. (Ordering only; the
-    # apply is not actually skipped.)
+    # apply is not actually skipped.) XLA schedules by data dependencies
+    # alone, so there the verdict must flow into the gradients.
+    if xla:
+      grads = [tf.where(finite, g, 0.) for g in grads]
     with tf.control_dependencies([finite]):
       opt.apply_gradients(zip(grads, variables))
     return loss, finite
@@ -221,7 +227,8 @@ def _make_step(name, mode, values, x_value, strategy):
           lambda: _step_body(name, opt, variables, x))
     fn = tf.function(replicated)
   else:
-    fn = tf.function(lambda: _step_body(name, opt, variables, x),
+    fn = tf.function(lambda: _step_body(name, opt, variables, x,
+                                        xla=(mode == "jit")),
                      jit_compile=(mode == "jit"))
   return fn
 

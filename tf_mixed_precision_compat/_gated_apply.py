@@ -178,6 +178,8 @@ class _Writes:
         self.latest[id(target)] = old
       # The saved value must be read before the write.
       saved = [self.originals[id(target)][1]]
+      # Out of place: the variable adopts the new tensor's buffer and the
+      # saved one is never written, where an in-place add would copy it.
       value = _COMBINE[method](self.latest[id(target)], value)
       self.latest[id(target)] = value
       method = "assign"
