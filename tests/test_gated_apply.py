@@ -198,8 +198,9 @@ class GatedApplyTest(parameterized.TestCase):
     # twice; the second out-of-place write must build on the first, and a
     # non-finite step must restore the value from before both.
     def run(gated):
-      variables = [tf.Variable(np.linspace(-1., 1., s[0] * s[1], dtype=np.float32
-                                           ).reshape(s)) for s in _SHAPES[:2]]
+      variables = [
+          tf.Variable(np.linspace(-1., 1., np.prod(s), dtype=np.float32)
+                      .reshape(s)) for s in _SHAPES[:2]]
       opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
       opt.build(variables)
       step = tf.function(

@@ -11,12 +11,13 @@ soon as its gradient exists:
 * Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at
   once, out of place: the update is computed into a new tensor (`old + delta`
   rounds exactly as `assign_add`'s in-place sum) whose buffer the variable
-  then adopts, and the old value's buffer survives untouched. (An in-place write would first copy the whole tensor,
-  since a resource variable copies on write while a read of it is alive.) On
-  a non-finite step functional `If` ops (one per 64 tensors) write the old
-  values back. They are built with `tf.raw_ops.If` rather than `tf.cond`
-  because `tf.cond` is lowered to a switch per tensor, all waiting on the
-  verdict; an `If` is one op, and on a finite step it runs an empty branch.
+  then adopts, and the old value's buffer survives untouched. (An in-place
+  write would first copy the whole tensor, since a resource variable copies on
+  write while a read of it is alive.) On a non-finite step functional `If` ops
+  (one per 64 tensors) write the old values back. They are built with
+  `tf.raw_ops.If` rather than `tf.cond` because `tf.cond` is lowered to a
+  switch per tensor, all waiting on the verdict; an `If` is one op, and on a
+  finite step it runs an empty branch.
 * Large tensors are deferred: the inner optimizer's writes to them are
   turned into new tensors, which its later reads see (`keras.StatelessScope`),
   and a conditional assigns those once the verdict is known. The only wait is
@@ -28,20 +29,20 @@ Every value is computed by the same kernels from the same inputs as in a plain
 apply, only stored elsewhere, so variables, slots and `iterations` are
 bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
 
-Under XLA (`tf.function(jit_compile=True)`) the costs are the other way
-round: XLA orders ops itself, so waiting is free, but a conditional around a
-tensor's update stops it from updating that tensor in place (about +25% on a
+Under XLA (`tf.function(jit_compile=True)`) the costs are the other way round:
+XLA orders ops itself, so waiting costs little, but a conditional around a
+tensor's update stops it from updating that tensor in place (+25% on a
 10M-parameter MLP, as in Keras 3 and tf_keras), and masks cost more than the
 copy of a small tensor (+34% against +15% with 400 variables of 32x32). So
 there the large tensors are written at once, masked: an `assign_add` of
-`where(finite, delta, -0.)`, an `assign_sub` of `where(finite, delta, 0.)`,
-an `assign` of `where(finite, value, old)`, which XLA fuses into the update
+`where(finite, delta, -0.)`, an `assign_sub` of `where(finite, delta, 0.)`, an
+`assign` of `where(finite, value, old)`, which XLA fuses into the update
 (adding -0. or subtracting +0. leaves every number, signed zeros included,
-exactly as it was); the small ones are deferred to the conditional. The
-result equals XLA's conditional bit for bit, except where XLA fuses the
-masked update into different loops and rounds it differently (centered
-RMSprop, whose denominator, a difference of near-equal numbers, magnifies a
-last-bit difference).
+exactly as it was); the small ones are deferred to the conditional. The result
+equals XLA's conditional bit for bit, except where XLA fuses the masked update
+into different loops and rounds it differently (centered RMSprop, whose
+denominator, a difference of near-equal numbers, magnifies a last-bit
+difference).
 
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
