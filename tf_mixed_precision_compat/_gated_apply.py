@@ -169,23 +169,22 @@ class _Writes:
       neutral = _NEUTRAL.get(method)
       keep = (target.value() if neutral is None else
               tf.constant(neutral, target.dtype))
-      value = tf.where(self._finite, value, keep)
-      saved = []
+      op = getattr(target, method)(tf.where(self._finite, value, keep),
+                                   read_value=False)
     else:
       if id(target) not in self.originals:
         old = self.first_read.get(id(target))
         old = target.value() if old is None else old
         self.originals[id(target)] = [target, old]
         self.latest[id(target)] = old
-      # The saved value must be read before the write.
-      saved = [self.originals[id(target)][1]]
       # Out of place: the variable adopts the new tensor's buffer and the
       # saved one is never written, where an in-place add would copy it.
       value = _COMBINE[method](self.latest[id(target)], value)
       self.latest[id(target)] = value
-      method = "assign"
-    with tf.control_dependencies(saved):
-      op = getattr(target, method)(value, read_value=False)
+      # The saved value must be read before the write (a plain `assign`'s
+      # value does not depend on it).
+      with tf.control_dependencies([self.originals[id(target)][1]]):
+        op = target.assign(value, read_value=False)
     self.written.append(op)
     if isinstance(variable, keras.Variable):
       # Later reads in the scope must see the update.
