@@ -9,8 +9,8 @@ purpose and exist only to be timed:
 * `no_restore`: the old values are neither kept nor restored (a non-finite
   step would corrupt the variables): what the rest of ours costs.
 * `keep_only`: the old values are kept alive until every write is done, but
-  never restored: the cost of saving (their buffers stay allocated; the
-  writes are out of place, so nothing is copied).
+  never restored: the cost of saving (each in-place write copies its tensor
+  first, as a resource variable copies on write while a read is alive).
 * `ours_dynamic`: saving plus the restoring `If` ops.
 
 `bare`, `floor` and `floor_gated` (the other way to gate: every write waits

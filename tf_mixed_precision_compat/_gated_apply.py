@@ -8,16 +8,17 @@ than the check itself (the `floor_gated` column of the README's Performance
 table). `apply_when_finite` gives the same result and lets each update run as
 soon as its gradient exists:
 
-* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at
-  once, out of place: the update is computed into a new tensor (`old + delta`
-  rounds exactly as `assign_add`'s in-place sum) whose buffer the variable
-  then adopts, and the old value's buffer survives untouched. (An in-place
-  write would first copy the whole tensor, since a resource variable copies on
-  write while a read of it is alive.) On a non-finite step functional `If` ops
-  (one per 64 tensors) write the old values back. They are built with
-  `tf.raw_ops.If` rather than `tf.cond` because `tf.cond` is lowered to a
-  switch per tensor, all waiting on the verdict; an `If` is one op, and on a
-  finite step it runs an empty branch.
+* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are updated in
+  place as usual, after a read of their old value. A resource variable copies
+  on write while such a read is alive, so the old value survives (one copy of
+  the tensor, the least that keeping it can cost; computing the update out of
+  place and assigning it was measured dearer, as the assign copies it again).
+  On a non-finite step functional `If` ops (one per 64 tensors) write the old
+  values back. They are built with `tf.raw_ops.If` rather than `tf.cond`:
+  `tf.cond` is lowered to switches, which put the whole step on the
+  executor's slower control-flow path (a hand-built switch restore measured
+  dearer than the `If`); an `If` is one op, and on a finite step it runs an
+  empty branch.
 * Large tensors are deferred: the inner optimizer's writes to them are
   turned into new tensors, which its later reads see (`keras.StatelessScope`),
   and a conditional assigns those once the verdict is known. The only wait is
@@ -57,7 +58,7 @@ from tf_mixed_precision_compat import _private_api
 
 # Tensors with at least this many elements are large: in an executor graph
 # they are deferred (written once the verdict is known) instead of written
-# at once and restored on overflow; under XLA they are written in place,
+# in place and restored on overflow; under XLA they are written in place,
 # masked, and the small ones are deferred.
 _LARGE_MIN_ELEMENTS = 1 << 16
 
@@ -152,7 +153,6 @@ class _Writes:
                        for v, r in self.first_reads}
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
-    self.latest = {}  # id(tf.Variable) -> its value after the last write
     self.written = []  # write ops of the tensors written at once
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
 
@@ -174,17 +174,11 @@ class _Writes:
     else:
       if id(target) not in self.originals:
         old = self.first_read.get(id(target))
-        old = target.value() if old is None else old
-        self.originals[id(target)] = [target, old]
-        self.latest[id(target)] = old
-      # Out of place: the variable adopts the new tensor's buffer and the
-      # saved one is never written, where an in-place add would copy it.
-      value = _COMBINE[method](self.latest[id(target)], value)
-      self.latest[id(target)] = value
-      # The saved value must be read before the write (a plain `assign`'s
-      # value does not depend on it).
+        self.originals[id(target)] = [
+            target, target.value() if old is None else old]
+      # The saved value must be read before the write.
       with tf.control_dependencies([self.originals[id(target)][1]]):
-        op = target.assign(value, read_value=False)
+        op = getattr(target, method)(value, read_value=False)
     self.written.append(op)
     if isinstance(variable, keras.Variable):
       # Later reads in the scope must see the update.
