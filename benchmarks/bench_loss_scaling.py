@@ -28,11 +28,19 @@ Workloads: "wide" (10 float32 variables of 1000x1000, a tanh MLP, batch 64),
 eager ("many" only), `tf.function`, `tf.function(jit_compile=True)` and
 `MirroredStrategy` over two logical CPUs (configured at start-up).
 
-Repetitions are interleaved: each repetition times a block of steps of every
-contender of a cell in turn (the order rotates), so machine noise hits all
-contenders alike. The overhead of a contender is the median over repetitions
-of (its block time / bare's block time in the same repetition) - 1; the
-spread is the half inter-quartile range of that ratio.
+Repetitions are interleaved at the step level: each repetition calls every
+contender's step once, in a fresh random order, and times each call on its
+own, so machine noise slower than one repetition hits all contenders alike
+and no contender always runs after the same one. Cells of up to
+`--instances-max-vars` variables build several instances of every contender
+(fresh variables, optimizer and trace; `--instances`): two instances of the
+same step can differ by a few percent for as long as they live (memory
+placement), which no number of repetitions averages away. A contender's time
+in a repetition is the mean over its instances. Its overhead is the median
+over repetitions of (its time / bare's time in the same repetition) - 1,
+reported with the standard error of that median (bootstrap); the spread
+(half the inter-quartile range of the ratio) and each instance's own
+overhead are in the JSON.
 
 Also reported: the first-call (trace) time of every contender with the most
 variables, the peak memory of one step (from the CPU allocator's statistics)
@@ -96,11 +104,16 @@ class Settings:
 
   def __init__(self, quick):
     self.quick = quick
+    # Repetitions per cell: fixed (`--reps`), or as many as fit in `cell_s`
+    # seconds of timed steps, within [min_reps, max_reps].
+    self.reps = None
+    self.min_reps, self.max_reps = 21, 3000
     if quick:
       self.wide = (10, 64)
       self.many = (16, 16)
-      self.scaling = ((2, 16), (4, 16), (8, 16))
-      self.reps, self.block_s = 3, 0.005
+      self.scaling = ((2, 16), (8, 16))
+      self.reps, self.cell_s, self.warmup = 3, 0., 0
+      self.instances, self.instances_max_vars = 1, None
       self.jit_max_vars = None
       self.mirrored_max_vars = None
       self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
@@ -108,14 +121,24 @@ class Settings:
       self.wide = (10, 1000)
       self.many = (400, 32)
       self.scaling = ((10, 64), (100, 64), (1000, 64))
-      self.reps, self.block_s = 7, 0.1
+      self.cell_s, self.warmup = 45., 2
+      # Tracing and compiling several instances of 400- and 1000-layer
+      # steps would take most of an hour.
+      self.instances, self.instances_max_vars = 3, 100
       # XLA compiles each contender's 1000-layer step for minutes: jit cells
       # go up to 400 variables unless --jit-max-vars says otherwise.
       self.jit_max_vars = 400
       # Likewise, setting up 1000-layer replicated steps for every contender
       # takes over 20 minutes on 2 cores (--mirrored-max-vars).
       self.mirrored_max_vars = 400
-      self.fit_reps, self.fit_steps, self.fit_units = 7, 20, 1024
+      self.fit_reps, self.fit_steps, self.fit_units = 15, 20, 1024
+
+  def instances_for(self, num_vars):
+    """Instances of each contender built for a cell of `num_vars`."""
+    if self.instances_max_vars is not None and (
+        num_vars > self.instances_max_vars):
+      return 1
+    return self.instances
 
   def as_dict(self):
     return {k: v for k, v in vars(self).items()}
@@ -280,37 +303,45 @@ def _peak_step_memory(step):
 # --------------------------------------------------------------- timing --
 
 
-def _interleaved(steps, reps, block):
-  """Times `block` calls of every step per repetition, rotating the order.
+def interleave_steps(steps, reps, warmup=2, seed=0):
+  """Times one call of every step per repetition, each in its own timer.
+
+  Every repetition calls the steps in a fresh random order, so that noise
+  slower than a repetition hits them alike and no step always follows the
+  same one (whose allocations and cache footprint it would inherit).
 
   Args:
-    steps: Dict name -> zero-argument step callable.
-    reps: Number of repetitions.
-    block: Calls per timed block (the same for every contender).
+    steps: Dict key -> zero-argument step callable.
+    reps: Number of timed repetitions.
+    warmup: Untimed repetitions first.
+    seed: Seed of the shuffles.
 
   Returns:
-    Dict name -> list of per-step seconds, one entry per repetition.
+    Dict key -> list of seconds, one per timed repetition.
   """
-  names = list(steps)
-  times = {n: [] for n in names}
-  for rep in range(reps):
-    order = names[rep % len(names):] + names[:rep % len(names)]
-    for n in order:
-      step = steps[n]
+  keys = list(steps)
+  rng = np.random.default_rng(seed)
+  times = {k: [] for k in keys}
+  for rep in range(warmup + reps):
+    for index in rng.permutation(len(keys)):
+      key = keys[index]
       start = time.perf_counter()
-      for _ in range(block):
-        result = step()
-      _sync(result)
-      times[n].append((time.perf_counter() - start) / block)
+      _sync(steps[key]())
+      if rep >= warmup:
+        times[key].append(time.perf_counter() - start)
   return times
 
 
-def _block(step, settings):
-  """Steps per timed block: about `settings.block_s` seconds of bare steps."""
+def _reps(steps, settings):
+  """Repetitions for `steps`: fixed, or filling `settings.cell_s` seconds."""
+  if settings.reps is not None:
+    return settings.reps
   start = time.perf_counter()
-  _sync(step())
+  for step in steps.values():
+    _sync(step())
   seconds = time.perf_counter() - start
-  return max(1, min(200, int(round(settings.block_s / max(seconds, 1e-6)))))
+  return int(min(settings.max_reps, max(
+      settings.min_reps, settings.cell_s / max(seconds, 1e-6))))
 
 
 def _quartiles(values):
@@ -320,20 +351,46 @@ def _quartiles(values):
   return q[0], statistics.median(values), q[2]
 
 
+def _median_se(values, resamples=300, seed=0):
+  """Bootstrap standard error of the median of `values`."""
+  values = np.asarray(values)
+  if len(values) < 2:
+    return 0.
+  rng = np.random.default_rng(seed)
+  picks = rng.integers(0, len(values), (resamples, len(values)))
+  return float(np.std(np.median(values[picks], axis=1)))
+
+
 def _summarize(times, baseline="bare"):
-  """Medians, spreads and paired overheads of interleaved step times."""
+  """Medians, spreads and paired overheads of interleaved step times.
+
+  Args:
+    times: Dict name -> list (one per instance) of lists of seconds (one per
+      repetition).
+    baseline: The name overheads are relative to.
+
+  Returns:
+    Dict name -> statistics.
+  """
+  def mean_over_instances(runs):
+    return np.mean(np.asarray(runs), axis=0)
+
+  base = mean_over_instances(times[baseline])
   out = {}
-  base = times[baseline]
-  for name, ts in times.items():
-    lo, med, hi = _quartiles(ts)
-    ratios = [t / b for t, b in zip(ts, base)]
-    rlo, rmed, rhi = _quartiles(ratios)
+  for name, runs in times.items():
+    ts = mean_over_instances(runs)
+    lo, med, hi = _quartiles(list(ts))
+    ratios = ts / base
+    rlo, rmed, rhi = _quartiles(list(ratios))
     out[name] = {
         "step_ms": med * 1e3,
         "step_ms_iqr": [lo * 1e3, hi * 1e3],
         "overhead": rmed - 1.,
+        "overhead_se": _median_se(ratios),
         "overhead_spread": (rhi - rlo) / 2.,
-        "samples_ms": [t * 1e3 for t in ts],
+        "instance_overheads": [
+            float(np.median(np.asarray(run) / base)) - 1. for run in runs],
+        "samples_ms": [float(t) * 1e3 for t in ts],
     }
   return out
 
@@ -341,20 +398,28 @@ def _summarize(times, baseline="bare"):
 def run_cell(workload, mode, num_vars, width, settings, strategy, log):
   """Measures every contender on one workload and mode."""
   values, x = _initial_values(num_vars, width)
+  instances = settings.instances_for(num_vars)
   steps, trace_s, memory, notes = {}, {}, {}, {}
-  for name in CONTENDERS:
-    step = _make_step(name, mode, values, x,
-                      strategy if mode == "mirrored" else None)
-    if step is None:
-      notes[name] = "tf_keras is not installed"
-      continue
-    start = time.perf_counter()
-    _sync(step())
-    trace_s[name] = time.perf_counter() - start
-    _sync(step())  # A second warm-up: some caches fill on the 2nd call.
-    memory[name] = _peak_step_memory(step)
-    steps[name] = step
-  times = _interleaved(steps, settings.reps, _block(steps["bare"], settings))
+  for index in range(instances):
+    for name in CONTENDERS:
+      step = _make_step(name, mode, values, x,
+                        strategy if mode == "mirrored" else None)
+      if step is None:
+        notes[name] = "tf_keras is not installed"
+        continue
+      start = time.perf_counter()
+      _sync(step())
+      if index == 0:
+        trace_s[name] = time.perf_counter() - start
+      _sync(step())  # A second warm-up: some caches fill on the 2nd call.
+      if index == 0:
+        memory[name] = _peak_step_memory(step)
+      steps[(name, index)] = step
+  reps = _reps(steps, settings)
+  timed = interleave_steps(steps, reps, settings.warmup)
+  times = {}
+  for (name, _), seconds in timed.items():
+    times.setdefault(name, []).append(seconds)
   summary = _summarize(times)
   for name in summary:
     summary[name]["first_call_s"] = trace_s[name]
@@ -364,6 +429,8 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
       "mode": mode,
       "num_vars": num_vars,
       "width": width,
+      "reps": reps,
+      "instances": instances,
       "contenders": summary,
       "notes": notes,
   }
@@ -438,17 +505,19 @@ def run_fit_cell(mode, settings, strategy, log):
     trace_s[name] = time.perf_counter() - start
     models[name] = model
 
+  # `fit` runs whole epochs, so its repetitions are blocks of steps (the
+  # median gap between batches), in a fresh random order each time.
   times = {n: [] for n in models}
   names = list(models)
-  for rep in range(settings.fit_reps):
-    order = names[rep % len(names):] + names[:rep % len(names)]
-    for name in order:
+  rng = np.random.default_rng(0)
+  for _ in range(settings.fit_reps):
+    for name in (names[i] for i in rng.permutation(len(names))):
       timer = _StepTimer()
       models[name].fit(dataset, epochs=1, steps_per_epoch=settings.fit_steps,
                        verbose=0, callbacks=[timer])
       gaps = np.diff(timer.ends)
       times[name].append(float(np.median(gaps)))
-  summary = _summarize(times)
+  summary = _summarize({n: [ts] for n, ts in times.items()})
   for name in summary:
     summary[name]["steps_per_s"] = 1e3 / summary[name]["step_ms"]
     summary[name]["first_call_s"] = trace_s[name]
@@ -457,6 +526,8 @@ def run_fit_cell(mode, settings, strategy, log):
       "mode": mode,
       "num_vars": len(models["bare"].trainable_variables),
       "width": units,
+      "reps": settings.fit_reps,
+      "instances": 1,
       "contenders": summary,
       "notes": {"tf_keras": "tf_keras is not installed"} if tf_keras is None
                else {},
@@ -499,8 +570,10 @@ def run_v1_cell(workload, num_vars, width, settings, log):
     trace_s[name] = time.perf_counter() - start
     sessions.append(session)
     steps[name] = step
-  times = _interleaved(steps, settings.reps, _block(steps["v1_bare"], settings))
-  summary = _summarize(times, baseline="v1_bare")
+  reps = _reps(steps, settings)
+  times = interleave_steps(steps, reps, settings.warmup)
+  summary = _summarize({n: [ts] for n, ts in times.items()},
+                       baseline="v1_bare")
   for name in summary:
     summary[name]["first_call_s"] = trace_s[name]
   for session in sessions:
@@ -510,6 +583,8 @@ def run_v1_cell(workload, num_vars, width, settings, log):
       "mode": "session",
       "num_vars": num_vars,
       "width": width,
+      "reps": reps,
+      "instances": 1,
       "contenders": summary,
       "notes": {},
   }
@@ -523,7 +598,7 @@ def run_v1_cell(workload, num_vars, width, settings, log):
 
 
 def _pct(s):
-  return f"{100 * s['overhead']:+.1f}% ±{100 * s['overhead_spread']:.1f}"
+  return f"{100 * s['overhead']:+.1f}% ±{100 * s['overhead_se']:.1f}"
 
 
 def _label(cell):
@@ -536,7 +611,7 @@ def markdown(results):
   """The report tables, as markdown text."""
   lines = []
   lines.append("Overhead = step time / bare step time - 1 (median over "
-               "interleaved repetitions, ± half the inter-quartile range).")
+               "step-level interleaved repetitions, ± its standard error).")
   lines.append("")
   header = ["workload", "mode", "bare step"] + list(CONTENDERS[1:])
   lines.append("| " + " | ".join(header) + " |")
@@ -697,9 +772,19 @@ def main(argv=None):
                       help="comma-separated modes to run (eager, function, "
                       "jit, mirrored); default all")
   parser.add_argument("--reps", type=int, default=None,
-                      help="interleaved repetitions per cell (default: 7 in a "
-                      "full run, 3 in --quick); more of them steady the "
-                      "medians of small, noisy cells")
+                      help="step-level repetitions per cell (default: as "
+                      "many as fill --cell-seconds, 21 to 3000, in a full "
+                      "run; 3 in --quick)")
+  parser.add_argument("--cell-seconds", type=float, default=None,
+                      help="timed seconds per cell when --reps is not given "
+                      "(default 45)")
+  parser.add_argument("--instances", type=int, default=None,
+                      help="instances of every contender in cells of up to "
+                      "--instances-max-vars variables (default 3 in a full "
+                      "run, 1 in --quick)")
+  parser.add_argument("--instances-max-vars", type=int, default=None,
+                      help="largest variable count with several instances "
+                      "(default 100)")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
                       "scaling, fit, v1); default all")
@@ -713,6 +798,16 @@ def main(argv=None):
     if args.reps < 1:
       parser.error(f"--reps must be at least 1, got {args.reps}")
     settings.reps = args.reps
+  if args.cell_seconds is not None:
+    if not args.cell_seconds > 0:
+      parser.error(f"--cell-seconds must be positive, got {args.cell_seconds}")
+    settings.cell_s = args.cell_seconds
+  if args.instances is not None:
+    if args.instances < 1:
+      parser.error(f"--instances must be at least 1, got {args.instances}")
+    settings.instances = args.instances
+  if args.instances_max_vars is not None:
+    settings.instances_max_vars = args.instances_max_vars
   only = set(filter(None, args.only.split(",")))
 
   started = time.perf_counter()

@@ -1,24 +1,31 @@
-r"""Splits the cost of the gated apply into its parts, on small steps.
+r"""Splits ours' overhead into its parts, on small `tf.function` steps.
 
-`bench_loss_scaling.py` finds ours above 1.5x the floor's overhead in
-`tf.function` steps of 10 and 100 variables of 64x64. This measures where
-that comes from, side by side in one process (interleaved repetitions, as
-in bench_loss_scaling.py), with variants of `ours_dynamic` that are wrong on
-purpose and exist only to be timed:
+Where `bench_loss_scaling.py` finds ours above 1.5x the floor's overhead, this
+measures what each part of a dynamic loss scaler costs, side by side in one
+process (step-level interleaving and several instances of every contender,
+as in bench_loss_scaling.py). Each variant adds one part to the previous one;
+the ones marked "wrong" exist only to be timed:
 
-* `no_restore`: the old values are neither kept nor restored (a non-finite
-  step would corrupt the variables): what the rest of ours costs.
-* `keep_only`: the old values are kept alive until every write is done, but
-  never restored: the cost of saving (each in-place write copies its tensor
-  first, as a resource variable copies on write while a read is alive).
-* `ours_dynamic`: saving plus the restoring `If` ops.
-
-`bare`, `floor` and `floor_gated` (the other way to gate: every write waits
-for the verdict) are timed alongside, as in bench_loss_scaling.py.
+* `bare`: Keras 3 Adam, no scaling;
+* `ours_fixed`: scale the loss and unscale the gradients (by a variable);
+* `floor`: scale, unscale and check that all gradients are finite (the
+  verdict gates nothing);
+* `dyn_nogate` (wrong): ours dynamic, but the inner optimizer applies every
+  step, finite or not: the check plus the scale and counter update, the part
+  every dynamic loss scaler adds to the floor;
+* `no_restore` (wrong): ours' gated apply without keeping or restoring the
+  old values: its bookkeeping;
+* `keep_only` (wrong): the old values are kept alive until every write is
+  done, but never restored: the cost of saving them (each write copies its
+  tensor first, as a resource variable copies on write while a read is
+  alive);
+* `ours_dynamic`: saving plus the restoring `If` ops;
+* `floor_gated`: the other way to gate: the floor with every write waiting
+  for the verdict.
 
 Usage:
 
-  python benchmarks/gate_costs.py [--vars 10] [--reps 21]
+  python benchmarks/gate_costs.py [--vars 10] [--reps 2000] [--instances 3]
 """
 
 import argparse
@@ -31,6 +38,11 @@ import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from tf_mixed_precision_compat import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def _apply_always(inner, grads, variables, finite):
+  del finite
+  inner.apply_gradients(list(zip(grads, variables)))
 
 
 def _no_restore(finite, originals):
@@ -46,36 +58,49 @@ def _keep_only(finite, originals):
   return [tf.raw_ops.IdentityN(input=[o for _, o in originals])[0].op]
 
 
-_VARIANTS = {"no_restore": _no_restore, "keep_only": _keep_only}
+# name -> (contender of bench_loss_scaling.py, {_gated_apply attribute: its
+# stand-in while the step is traced}).
+_VARIANTS = {
+    "bare": ("bare", {}),
+    "ours_fixed": ("ours_fixed", {}),
+    "floor": ("floor", {}),
+    "dyn_nogate": ("ours_dynamic", {"apply_when_finite": _apply_always}),
+    "no_restore": ("ours_dynamic", {"_restore_unless": _no_restore}),
+    "keep_only": ("ours_dynamic", {"_restore_unless": _keep_only}),
+    "ours_dynamic": ("ours_dynamic", {}),
+    "floor_gated": ("floor_gated", {}),
+}
 
-# Contenders of bench_loss_scaling.py timed alongside: `floor_gated` is the
-# other way to gate (wait for the verdict before any write).
-_CONTENDERS = ("bare", "floor", "floor_gated")
-_NAMES = _CONTENDERS + ("ours_dynamic", "no_restore", "keep_only")
 
-
-def make_steps(num_vars, width):
-  """Step functions of bare, floor, ours and the variants, by name."""
+def make_steps(num_vars, width, names=tuple(_VARIANTS)):
+  """Step functions of the variants `names`, by name."""
   values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
   steps = {}
-  real = _gated_apply._restore_unless  # pylint: disable=protected-access
-  for name in _NAMES:
-    contender = name if name in _CONTENDERS else "ours_dynamic"
-    _gated_apply._restore_unless = _VARIANTS.get(name, real)  # pylint: disable=protected-access
+  for name in names:
+    contender, patches = _VARIANTS[name]
+    real = {attr: getattr(_gated_apply, attr) for attr in patches}
+    for attr, stand_in in patches.items():
+      setattr(_gated_apply, attr, stand_in)
     try:
       step = bench._make_step(contender, "function", values, x, None)  # pylint: disable=protected-access
-      bench._sync(step())  # Traced while the variant is in place.  # pylint: disable=protected-access
+      bench._sync(step())  # Traced while the stand-ins are in place.  # pylint: disable=protected-access
     finally:
-      _gated_apply._restore_unless = real  # pylint: disable=protected-access
+      for attr, function in real.items():
+        setattr(_gated_apply, attr, function)
     steps[name] = step
   return steps
 
 
-def measure(num_vars, width, reps):
-  """Overheads over bare of floor, ours and the variants; a dict."""
-  steps = make_steps(num_vars, width)
-  block = bench._block(steps["bare"], bench.Settings(quick=False))  # pylint: disable=protected-access
-  times = bench._interleaved(steps, reps, block)  # pylint: disable=protected-access
+def measure(num_vars, width, reps, instances):
+  """Overheads over bare of every variant; a dict of statistics by name."""
+  steps = {}
+  for index in range(instances):
+    for name, step in make_steps(num_vars, width).items():
+      steps[(name, index)] = step
+  timed = bench.interleave_steps(steps, reps)
+  times = {}
+  for (name, _), seconds in timed.items():
+    times.setdefault(name, []).append(seconds)
   return bench._summarize(times)  # pylint: disable=protected-access
 
 
@@ -83,14 +108,19 @@ def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--vars", type=int, default=10)
   parser.add_argument("--width", type=int, default=64)
-  parser.add_argument("--reps", type=int, default=21)
+  parser.add_argument("--reps", type=int, default=2000)
+  parser.add_argument("--instances", type=int, default=3)
   args = parser.parse_args()
-  summary = measure(args.vars, args.width, args.reps)
+  summary = measure(args.vars, args.width, args.reps, args.instances)
   print(f"tf.function step, {args.vars} variables of {args.width}x"
-        f"{args.width}, {args.reps} interleaved repetitions")
+        f"{args.width}, {args.reps} step-level interleaved repetitions, "
+        f"{args.instances} instances each")
+  bare_us = summary["bare"]["step_ms"] * 1e3
   for name, s in summary.items():
+    instances = " ".join(f"{100 * o:+.1f}" for o in s["instance_overheads"])
     print(f"{name:14s} {s['step_ms']:8.3f} ms  {100 * s['overhead']:+6.1f}%"
-          f" ±{100 * s['overhead_spread']:.1f}")
+          f" ±{100 * s['overhead_se']:.1f} ({s['overhead'] * bare_us:+7.1f} "
+          f"µs)  instances: {instances}")
 
 
 if __name__ == "__main__":

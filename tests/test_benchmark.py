@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
 
@@ -54,8 +56,9 @@ def test_quick_run_reports_every_cell(tmp_path):
       assert ("tf_keras" in cell["notes"]) == (not _TF_KERAS)
     for stats in contenders.values():
       assert stats["step_ms"] > 0
-      assert len(stats["samples_ms"]) == settings["reps"] or (
-          cell["workload"] == "fit")
+      assert len(stats["samples_ms"]) == cell["reps"]
+      assert len(stats["instance_overheads"]) == cell["instances"]
+      assert stats["overhead_se"] >= 0
       assert stats["step_ms_iqr"][0] <= stats["step_ms"] <= (
           stats["step_ms_iqr"][1])
       assert stats["overhead_spread"] >= 0
@@ -95,15 +98,15 @@ import gate_costs
 from tf_mixed_precision_compat import _gated_apply
 steps = gate_costs.make_steps(3, 8)
 types = {name: sorted({op.type for op in
-                       steps[name].get_concrete_function().graph
-                       .get_operations()})
-         for name in ("ours_dynamic", "no_restore", "keep_only")}
-types["restore_after"] = _gated_apply._restore_unless.__name__
+                       step.get_concrete_function().graph.get_operations()})
+         for name, step in steps.items()}
+types["after"] = [_gated_apply._restore_unless.__name__,
+                  _gated_apply.apply_when_finite.__name__]
 print(json.dumps(types))
 """
 
 
-def test_gate_costs_variants_differ_only_in_the_restore():
+def test_gate_costs_variants_differ_only_in_their_part():
   # In a subprocess: the benchmark module sets TF's log level and devices
   # when imported, which other tests in this process would see.
   proc = subprocess.run(
@@ -112,14 +115,19 @@ def test_gate_costs_variants_differ_only_in_the_restore():
       timeout=300, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   types = json.loads(proc.stdout.splitlines()[-1])
-  ours, no_restore, keep_only = (
-      set(types[n]) for n in ("ours_dynamic", "no_restore", "keep_only"))
+  ours, no_restore, keep_only, nogate = (
+      set(types[n]) for n in ("ours_dynamic", "no_restore", "keep_only",
+                              "dyn_nogate"))
   assert "If" in ours and "IdentityN" not in ours
   assert "If" not in no_restore and "IdentityN" not in no_restore
   assert "If" not in keep_only and "IdentityN" in keep_only
   assert ours - {"If"} == no_restore == keep_only - {"IdentityN"}
-  # The patch is gone afterwards.
-  assert types["restore_after"] == "_restore_unless"
+  # Without the gate, nothing waits on the verdict but the scale update:
+  # the inner optimizer's in-place adds, as in bare.
+  assert "If" not in nogate and "AssignAddVariableOp" in nogate
+  assert "IsFinite" in nogate and "IsFinite" not in set(types["bare"])
+  # The stand-ins are gone afterwards.
+  assert types["after"] == ["_restore_unless", "apply_when_finite"]
 
 
 def test_reps_below_one_is_refused():
@@ -129,3 +137,54 @@ def test_reps_below_one_is_refused():
                                               TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 2
   assert "--reps must be at least 1, got 0" in proc.stderr
+
+
+def test_instances_are_averaged_against_bare(tmp_path):
+  out = tmp_path / "results.json"
+  proc = subprocess.run(
+      [sys.executable, SCRIPT, "--quick", "--only", "scaling", "--modes",
+       "function", "--instances", "2", "--reps", "4", "--out", str(out)],
+      capture_output=True, text=True, timeout=600, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out) as f:
+    cells = json.load(f)["cells"]
+  assert cells and all(c["instances"] == 2 and c["reps"] == 4 for c in cells)
+  for cell in cells:
+    for stats in cell["contenders"].values():
+      assert len(stats["instance_overheads"]) == 2
+      assert len(stats["samples_ms"]) == 4
+    # Bare's time in a repetition is the mean of its two instances, so their
+    # ratios to it are r and 2 - r, and so are their medians.
+    assert sum(cell["contenders"]["bare"]["instance_overheads"]) == (
+        pytest.approx(0., abs=1e-9))
+
+
+_INTERLEAVE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench_loss_scaling as bench
+calls = []
+steps = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
+times = bench.interleave_steps(steps, reps=30, warmup=2)
+print(json.dumps({"calls": calls, "lengths": {k: len(v) for k, v in
+                                              times.items()}}))
+"""
+
+
+def test_interleaving_calls_each_step_once_per_repetition_in_varying_order():
+  proc = subprocess.run(
+      [sys.executable, "-c", _INTERLEAVE_PROBE,
+       os.path.join(ROOT, "benchmarks")], capture_output=True, text=True,
+      timeout=300, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  probe = json.loads(proc.stdout.splitlines()[-1])
+  calls = probe["calls"]
+  assert probe["lengths"] == {k: 30 for k in "abcd"}
+  assert len(calls) == 32 * 4
+  rounds = [calls[i:i + 4] for i in range(0, len(calls), 4)]
+  assert all(sorted(r) == list("abcd") for r in rounds)
+  # No step always runs right after the same other step.
+  for step in "abcd":
+    before = {r[r.index(step) - 1] for r in rounds if r.index(step) > 0}
+    assert len(before) > 1
