@@ -36,7 +36,7 @@ and no contender always runs after the same one. Cells of up to
 (fresh variables, optimizer and trace; `--instances`): two instances of the
 same step can differ by a few percent for as long as they live (memory
 placement), which no number of repetitions averages away. A contender's time
-in a repetition is the mean over its instances. Its overhead is the median
+in a repetition is the median over its instances. Its overhead is the median
 over repetitions of (its time / bare's time in the same repetition) - 1,
 reported with the standard error of that median (bootstrap); the spread
 (half the inter-quartile range of the ratio) and each instance's own
@@ -372,13 +372,15 @@ def _summarize(times, baseline="bare"):
   Returns:
     Dict name -> statistics.
   """
-  def mean_over_instances(runs):
-    return np.mean(np.asarray(runs), axis=0)
+  def per_repetition(runs):
+    # The median over instances: a step that hits a burst of machine noise
+    # would drag a mean with it.
+    return np.median(np.asarray(runs), axis=0)
 
-  base = mean_over_instances(times[baseline])
+  base = per_repetition(times[baseline])
   out = {}
   for name, runs in times.items():
-    ts = mean_over_instances(runs)
+    ts = per_repetition(runs)
     lo, med, hi = _quartiles(list(ts))
     ratios = ts / base
     rlo, rmed, rhi = _quartiles(list(ratios))

@@ -154,8 +154,9 @@ def test_instances_are_averaged_against_bare(tmp_path):
     for stats in cell["contenders"].values():
       assert len(stats["instance_overheads"]) == 2
       assert len(stats["samples_ms"]) == 4
-    # Bare's time in a repetition is the mean of its two instances, so their
-    # ratios to it are r and 2 - r, and so are their medians.
+    # Bare's time in a repetition is the median (here the mean) of its two
+    # instances, so their ratios to it are r and 2 - r, and so are their
+    # medians.
     assert sum(cell["contenders"]["bare"]["instance_overheads"]) == (
         pytest.approx(0., abs=1e-9))
 
