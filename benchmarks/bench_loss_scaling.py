@@ -827,7 +827,21 @@ def main(argv=None):
           flush=True)
 
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-  cells = []
+
+  class _Cells(list):
+    """The cells so far, also written to `--out` after each one.
+
+    A long run that dies (out of memory, say) keeps what it measured.
+    """
+
+    def append(self, cell):
+      super().append(cell)
+      if args.out:
+        with open(args.out, "w") as f:
+          json.dump({"partial": True, "settings": settings.as_dict(),
+                     "cells": list(self)}, f, indent=1)
+
+  cells = _Cells()
   if wanted("wide"):
     for mode in _modes("function", "jit", "mirrored"):
       cells.append(run_cell("wide", mode, *settings.wide, settings, strategy,
@@ -860,7 +874,7 @@ def main(argv=None):
       "settings": settings.as_dict(),
       "command": "python benchmarks/bench_loss_scaling.py" +
                  (" --quick" if args.quick else ""),
-      "cells": cells,
+      "cells": list(cells),
       "notes": {} if tf_keras is not None else {
           "tf_keras": "tf_keras is not installed; its LossScaleOptimizer is "
                       "not measured."},
