@@ -15,11 +15,12 @@ the ones marked "wrong" exist only to be timed:
   every dynamic loss scaler adds to the floor;
 * `no_restore` (wrong): ours' gated apply without keeping or restoring the
   old values: its bookkeeping;
-* `keep_only` (wrong): the old values are kept alive until every write is
-  done, but never restored: the cost of saving them (each write copies its
-  tensor first, as a resource variable copies on write while a read is
-  alive);
-* `ours_dynamic`: saving plus the restoring `If` ops;
+* `ours_dynamic`: saving the old values (each in-place write then copies
+  its tensor first, as a resource variable copies on write while a read is
+  alive) and the restoring `If` ops. (Saving cannot be timed apart: an op
+  that only holds the saved values, consuming nothing, is pruned by
+  Grappler, and one that consumes them is itself a function call like the
+  `If`.)
 * `floor_gated`: the other way to gate: the floor with every write waiting
   for the verdict.
 
@@ -35,7 +36,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
-import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 from tf_mixed_precision_compat import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -50,14 +50,6 @@ def _no_restore(finite, originals):
   return []
 
 
-def _keep_only(finite, originals):
-  del finite
-  if not originals:
-    return []
-  # One op holding every saved value until the writes are done.
-  return [tf.raw_ops.IdentityN(input=[o for _, o in originals])[0].op]
-
-
 # name -> (contender of bench_loss_scaling.py, {_gated_apply attribute: its
 # stand-in while the step is traced}).
 _VARIANTS = {
@@ -66,7 +58,6 @@ _VARIANTS = {
     "floor": ("floor", {}),
     "dyn_nogate": ("ours_dynamic", {"apply_when_finite": _apply_always}),
     "no_restore": ("ours_dynamic", {"_restore_unless": _no_restore}),
-    "keep_only": ("ours_dynamic", {"_restore_unless": _keep_only}),
     "ours_dynamic": ("ours_dynamic", {}),
     "floor_gated": ("floor_gated", {}),
 }
