@@ -106,15 +106,22 @@ print(json.dumps(types))
 """
 
 
-def test_gate_costs_variants_differ_only_in_their_part():
-  # In a subprocess: the benchmark module sets TF's log level and devices
-  # when imported, which other tests in this process would see.
+def _probe(source):
+  """Runs `source` in a fresh interpreter; returns its last line, parsed.
+
+  The benchmark modules set TF's log level and devices when imported, which
+  other tests in this process would see.
+  """
   proc = subprocess.run(
-      [sys.executable, "-c", _GATE_COSTS_PROBE,
-       os.path.join(ROOT, "benchmarks")], capture_output=True, text=True,
-      timeout=300, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+      [sys.executable, "-c", source, os.path.join(ROOT, "benchmarks")],
+      capture_output=True, text=True, timeout=300, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  types = json.loads(proc.stdout.splitlines()[-1])
+  return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_gate_costs_variants_differ_only_in_their_part():
+  types = _probe(_GATE_COSTS_PROBE)
   ours, no_restore, nogate = (
       set(types[n]) for n in ("ours_dynamic", "no_restore", "dyn_nogate"))
   assert "If" in ours and "If" not in no_restore
@@ -171,12 +178,7 @@ print(json.dumps({"calls": calls, "lengths": {k: len(v) for k, v in
 
 
 def test_interleaving_calls_each_step_once_per_repetition_in_varying_order():
-  proc = subprocess.run(
-      [sys.executable, "-c", _INTERLEAVE_PROBE,
-       os.path.join(ROOT, "benchmarks")], capture_output=True, text=True,
-      timeout=300, check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  probe = json.loads(proc.stdout.splitlines()[-1])
+  probe = _probe(_INTERLEAVE_PROBE)
   calls = probe["calls"]
   assert probe["lengths"] == {k: 30 for k in "abcd"}
   assert len(calls) == 32 * 4
