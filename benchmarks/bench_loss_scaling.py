@@ -34,8 +34,8 @@ own, so machine noise slower than one repetition hits all contenders alike
 and no contender always runs after the same one. Cells of up to
 `--instances-max-vars` variables build several instances of every contender
 (fresh variables, optimizer and trace; `--instances`): two instances of the
-same step can differ by a few percent for as long as they live (memory
-placement), which no number of repetitions averages away. A contender's time
+same step can differ by a few percent for as long as they live, which no
+number of repetitions averages away. A contender's time
 in a repetition is the median over its instances. Its overhead is the median
 over repetitions of (its time / bare's time in the same repetition) - 1,
 reported with the standard error of that median (bootstrap); the spread
@@ -332,6 +332,19 @@ def interleave_steps(steps, reps, warmup=2, seed=0):
   return times
 
 
+def interleave_instances(steps, reps, warmup=2):
+  """`interleave_steps` over steps keyed (name, instance), grouped by name.
+
+  Returns:
+    Dict name -> list (one per instance) of lists of seconds, as
+    `_summarize` takes them.
+  """
+  times = {}
+  for (name, _), seconds in interleave_steps(steps, reps, warmup).items():
+    times.setdefault(name, []).append(seconds)
+  return times
+
+
 def _reps(steps, settings):
   """Repetitions for `steps`: fixed, or filling `settings.cell_s` seconds."""
   if settings.reps is not None:
@@ -418,11 +431,7 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
         memory[name] = _peak_step_memory(step)
       steps[(name, index)] = step
   reps = _reps(steps, settings)
-  timed = interleave_steps(steps, reps, settings.warmup)
-  times = {}
-  for (name, _), seconds in timed.items():
-    times.setdefault(name, []).append(seconds)
-  summary = _summarize(times)
+  summary = _summarize(interleave_instances(steps, reps, settings.warmup))
   for name in summary:
     summary[name]["first_call_s"] = trace_s[name]
     summary[name]["peak_step_bytes"] = memory[name]

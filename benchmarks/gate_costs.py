@@ -88,11 +88,7 @@ def measure(num_vars, width, reps, instances):
   for index in range(instances):
     for name, step in make_steps(num_vars, width).items():
       steps[(name, index)] = step
-  timed = bench.interleave_steps(steps, reps)
-  times = {}
-  for (name, _), seconds in timed.items():
-    times.setdefault(name, []).append(seconds)
-  return bench._summarize(times)  # pylint: disable=protected-access
+  return bench._summarize(bench.interleave_instances(steps, reps))  # pylint: disable=protected-access
 
 
 def main():
