@@ -837,28 +837,23 @@ def main(argv=None):
 
   strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
-  class _Cells(list):
-    """The cells so far, also written to `--out` after each one.
+  cells = []
 
-    A long run that dies (out of memory, say) keeps what it measured.
-    """
+  def add(cell):
+    # Written after each cell, so that a long run that dies (out of memory,
+    # say) keeps what it measured.
+    cells.append(cell)
+    if args.out:
+      with open(args.out, "w") as f:
+        json.dump({"partial": True, "settings": settings.as_dict(),
+                   "cells": cells}, f, indent=1)
 
-    def append(self, cell):
-      super().append(cell)
-      if args.out:
-        with open(args.out, "w") as f:
-          json.dump({"partial": True, "settings": settings.as_dict(),
-                     "cells": list(self)}, f, indent=1)
-
-  cells = _Cells()
   if wanted("wide"):
     for mode in _modes("function", "jit", "mirrored"):
-      cells.append(run_cell("wide", mode, *settings.wide, settings, strategy,
-                            log))
+      add(run_cell("wide", mode, *settings.wide, settings, strategy, log))
   if wanted("many"):
     for mode in _modes("eager", "function", "jit", "mirrored"):
-      cells.append(run_cell("many", mode, *settings.many, settings, strategy,
-                            log))
+      add(run_cell("many", mode, *settings.many, settings, strategy, log))
   if wanted("scaling"):
     for mode in _modes("function", "jit", "mirrored"):
       for num_vars, width in settings.scaling:
@@ -868,22 +863,22 @@ def main(argv=None):
           log(f"scaling[{num_vars}x{width}]  {mode}  skipped "
               f"(--{mode}-max-vars)")
           continue
-        cells.append(run_cell("scaling", mode, num_vars, width, settings,
-                              strategy, log))
+        add(run_cell("scaling", mode, num_vars, width, settings, strategy,
+                     log))
   if wanted("fit"):
     for mode in _modes("function", "jit", "mirrored"):
-      cells.append(run_fit_cell(mode, settings, strategy, log))
+      add(run_fit_cell(mode, settings, strategy, log))
   if wanted("v1"):
-    cells.append(run_v1_cell("wide", *settings.wide, settings, log))
-    cells.append(run_v1_cell("many", *settings.many, settings, log))
+    add(run_v1_cell("wide", *settings.wide, settings, log))
+    add(run_v1_cell("many", *settings.many, settings, log))
     num_vars, width = settings.scaling[-1]
-    cells.append(run_v1_cell("scaling", num_vars, width, settings, log))
+    add(run_v1_cell("scaling", num_vars, width, settings, log))
   results = {
       "machine": _machine(),
       "settings": settings.as_dict(),
       "command": "python benchmarks/bench_loss_scaling.py" +
                  (" --quick" if args.quick else ""),
-      "cells": list(cells),
+      "cells": cells,
       "notes": {} if tf_keras is not None else {
           "tf_keras": "tf_keras is not installed; its LossScaleOptimizer is "
                       "not measured."},

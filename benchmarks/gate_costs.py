@@ -3,8 +3,8 @@ r"""Splits ours' overhead into its parts, on small `tf.function` steps.
 Where `bench_loss_scaling.py` finds ours above 1.5x the floor's overhead, this
 measures what each part of a dynamic loss scaler costs, side by side in one
 process (step-level interleaving and several instances of every contender,
-as in bench_loss_scaling.py). Each variant adds one part to the previous one;
-the ones marked "wrong" exist only to be timed:
+as in bench_loss_scaling.py). Each of the first six variants adds one part to
+the one before; the ones marked "wrong" exist only to be timed:
 
 * `bare`: Keras 3 Adam, no scaling;
 * `ours_fixed`: scale the loss and unscale the gradients (by a variable);
