@@ -1,7 +1,8 @@
 """The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
 
-`_gated_apply.apply_when_finite` updates small tensors in place and restores
-them on a non-finite step, and defers large ones to a conditional commit;
+`_gated_apply.apply_when_finite` writes small tensors at once (the smallest in
+place, the others out of place) and restores them on a non-finite step, and
+defers large ones to a conditional commit;
 under XLA it masks the writes of large tensors and defers small ones.
 Here every vetted Keras 3 optimizer runs the same gradient sequence (with
 non-finite steps) through it and through the conditional path it replaces,
@@ -21,9 +22,11 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _gated_apply
 from tf_mixed_precision_compat import keras_optimizer
 
-# (3, 4) and (5,) are small; (256, 256) has exactly `_LARGE_MIN_ELEMENTS`
-# elements, so it is large (deferred, or masked under XLA).
-_SHAPES = ((3, 4), (256, 256), (5,))
+# (3, 4) and (5,) are small (written in place); (128, 128) has exactly
+# `_OUT_OF_PLACE_MIN_ELEMENTS` elements, so it is written out of place;
+# (256, 256) has exactly `_LARGE_MIN_ELEMENTS`, so it is large (deferred, or
+# masked under XLA).
+_SHAPES = ((3, 4), (256, 256), (5,), (128, 128))
 _NON_FINITE_STEPS = (1, 4, 5)
 # Optimizers whose XLA-compiled update rounds differently once masked.
 _XLA_REORDERS = ("rmsprop_centered",)
@@ -173,12 +176,15 @@ class GatedApplyTest(parameterized.TestCase):
       grads = _gradients(0)
       grads[0][2, 1] = bad  # a small one
       step([tf.constant(g) for g in grads])
+      grads = _gradients(0)
+      grads[3][100, 5] = bad  # one written out of place
+      step([tf.constant(g) for g in grads])
     after = [np.asarray(t).tobytes() for t in list(variables) +
              [w for w in opt.inner_optimizer.variables
               if w is not opt.iterations]]
     self.assertEqual(_differing([before], [after]), [])
-    self.assertEqual(int(opt.iterations.numpy()), iterations + 6)
-    self.assertEqual(float(opt.loss_scale.numpy()), 2.**15 / 2.**6)
+    self.assertEqual(int(opt.iterations.numpy()), iterations + 9)
+    self.assertEqual(float(opt.loss_scale.numpy()), 2.**15 / 2.**9)
 
   @parameterized.parameters("eager", "mirrored")
   def test_other_modes_use_the_conditional_with_the_same_result(self, mode):
@@ -199,21 +205,20 @@ class GatedApplyTest(parameterized.TestCase):
     def run(gated):
       variables = [
           tf.Variable(np.linspace(-1., 1., np.prod(s), dtype=np.float32)
-                      .reshape(s)) for s in _SHAPES[:2]]
+                      .reshape(s)) for s in _SHAPES]
       opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
       opt.build(variables)
       step = tf.function(
           lambda g, h: opt.apply_gradients(
-              [(g[0], variables[0]), (g[1], variables[1]),
-               (h[0], variables[0]), (h[1], variables[1])]),
+              list(zip(g, variables)) + list(zip(h, variables))),
           jit_compile=(mode == "jit"))
       patch = (contextlib.nullcontext() if gated else mock.patch.object(
           _gated_apply, "supported", return_value=False))
       states = []
       with patch:
         for i, bad in enumerate((1., np.inf, 1., np.nan, 1.)):
-          first = [tf.fill(s, 0.5 * i + 1.) for s in _SHAPES[:2]]
-          second = [tf.fill(s, -2. * bad) for s in _SHAPES[:2]]
+          first = [tf.fill(s, 0.5 * i + 1.) for s in _SHAPES]
+          second = [tf.fill(s, -2. * bad) for s in _SHAPES]
           step(first, second)
           states.append(_state(opt, variables))
       return states
@@ -221,8 +226,31 @@ class GatedApplyTest(parameterized.TestCase):
     gated, reference = run(True), run(False)
     self.assertLen(gated, 5)
     self.assertNotEqual(gated[0], gated[2])
-    self.assertEqual(gated[1][:2], gated[0][:2])
+    self.assertEqual(gated[1][:_ITERATIONS], gated[0][:_ITERATIONS])
     self.assertEqual(_differing(gated, reference), [])
+
+  def test_writes_in_place_below_the_threshold_and_out_of_place_above(self):
+    small, medium = (3, 4), (128, 128)
+    variables = [tf.Variable(tf.zeros(s)) for s in (small, medium)]
+    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt.build(variables)
+    step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)))
+    graph = step.get_concrete_function(
+        [tf.TensorSpec(v.shape) for v in variables]).graph
+    writes = {}
+    for op in graph.get_operations():
+      if op.type.startswith("Assign") and op.type.endswith("VariableOp"):
+        shape = tuple(op.inputs[1].shape)
+        writes.setdefault(shape, []).append(op)
+    # Adam writes m and v with assign_add and the variable with assign_sub.
+    self.assertCountEqual([op.type for op in writes[small]], [
+        "AssignAddVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"])
+    self.assertEqual([op.type for op in writes[medium]],
+                     ["AssignVariableOp"] * 3)
+    # The assign is the only consumer of the new value, so the variable can
+    # adopt its buffer rather than copy it.
+    for op in writes[medium]:
+      self.assertEqual(op.inputs[1].consumers(), [op])
 
   def test_keras_variables_of_a_model(self):
     def run(gated):
