@@ -101,8 +101,19 @@ types = {name: sorted({op.type for op in
                        step.get_concrete_function().graph.get_operations()})
          for name, step in steps.items()}
 types["after"] = [_gated_apply._restore_unless.__name__,
-                  _gated_apply.apply_when_finite.__name__]
+                  _gated_apply.apply_when_finite.__name__,
+                  _gated_apply._OUT_OF_PLACE_MIN_ELEMENTS]
 print(json.dumps(types))
+"""
+
+_PROFILE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gate_costs
+steps = gate_costs.make_steps(3, 8, ("bare", "ours_dynamic", "out_of_place"))
+profiles = gate_costs.profile(steps, reps=4, warmup=1)
+print(json.dumps({name: {t: c for t, (_, c) in p.items()}
+                  for name, p in profiles.items()}))
 """
 
 
@@ -131,7 +142,27 @@ def test_gate_costs_variants_differ_only_in_their_part():
   assert not {"If", "StatelessIf"} & nogate
   assert "IsFinite" in nogate and "IsFinite" not in set(types["bare"])
   # The stand-ins are gone afterwards.
-  assert types["after"] == ["_restore_unless", "apply_when_finite"]
+  assert types["after"] == ["_restore_unless", "apply_when_finite", 1 << 14]
+
+
+def test_profile_attributes_every_kernel_to_its_own_step():
+  # Ops per step by type, from interleaved profiled calls: exact counts,
+  # which attributing a kernel to the wrong call would change.
+  counts = _probe(_PROFILE_PROBE)
+  bare, ours, out_of_place = (
+      counts[n] for n in ("bare", "ours_dynamic", "out_of_place"))
+  # Adam over 3 variables: m and v added to, the variable subtracted from.
+  assert bare["AssignAddVariableOp"] == 6
+  assert bare["AssignSubVariableOp"] == 3
+  assert "If" not in bare and "IsFinite" not in bare
+  # Ours: the same writes in place, one restoring `If` (9 tensors, one
+  # chunk), a finite check per gradient and one of the grown scale.
+  assert ours["AssignAddVariableOp"] == 6 and ours["If"] == 1
+  assert ours["IsFinite"] == 3 + 1
+  # Out of place: every write an assign, plus the scale, counter and
+  # iterations updates ours also makes.
+  assert "AssignAddVariableOp" not in out_of_place
+  assert out_of_place["AssignVariableOp"] == ours["AssignVariableOp"] + 9
 
 
 def test_reps_below_one_is_refused():
