@@ -15,12 +15,13 @@ the one before; the ones marked "wrong" exist only to be timed:
   every dynamic loss scaler adds to the floor;
 * `no_restore` (wrong): ours' gated apply without keeping or restoring the
   old values: its bookkeeping;
-* `ours_dynamic`: saving the old values (each in-place write then copies
-  its tensor first, as a resource variable copies on write while a read is
-  alive) and the restoring `If` ops. (Saving cannot be timed apart: an op
-  that only holds the saved values, consuming nothing, is pruned by
-  Grappler, and one that consumes them is itself a function call like the
-  `If`.)
+* `ours_dynamic`: saving the old values and the restoring `If` ops. Below
+  16384 elements each in-place write then copies its tensor first, as a
+  resource variable copies on write while a read is alive; larger tensors
+  are written out of place even in `no_restore`. (Saving cannot be timed
+  apart: an op that only holds the saved values, consuming nothing, is
+  pruned by Grappler, and one that consumes them is itself a function call
+  like the `If`.)
 * `floor_gated`: the other way to gate: the floor with every write waiting
   for the verdict.
 

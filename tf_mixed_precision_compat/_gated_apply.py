@@ -68,8 +68,9 @@ _LARGE_MIN_ELEMENTS = 1 << 16
 # Small tensors with at least this many elements are written out of place
 # (computed into a new tensor that the variable adopts) rather than in place
 # (which copies the tensor first, its old value being kept). An op costs
-# about what copying 16K elements does: at 4096 elements both ways measured
-# equal, at 16384 and 65025 out of place was 1-4 points cheaper.
+# about what copying 16K elements does: at 4096 elements neither way was
+# cheaper from one run to the next, at 16384 and 65025 out of place was 3-4
+# points cheaper.
 _OUT_OF_PLACE_MIN_ELEMENTS = 1 << 14
 
 # Keras 3 optimizers whose updates all go through the optimizer's `assign`,
