@@ -297,6 +297,34 @@ class TestScaling:
                          experimental_aggregate_gradients=False)
     assert var2.numpy() == 0.
 
+  @pytest.mark.parametrize("replica", [0, 1])
+  @pytest.mark.parametrize("use_function", [False, True])
+  def test_one_replica_non_finite_skips_the_step_everywhere(
+      self, mirrored_strategy, use_function, replica):
+    # The replicas agree on the verdict, as in TF 2.4, whichever of them saw
+    # the overflow. (Keras 3's LossScaleOptimizer, given per-replica
+    # gradients, decides from the first replica's alone: an inf on replica
+    # 1 reaches the variable.)
+    with mirrored_strategy.scope():
+      var = tf.Variable([1., 2.])
+      opt = LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=4)
+      opt.build([var])
+
+    def body():
+      context = tf.distribute.get_replica_context()
+      grad = tf.where(tf.equal(context.replica_id_in_sync_group, replica),
+                      tf.constant([INF, 1.]), tf.constant([1., 1.]))
+      opt.apply_gradients([(grad, var)])
+
+    run = lambda: mirrored_strategy.run(body)
+    if use_function:
+      run = tf.function(run)
+    run()
+    for value in mirrored_strategy.experimental_local_results(var):
+      np.testing.assert_array_equal(value.numpy(), [1., 2.])
+    assert float(opt.loss_scale) == 2. and _counter(opt) == 0
+    assert int(opt.iterations.numpy()) == 1
+
   @pytest.mark.parametrize("use_function", [False, True])
   def test_mirrored_minimize(self, mirrored_strategy, use_function):
     with mirrored_strategy.scope():
