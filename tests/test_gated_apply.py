@@ -60,6 +60,24 @@ def _gradients(step, scale=1.0):
   return grads
 
 
+_MODES = ("function", "jit", "jit_deferred")
+
+
+def _jit(mode):
+  return mode.startswith("jit")
+
+
+def _as_mode(mode):
+  """Under "jit_deferred", XLA steps defer small tensors to the conditional.
+
+  (They do when a step writes many small tensors; these tests' steps write
+  few, which are masked under plain "jit".)
+  """
+  if mode == "jit_deferred":
+    return mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0)
+  return contextlib.nullcontext()
+
+
 def _differing(got, want):
   """Indices of the steps and tensors whose bytes differ (no slow diffs)."""
   return [(step, i) for step, (g, w) in enumerate(zip(got, want))
@@ -99,11 +117,11 @@ def _run(make_inner, mode, strategy=None, gated=True):
   elif mode == "eager":
     step = apply
   else:
-    step = tf.function(apply, jit_compile=(mode == "jit"))
+    step = tf.function(apply, jit_compile=_jit(mode))
   states = []
   patch = (mock.patch.object(_gated_apply, "supported", return_value=False)
            if not gated else contextlib.nullcontext())
-  with patch:
+  with patch, _as_mode(mode):
     for i in range(_STEPS):
       step([tf.constant(g) for g in _gradients(i)])
       states.append(_state(opt, variables))
@@ -114,7 +132,7 @@ class GatedApplyTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{mode}", name, mode)
-      for name in _OPTIMIZERS for mode in ("function", "jit"))
+      for name in _OPTIMIZERS for mode in _MODES)
   def test_bit_identical_to_the_conditional_apply(self, name, mode):
     calls = []
     real = _gated_apply.apply_when_finite
@@ -128,7 +146,7 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertTrue(calls, "the gated apply was not used")
     reference = _run(_OPTIMIZERS[name], mode, gated=False)
     self.assertLen(gated, _STEPS)
-    if mode == "jit" and name in _XLA_REORDERS:
+    if _jit(mode) and name in _XLA_REORDERS:
       # XLA compiles the masked and the conditional update differently, and
       # the centered denominator (a difference of near-equal numbers)
       # magnifies the rounding; XLA's conditional differs from the
@@ -144,17 +162,18 @@ class GatedApplyTest(parameterized.TestCase):
       return
     self.assertEqual(_differing(gated, reference), [])
 
-  @parameterized.product(mode=("function", "jit"),
+  @parameterized.product(mode=_MODES,
                          name=("adam", "sgd_nesterov", "adadelta"))
   def test_non_finite_step_changes_only_iterations_and_scale(self, mode,
                                                               name):
+    self.enter_context(_as_mode(mode))
     rng = np.random.default_rng(0)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
                  for s in _SHAPES]
     opt = keras_optimizer.LossScaleOptimizer(_OPTIMIZERS[name]())
     opt.build(variables)
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
-                       jit_compile=(mode == "jit"))
+                       jit_compile=_jit(mode))
     step([tf.constant(g) for g in _gradients(0)])
     # Negative zeros must survive a skipped step too (x + 0. would turn
     # them positive). Adam subtracts from its variables, Adadelta adds to
@@ -197,7 +216,7 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertLen(got, _STEPS)
     self.assertEqual(_differing(got, want), [])
 
-  @parameterized.parameters("function", "jit")
+  @parameterized.parameters(*_MODES)
   def test_a_variable_written_twice_in_one_step(self, mode):
     # Listing a variable twice makes the optimizer write it and its slots
     # twice; the second write must build on the first, and a non-finite step
@@ -211,11 +230,11 @@ class GatedApplyTest(parameterized.TestCase):
       step = tf.function(
           lambda g, h: opt.apply_gradients(
               list(zip(g, variables)) + list(zip(h, variables))),
-          jit_compile=(mode == "jit"))
+          jit_compile=_jit(mode))
       patch = (contextlib.nullcontext() if gated else mock.patch.object(
           _gated_apply, "supported", return_value=False))
       states = []
-      with patch:
+      with patch, _as_mode(mode):
         for i, bad in enumerate((1., np.inf, 1., np.nan, 1.)):
           first = [tf.fill(s, 0.5 * i + 1.) for s in _SHAPES]
           second = [tf.fill(s, -2. * bad) for s in _SHAPES]
@@ -251,6 +270,27 @@ class GatedApplyTest(parameterized.TestCase):
     # adopt its buffer rather than copy it.
     for op in writes[medium]:
       self.assertEqual(op.inputs[1].consumers(), [op])
+
+  @parameterized.parameters(("jit", False), ("jit_deferred", True))
+  def test_under_xla_few_small_tensors_are_masked_many_deferred(
+      self, mode, conditional):
+    variables = [tf.Variable(tf.zeros(s)) for s in _SHAPES]
+    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt.build(variables)
+    step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
+                       jit_compile=True)
+    with _as_mode(mode):
+      graph = step.get_concrete_function(
+          [tf.TensorSpec(v.shape) for v in variables]).graph
+    types = [op.type for op in graph.get_operations()]
+    # Masked: a select in each of Adam's three writes of every variable, and
+    # no conditional (not even one re-assigning masked slots); deferred: the
+    # small ones assigned by the commit's conditional.
+    self.assertEqual(bool({"If", "StatelessIf"} & set(types)), conditional)
+    if conditional:
+      self.assertLess(types.count("SelectV2"), 3 * len(_SHAPES))
+    else:
+      self.assertGreaterEqual(types.count("SelectV2"), 3 * len(_SHAPES))
 
   def test_keras_variables_of_a_model(self):
     def run(gated):

@@ -36,13 +36,15 @@ bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
 Under XLA (`tf.function(jit_compile=True)`) the costs are the other way round:
 XLA orders ops itself, so waiting costs little, but a conditional around a
 tensor's update stops it from updating that tensor in place (+25% on a
-10M-parameter MLP, as in Keras 3 and tf_keras), and masks cost more than the
-copy of a small tensor (+34% against +15% with 400 variables of 32x32). So
-there the large tensors are written at once, masked: an `assign_add` of
-`where(finite, delta, -0.)`, an `assign_sub` of `where(finite, delta, 0.)`, an
-`assign` of `where(finite, value, old)`, which XLA fuses into the update
-(adding -0. or subtracting +0. leaves every number, signed zeros included,
-exactly as it was); the small ones are deferred to the conditional. The result
+10M-parameter MLP, as in Keras 3 and tf_keras). So there the large tensors
+are written at once, masked: an `assign_add` of `where(finite, delta, -0.)`,
+an `assign_sub` of `where(finite, delta, 0.)`, an `assign` of
+`where(finite, value, old)`, which XLA fuses into the update (adding -0. or
+subtracting +0. leaves every number, signed zeros included, exactly as it
+was). Small tensors are masked too when a step writes fewer than
+`_XLA_MASKED_SMALL_MAX` of them; more small masks cost more than the
+conditional's copies (+33% against +19% with 400 variables of 32x32), and
+then the small ones are deferred to the conditional. The result
 equals XLA's conditional bit for bit, except where XLA fuses the masked update
 into different loops and rounds it differently (centered RMSprop, whose
 denominator, a difference of near-equal numbers, magnifies a last-bit
@@ -80,6 +82,14 @@ _OUT_OF_PLACE_MIN_ELEMENTS = 1 << 14
 _VETTED = ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam",
            "Lion")
 _VETTED_TYPES = tuple(getattr(keras.optimizers, n) for n in _VETTED)
+
+
+# Under XLA, a step that writes fewer small tensors than this masks them
+# all; with more, the small ones are deferred to the conditional. Masking all
+# measured 2-5 points cheaper than the conditional with 30 and 90 small
+# tensors (10 and 30 Adam variables of 64x64), equal with 300, and 14 points
+# dearer with 1200 (400 variables of 32x32).
+_XLA_MASKED_SMALL_MAX = 256
 
 
 # Tensors restored by one `If` op: a few dozen `If` ops per step cost less
@@ -149,11 +159,8 @@ class _Writes:
   the underlying `tf.Variable`.
   """
 
-  def __init__(self, inner, finite):
+  def __init__(self, inner, variables, finite):
     self._finite = finite
-    # Which tensors are written at once (the others are deferred): the
-    # small ones in an executor graph, restored afterwards on a non-finite
-    # step; under XLA the large ones, masked.
     self._xla = _private_api.in_xla_context()
     self._storage = {id(v): v.value for v in inner.variables}
     # The small optimizer variables are read once, up front, and the
@@ -166,9 +173,17 @@ class _Writes:
     # id(tf.Variable) -> its first read.
     self.first_read = {id(self._storage[id(v)]): r
                        for v, r in self.first_reads}
+    # Which tensors are written at once (the others are deferred): the
+    # small ones in an executor graph, restored afterwards on a non-finite
+    # step; under XLA the large ones, masked, and the small ones too if
+    # there are few.
+    small = len(self.first_reads) + sum(
+        not _is_large(_tf_variable(v)) for v in variables)
+    self._mask_small = self._xla and small < _XLA_MASKED_SMALL_MAX
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
-    self.last_write = {}  # id(tf.Variable) -> its last write op so far
+    # id(tf.Variable) -> its last write so far, of those written at once.
+    self.last_write = {}
     self.written = []  # write ops of the tensors written at once
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
 
@@ -178,7 +193,7 @@ class _Writes:
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
-    if _is_large(target) != self._xla:
+    if _is_large(target) != self._xla and not self._mask_small:
       self._defer(method, variable, target, value)
       return
     if self._xla:
@@ -208,7 +223,7 @@ class _Writes:
       # need not depend on it).
       with tf.control_dependencies([saved]):
         op = getattr(target, method)(value, read_value=False)
-      self.last_write[id(target)] = op
+    self.last_write[id(target)] = op
     self.written.append(op)
     if isinstance(variable, keras.Variable):
       # Later reads in the scope must see the update.
@@ -292,7 +307,7 @@ def apply_when_finite(inner, grads, variables, finite):
   Returns:
     An op that runs after every write of the step.
   """
-  writes = _Writes(inner, finite)
+  writes = _Writes(inner, variables, finite)
   # Instance attributes shadow the class's methods for the duration of the
   # call; set in `__dict__` directly so that Keras's attribute tracking
   # never sees them.
@@ -312,7 +327,7 @@ def apply_when_finite(inner, grads, variables, finite):
     new = scope.get_current_value(variable)
     if (new is None or new is writes.first_read.get(id(variable.value)) or
         id(variable.value) in writes.deferred or
-        id(variable.value) in writes.originals):
+        id(variable.value) in writes.last_write):
       continue
     if variable is inner.iterations:
       ops.append(variable.value.assign(new, read_value=False))
