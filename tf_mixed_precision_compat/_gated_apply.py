@@ -64,7 +64,8 @@ from tf_mixed_precision_compat import _private_api
 # Tensors with at least this many elements are large: in an executor graph
 # they are deferred (written once the verdict is known) instead of written
 # in place and restored on overflow; under XLA they are written in place,
-# masked, and the small ones are deferred.
+# masked, and the small ones are deferred unless a step writes few of them
+# (`_XLA_MASKED_SMALL_MAX`).
 _LARGE_MIN_ELEMENTS = 1 << 16
 
 # Small tensors with at least this many elements are written out of place
@@ -167,7 +168,7 @@ class _Writes:
     # stateless scope hands these reads to the optimizer: the read it makes
     # anyway before updating a slot doubles as the slot's saved old value,
     # so saving costs no op. (`iterations` keeps its own reads. Under XLA,
-    # where small tensors are deferred, they are just the optimizer's reads.)
+    # where nothing is restored, they are just the optimizer's reads.)
     self.first_reads = [(v, v.value.value()) for v in inner.variables
                         if v is not inner.iterations and not _is_large(v)]
     # id(tf.Variable) -> its first read.
