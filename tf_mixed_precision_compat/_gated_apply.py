@@ -194,42 +194,56 @@ class _Writes:
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
-    if _is_large(target) != self._xla and not self._mask_small:
+    if not self._at_once(target):
       self._defer(method, variable, target, value)
       return
     if self._xla:
-      neutral = _NEUTRAL.get(method)
-      keep = (target.value() if neutral is None else
-              tf.constant(neutral, target.dtype))
-      op = getattr(target, method)(tf.where(self._finite, value, keep),
-                                   read_value=False)
+      op = self._write_masked(method, target, value)
     else:
-      if id(target) not in self.originals:
-        old = self.first_read.get(id(target))
-        self.originals[id(target)] = [
-            target, target.value() if old is None else old]
-      saved = self.originals[id(target)][1]
-      if _num_elements(target) >= _OUT_OF_PLACE_MIN_ELEMENTS:
-        previous = self.last_write.get(id(target))
-        if previous is None:
-          current = saved
-        else:
-          with tf.control_dependencies([previous]):
-            current = target.value()
-        # The assign is the new tensor's only consumer, so it can adopt the
-        # buffer instead of copying it.
-        value = _COMBINE[method](current, value)
-        method = "assign"
-      # The saved value must be read before the write (an `assign`'s value
-      # need not depend on it).
-      with tf.control_dependencies([saved]):
-        op = getattr(target, method)(value, read_value=False)
+      op = self._write_kept(method, target, value)
     self.last_write[id(target)] = op
     self.written.append(op)
     if isinstance(variable, keras.Variable):
       # Later reads in the scope must see the update.
       with tf.control_dependencies([op]):
         self.scope.add_update((variable, target.value()))
+
+  def _at_once(self, target):
+    """Whether `target` is written now rather than deferred to the commit."""
+    if self._xla:
+      return self._mask_small or _is_large(target)
+    return not _is_large(target)
+
+  def _write_masked(self, method, target, value):
+    """The write, leaving `target` as it was unless the step is finite."""
+    neutral = _NEUTRAL.get(method)
+    keep = (target.value() if neutral is None else
+            tf.constant(neutral, target.dtype))
+    return getattr(target, method)(tf.where(self._finite, value, keep),
+                                   read_value=False)
+
+  def _write_kept(self, method, target, value):
+    """The write, after saving `target`'s value from before the step."""
+    if id(target) not in self.originals:
+      old = self.first_read.get(id(target))
+      self.originals[id(target)] = [
+          target, target.value() if old is None else old]
+    saved = self.originals[id(target)][1]
+    if _num_elements(target) >= _OUT_OF_PLACE_MIN_ELEMENTS:
+      previous = self.last_write.get(id(target))
+      if previous is None:
+        current = saved
+      else:
+        with tf.control_dependencies([previous]):
+          current = target.value()
+      # The assign is the new tensor's only consumer, so it can adopt the
+      # buffer instead of copying it.
+      value = _COMBINE[method](current, value)
+      method = "assign"
+    # The saved value must be read before the write (an `assign`'s value
+    # need not depend on it).
+    with tf.control_dependencies([saved]):
+      return getattr(target, method)(value, read_value=False)
 
   def _defer(self, method, variable, target, value):
     """Turns the write into a new value, assigned by the commit."""
