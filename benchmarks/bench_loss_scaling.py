@@ -26,7 +26,9 @@ Workloads: "wide" (10 float32 variables of 1000x1000, a tanh MLP, batch 64),
 "many" (400 variables of 32x32), "scaling" (10, 100 and 1000 variables of
 64x64) and "fit" (a Keras 3 `mixed_float16` model trained with `fit`). Modes:
 eager ("many" only), `tf.function`, `tf.function(jit_compile=True)` and
-`MirroredStrategy` over two logical CPUs (configured at start-up).
+`MirroredStrategy` over two logical CPUs (configured at start-up; the
+strategy itself is made only when the mirrored cells, which run after all
+others, need it).
 
 Repetitions are interleaved at the step level: each repetition calls every
 contender's step once, in a fresh random order, and times each call on its
@@ -43,7 +45,7 @@ reported with the standard error of that median (bootstrap); the spread
 overhead are in the JSON.
 
 Also reported: the first-call (trace) time of every contender with the most
-variables, the peak memory of one step (from the CPU allocator's statistics)
+variables, the peak memory of one step (the process's resident-set high-water mark)
 and the overhead per variable across the "scaling" sizes.
 
 Usage:
@@ -55,6 +57,7 @@ and finishes in under two minutes on two cores.
 """
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -570,8 +573,9 @@ def _v1_graph(name, values, x_value):
   return session, step
 
 
-def run_v1_cell(workload, num_vars, width, settings, log):
+def run_v1_cell(workload, num_vars, width, settings, strategy, log):
   """Bare v1 Adam against our v1 loss-scale optimizer, in sessions."""
+  del strategy  # Sessions run on one device.
   values, x = _initial_values(num_vars, width)
   sessions, steps, trace_s = [], {}, {}
   for name in ("v1_bare", "v1_ours"):
@@ -835,25 +839,17 @@ def main(argv=None):
     print(f"[{time.perf_counter() - started:6.1f}s] {line}", file=sys.stderr,
           flush=True)
 
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-
-  cells = []
-
-  def add(cell):
-    # Written after each cell, so that a long run that dies (out of memory,
-    # say) keeps what it measured.
-    cells.append(cell)
-    if args.out:
-      with open(args.out, "w") as f:
-        json.dump({"partial": True, "settings": settings.as_dict(),
-                   "cells": cells}, f, indent=1)
-
+  # The cells in the table's order, as (mode, function of the strategy and
+  # the log).
+  plan = []
   if wanted("wide"):
     for mode in _modes("function", "jit", "mirrored"):
-      add(run_cell("wide", mode, *settings.wide, settings, strategy, log))
+      plan.append((mode, functools.partial(
+          run_cell, "wide", mode, *settings.wide, settings)))
   if wanted("many"):
     for mode in _modes("eager", "function", "jit", "mirrored"):
-      add(run_cell("many", mode, *settings.many, settings, strategy, log))
+      plan.append((mode, functools.partial(
+          run_cell, "many", mode, *settings.many, settings)))
   if wanted("scaling"):
     for mode in _modes("function", "jit", "mirrored"):
       for num_vars, width in settings.scaling:
@@ -863,16 +859,38 @@ def main(argv=None):
           log(f"scaling[{num_vars}x{width}]  {mode}  skipped "
               f"(--{mode}-max-vars)")
           continue
-        add(run_cell("scaling", mode, num_vars, width, settings, strategy,
-                     log))
+        plan.append((mode, functools.partial(
+            run_cell, "scaling", mode, num_vars, width, settings)))
   if wanted("fit"):
     for mode in _modes("function", "jit", "mirrored"):
-      add(run_fit_cell(mode, settings, strategy, log))
+      plan.append((mode, functools.partial(run_fit_cell, mode, settings)))
   if wanted("v1"):
-    add(run_v1_cell("wide", *settings.wide, settings, log))
-    add(run_v1_cell("many", *settings.many, settings, log))
-    num_vars, width = settings.scaling[-1]
-    add(run_v1_cell("scaling", num_vars, width, settings, log))
+    v1_sizes = [("wide", *settings.wide), ("many", *settings.many),
+                ("scaling", *settings.scaling[-1])]
+    for workload, num_vars, width in v1_sizes:
+      plan.append(("session", functools.partial(
+          run_v1_cell, workload, num_vars, width, settings)))
+
+  # Once a MirroredStrategy exists, gated steps without one ran dearer in
+  # the same process (under XLA, "wide" with ours and floor_gated about a
+  # point further above the floor), which a single-device job never pays:
+  # so the strategy is made only for the mirrored cells, and they run last.
+  run_order = sorted(range(len(plan)), key=lambda i: plan[i][0] == "mirrored")
+  strategy = None
+  done = {}
+
+  for index in run_order:
+    mode, run = plan[index]
+    if mode == "mirrored" and strategy is None:
+      strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    done[index] = run(strategy, log)
+    # Written after each cell, so that a long run that dies (out of memory,
+    # say) keeps what it measured.
+    if args.out:
+      with open(args.out, "w") as f:
+        json.dump({"partial": True, "settings": settings.as_dict(),
+                   "cells": list(done.values())}, f, indent=1)
+  cells = [done[i] for i in sorted(done)]
   results = {
       "machine": _machine(),
       "settings": settings.as_dict(),

@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -25,11 +26,11 @@ def _run_quick(tmp_path):
                         timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out) as f:
-    return proc.stdout, json.load(f)
+    return proc.stdout, proc.stderr, json.load(f)
 
 
 def test_quick_run_reports_every_cell(tmp_path):
-  stdout, results = _run_quick(tmp_path)
+  stdout, stderr, results = _run_quick(tmp_path)
   cells = {(c["workload"], c["mode"], c["num_vars"]) for c in results["cells"]}
   settings = results["settings"]
   wide_vars, many_vars = settings["wide"][0], settings["many"][0]
@@ -89,6 +90,18 @@ def test_quick_run_reports_every_cell(tmp_path):
   assert len(rows) >= sum(1 for c in results["cells"]
                           if c["mode"] != "session")
   assert "First call (trace + build)" in stdout
+
+  # The mirrored cells run last, so that no MirroredStrategy exists while
+  # the others are measured; the results keep the table's order.
+  logged = [line.split("] ", 1)[1].split() for line in stderr.splitlines()
+            if re.match(r"\[\s*[\d.]+s\] ", line)]
+  modes = [words[1] for words in logged if words[2] != "skipped"]
+  mirrored = sum(c["mode"] == "mirrored" for c in results["cells"])
+  assert len(modes) == len(results["cells"]) and mirrored
+  assert modes[-mirrored:] == ["mirrored"] * mirrored
+  order = [(c["workload"], c["mode"]) for c in results["cells"]]
+  assert order[:4] == [("wide", "function"), ("wide", "jit"),
+                       ("wide", "mirrored"), ("many", "eager")]
 
 
 _GATE_COSTS_PROBE = """
