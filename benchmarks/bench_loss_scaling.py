@@ -45,8 +45,8 @@ reported with the standard error of that median (bootstrap); the spread
 overhead are in the JSON.
 
 Also reported: the first-call (trace) time of every contender with the most
-variables, the peak memory of one step (the process's resident-set high-water mark)
-and the overhead per variable across the "scaling" sizes.
+variables, the peak memory of one step (the process's resident-set
+high-water mark) and the overhead per variable across the "scaling" sizes.
 
 Usage:
 
