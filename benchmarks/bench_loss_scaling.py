@@ -877,20 +877,20 @@ def main(argv=None):
   # so the strategy is made only for the mirrored cells, and they run last.
   run_order = sorted(range(len(plan)), key=lambda i: plan[i][0] == "mirrored")
   strategy = None
-  done = {}
+  done, cells = {}, []
 
   for index in run_order:
     mode, run = plan[index]
     if mode == "mirrored" and strategy is None:
       strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     done[index] = run(strategy, log)
+    cells = [done[i] for i in sorted(done)]
     # Written after each cell, so that a long run that dies (out of memory,
     # say) keeps what it measured.
     if args.out:
       with open(args.out, "w") as f:
         json.dump({"partial": True, "settings": settings.as_dict(),
-                   "cells": list(done.values())}, f, indent=1)
-  cells = [done[i] for i in sorted(done)]
+                   "cells": cells}, f, indent=1)
   results = {
       "machine": _machine(),
       "settings": settings.as_dict(),
