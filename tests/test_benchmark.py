@@ -18,12 +18,12 @@ _FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
 _TF_KERAS = importlib.util.find_spec("tf_keras") is not None
 
 
-def _run_quick(tmp_path):
+def _run_quick(tmp_path, *args):
   out = tmp_path / "results.json"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out",
-                         str(out)], capture_output=True, text=True, env=env,
-                        timeout=600, check=False)
+                         str(out), *args], capture_output=True, text=True,
+                        env=env, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out) as f:
     return proc.stdout, proc.stderr, json.load(f)
@@ -102,6 +102,12 @@ def test_quick_run_reports_every_cell(tmp_path):
   order = [(c["workload"], c["mode"]) for c in results["cells"]]
   assert order[:4] == [("wide", "function"), ("wide", "jit"),
                        ("wide", "mirrored"), ("many", "eager")]
+
+
+def test_a_selection_without_cells_reports_an_empty_table(tmp_path):
+  # "wide" has no eager cell.
+  _, _, results = _run_quick(tmp_path, "--only", "wide", "--modes", "eager")
+  assert results["cells"] == [] and "partial" not in results
 
 
 _GATE_COSTS_PROBE = """
