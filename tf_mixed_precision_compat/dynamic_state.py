@@ -20,6 +20,7 @@ producing a loss scale that can never work.
 import math
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _distribute
@@ -27,9 +28,13 @@ from tf_mixed_precision_compat import _scaling
 from tf_mixed_precision_compat import _tracking
 
 __all__ = [
-    "check_growth_steps", "check_initial_scale", "check_multiplier",
-    "update_variables"
+    "check_float32_finite", "check_growth_steps", "check_initial_scale",
+    "check_multiplier", "update_variables"
 ]
+
+# float32's largest finite value; values above round to inf (those a little
+# above that still round down to it, but none is a sensible loss scale).
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def _is_real(value):
@@ -48,7 +53,8 @@ def check_initial_scale(value, arg_name):
 
   Raises:
     ValueError: If `value` is not a Python/NumPy real number, is NaN or
-      infinite, or is less than 1.
+      infinite (also once rounded to float32, the loss scale's dtype), or is
+      less than 1.
   """
   if not _is_real(value):
     raise ValueError(f'"{arg_name}" must be a Python int or float, finite and '
@@ -57,7 +63,28 @@ def check_initial_scale(value, arg_name):
   if not math.isfinite(value) or value < 1:
     raise ValueError(f'"{arg_name}" must be finite and at least 1, but got: '
                      f"{value}")
+  check_float32_finite(value, arg_name)
   return value
+
+
+def check_float32_finite(value, arg_name):
+  """Raises if the Python float `value` overflows to inf as a float32.
+
+  The loss scale is kept and applied as a float32: a value such as 1e39 is
+  finite in Python but inf there, and a dynamic scale of inf skips every
+  step.
+
+  Args:
+    value: A finite Python float.
+    arg_name: The argument's name, used in the error message.
+
+  Raises:
+    ValueError: If `value` exceeds float32's largest finite value.
+  """
+  if abs(value) > _FLOAT32_MAX:
+    raise ValueError(
+        f'"{arg_name}" must be finite as a float32 (at most {_FLOAT32_MAX:.8g},'
+        f" the loss scale's dtype), but got: {value}")
 
 
 def check_growth_steps(value, arg_name):

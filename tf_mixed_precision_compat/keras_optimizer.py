@@ -69,12 +69,14 @@ Example:
 0.5
 """
 
+import contextlib
 import threading
 
 import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _gated_apply
+from tf_mixed_precision_compat import _grad_checks
 from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
@@ -250,6 +252,59 @@ def _smart_cond(pred, true_fn, false_fn):
     return wrapped
 
   return tf.cond(pred, branch(true_fn), branch(false_fn))
+
+
+def _clips(inner):
+  return any(getattr(inner, attr, None)
+             for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
+
+
+_warned_clip_order = []
+
+
+@contextlib.contextmanager
+def _clip_after_sum(inner, distribution):
+  """Makes a Keras 3 `inner` clip the replicas' sum, as TF 2.4 did.
+
+  TF 2.4's optimizers summed the gradients over replicas, then clipped the
+  sum; Keras 3's clip each replica's gradients, then sum them, so with
+  several replicas a clipped step moves further (TF 2.4's own clipping test
+  gives [-3.] instead of [1.] on two replicas). For the duration of the
+  apply, the inner optimizer's clipping is moved after its all-reduce by
+  shadowing, on the instance, the two Keras 3 methods that do them (the
+  technique `_gated_apply` uses for writes). With one replica, or a legacy
+  tf_keras optimizer (which sums first itself), nothing changes. If this
+  Keras lacks the methods, the order cannot be had: a warning says so, once.
+  """
+  if (distribution.num_replicas_in_sync == 1 or
+      _is_legacy_optimizer(inner) or not _clips(inner)):
+    yield
+    return
+  clip = getattr(type(inner), "_clip_gradients", None)
+  all_reduce = getattr(type(inner), "_all_reduce_sum_gradients", None)
+  if clip is None or all_reduce is None:
+    if not _warned_clip_order:
+      _warned_clip_order.append(True)
+      tf.get_logger().warning(
+          "LossScaleOptimizer: this Keras version clips each replica's "
+          "gradients before summing them, where TF 2.4 clipped their sum; "
+          "with clipnorm, clipvalue or global_clipnorm the steps differ "
+          "from TF 2.4's under several replicas.")
+    yield
+    return
+
+  def sum_then_clip(grads_and_vars):
+    summed = list(all_reduce(inner, grads_and_vars))
+    clipped = clip(inner, [g for g, _ in summed])
+    return list(zip(clipped, [v for _, v in summed]))
+
+  inner.__dict__["_clip_gradients"] = lambda grads: grads
+  inner.__dict__["_all_reduce_sum_gradients"] = sum_then_clip
+  try:
+    yield
+  finally:
+    del inner.__dict__["_clip_gradients"]
+    del inner.__dict__["_all_reduce_sum_gradients"]
 
 
 def _deserialize_schedule(config):
@@ -585,8 +640,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
       raise ValueError("apply_gradients() must be called in a replica context.")
     # The optimizer is often created outside the strategy's scope.
     _raise_if_strategy_unsupported()
-    grads_and_vars = tuple(grads_and_vars)
-    self._check_grads_and_vars(grads_and_vars)
+    grads_and_vars = self._check_grads_and_vars(tuple(grads_and_vars))
     grads = [g for g, _ in grads_and_vars]
     variables = [v for _, v in grads_and_vars]
     if self._take_mark():
@@ -615,7 +669,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     The loss scale is updated before the inner optimizer sees the gradients,
     so malformed input must be rejected first or it would leave a changed
     scale or counter behind.
+
+    Returns:
+      `grads_and_vars`, where in a graph an `IndexedSlices` gradient's values
+      wait for the check of its indices (see `_grad_checks.check_sparse`).
     """
+    checked = []
     for pair in grads_and_vars:
       if not isinstance(pair, (tuple, list)) or len(pair) != 2:
         raise TypeError('"grads_and_vars" must be (gradient, variable) pairs, '
@@ -625,6 +684,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
         raise TypeError('"grads_and_vars" must pair each gradient with a '
                         "tf.Variable or keras.Variable, but got: "
                         f"{var!r}")
+      if grad is not None:
+        # Keras 3 optimizers would cast a gradient of another dtype, which
+        # can overflow after the finite check; TF 2.4 refused it.
+        _grad_checks.check_dtype(grad, var)
+        grad = _grad_checks.check_sparse(grad, var)
+      checked.append((grad, var))
       shape = getattr(grad, "shape", None)
       if (grad is not None and not isinstance(grad, tf.IndexedSlices) and
           shape is not None and
@@ -639,6 +704,7 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
                        ([v.name for _, v in grads_and_vars],))
     if self.built and hasattr(self._optimizer, "_check_variables_are_known"):
       self._optimizer._check_variables_are_known(present)  # pylint: disable=protected-access
+    return tuple(checked)
 
   @tf.autograph.experimental.do_not_convert
   def apply(self, grads, trainable_variables=None):
@@ -648,9 +714,25 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
       grads: Gradients, in the order of `trainable_variables`.
       trainable_variables: The variables; defaults to those the inner
         optimizer was built with.
+
+    Raises:
+      ValueError: If there are more or fewer gradients than variables, or as
+        `apply_gradients`.
     """
     if trainable_variables is None:
+      if not self.built:
+        raise ValueError(
+            "apply(grads) without trainable_variables needs a built "
+            "optimizer; call build(variables) or pass trainable_variables.")
       trainable_variables = self._optimizer._trainable_variables  # pylint: disable=protected-access
+    grads = list(grads)
+    trainable_variables = list(trainable_variables)
+    # zip() would silently drop the unmatched tail.
+    if len(grads) != len(trainable_variables):
+      raise ValueError(
+          f'"grads" has {len(grads)} gradients but there are '
+          f"{len(trainable_variables)} trainable_variables; apply() needs one "
+          "gradient (or None) per variable, in the same order.")
     self.apply_gradients(zip(grads, trainable_variables))
 
   def _apply_cross_replica(self, distribution, grads, variables, name,
@@ -668,10 +750,11 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
       return update_op
 
     def apply_fn():
-      distribution.extended.call_for_each_replica(
-          self._apply_in_replica,
-          args=(grads, _Holder(variables), name,
-                experimental_aggregate_gradients))
+      with _clip_after_sum(self._optimizer, distribution):
+        distribution.extended.call_for_each_replica(
+            self._apply_in_replica,
+            args=(grads, _Holder(variables), name,
+                  experimental_aggregate_gradients))
 
     def skip_fn():
       # The inner optimizer would have counted the step; TF 2.4.4 counts

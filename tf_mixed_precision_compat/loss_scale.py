@@ -129,11 +129,12 @@ class FixedLossScale(LossScale):
     """Creates the fixed loss scale.
 
     Args:
-      loss_scale_value: A Python int or float, at least 1 and finite.
+      loss_scale_value: A Python int or float, at least 1 and finite (also
+        as a float32).
 
     Raises:
       ValueError: If `loss_scale_value` is not a Python number, is less than 1
-        or is not finite.
+        or is not finite (in float32).
     """
     _deprecation.warn_once(FixedLossScale, _deprecation_text("FixedLossScale"))
     super().__init__()
@@ -144,6 +145,9 @@ class FixedLossScale(LossScale):
     if not math.isfinite(loss_scale_value):
       raise ValueError(
           f"loss_scale_value must be finite, got {loss_scale_value}.")
+    # Applied as a float32, where e.g. 1e39 is inf.
+    dynamic_state.check_float32_finite(float(loss_scale_value),
+                                       "loss_scale_value")
     # Kept as a Python float: a tensor made here could live on another device
     # or in another graph than the one the loss scale is used in.
     self._loss_scale_value = float(loss_scale_value)

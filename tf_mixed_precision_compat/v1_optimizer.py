@@ -30,10 +30,13 @@ Checkpoints hold the wrapped optimizer's variables and the loss scale's
 in both directions.
 """
 
+import math
 import sys
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _grad_checks
+from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
 
@@ -82,10 +85,17 @@ def _check_gradient(grad, var):
   eager gradient of another dtype would otherwise reach the apply kernel,
   which aborts the process.) Graph-mode TF raised these exception types.
 
+  Returns:
+    `grad`, or in a graph an `IndexedSlices` whose values wait for the check
+    of its indices (see `_grad_checks.check_sparse`).
+
   Raises:
     TypeError: If the gradient's dtype differs from the variable's.
     ValueError: If a dense gradient's shape is incompatible with the
-      variable's.
+      variable's, or an `IndexedSlices`' values with its indices or the
+      variable's rows.
+    tf.errors.InvalidArgumentError: Eagerly, for `IndexedSlices` indices
+      outside the variable (in a graph, when the step runs).
   """
   dtype = getattr(grad, "dtype", None)
   dtype = None if dtype is None else tf.as_dtype(dtype).base_dtype
@@ -99,6 +109,29 @@ def _check_gradient(grad, var):
     raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
                      f"shape {tf.TensorShape(shape)}, but the variable has "
                      f"shape {var.shape}.")
+  return _grad_checks.check_sparse(grad, var)
+
+
+def _check_tf_loss_scale(loss_scale):
+  """Rejects a TF `tf.compat.v1` loss scale our classes would refuse.
+
+  Ours are validated when made; TF's own accept a scale that is inf as a
+  float32 (1e39), with which a dynamic scale skips every step.
+
+  Raises:
+    ValueError: If its (initial) loss scale is not finite as a float32.
+  """
+  compat = getattr(tf.compat.v1, "mixed_precision", None)
+  checks = (("FixedLossScale", "_loss_scale_value", "loss_scale_value"),
+            ("DynamicLossScale", "initial_loss_scale", "initial_loss_scale"))
+  for class_name, attr, arg_name in checks:
+    cls = getattr(compat, class_name, None)
+    if isinstance(cls, type) and isinstance(loss_scale, cls):
+      value = float(getattr(loss_scale, attr))
+      if not math.isfinite(value):
+        raise ValueError(f'"{arg_name}" of loss_scale must be finite, but '
+                         f"got: {value}")
+      dynamic_state.check_float32_finite(value, arg_name)
 
 
 @export(
@@ -157,6 +190,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     resolved = loss_scale_module.get(loss_scale)
     if resolved is None:
       raise ValueError("loss_scale cannot be None")
+    _check_tf_loss_scale(resolved)
     self._optimizer = opt
     super().__init__(opt._use_locking, opt.get_name())  # pylint: disable=protected-access
     self._loss_scale = resolved
@@ -279,8 +313,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     if not present:
       raise ValueError("No gradients provided for any variable: %s." %
                        ([str(v) for _, v in grads_and_vars],))
-    for g, v in present:
-      _check_gradient(g, v)
+    present = tuple((_check_gradient(g, v), v) for g, v in present)
     return tf.distribute.get_replica_context().merge_call(
         self._distributed_apply, args=(present, global_step, name))
 

@@ -1,0 +1,347 @@
+"""Misuse that once corrupted state silently, now refused before any change.
+
+Each case calls the API the wrong way and checks the exception type (TF
+2.4's where TF 2.4 raised, found by running it), a message naming the
+argument, and that every piece of live state (weights, slots, iterations,
+loss scale, counter) is exactly as before: eagerly, inside `tf.function`,
+under a 2-replica MirroredStrategy and, for the v1 optimizer, in a
+`tf.compat.v1` Session.
+"""
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_mixed_precision_compat as mp
+
+MODES = ["eager", "function", "mirrored_eager", "mirrored_function"]
+
+
+def _values(strategy, variables):
+  """The bytes of every replica's copy of every variable."""
+  out = []
+  for v in variables:
+    copies = (strategy.experimental_local_results(v)
+              if strategy is not None else [v])
+    out.extend(np.asarray(c.numpy()).tobytes() for c in copies)
+  return out
+
+
+class _KerasLive:
+  """A trained Keras LossScaleOptimizer with float32 and float16 variables."""
+
+  def __init__(self, strategy):
+    self.strategy = strategy
+    with strategy.scope() if strategy else contextlib.nullcontext():
+      self.var = tf.Variable([[1., 2.], [3., 4.]], name="w32")
+      self.var16 = tf.Variable([1., 2.], dtype=tf.float16, name="w16")
+      self.lso = mp.LossScaleOptimizer(
+          keras.optimizers.SGD(0.1, momentum=0.9), initial_scale=64.,
+          dynamic_growth_steps=3)
+    self.run(lambda: self.lso.apply_gradients([
+        (tf.ones([2, 2]), self.var), (tf.ones([2], tf.float16), self.var16)]),
+             "mirrored_eager" if strategy else "eager")
+    assert int(self.lso.dynamic_counter.numpy()) == 1
+
+  def run(self, fn, mode="eager"):
+    """Runs `fn` (its result dropped) the way `mode` says."""
+    def step():
+      if mode.startswith("mirrored"):
+        self.strategy.run(fn)
+      else:
+        fn()
+    if mode.endswith("function"):
+      step = tf.function(step)
+    step()
+
+  def snapshot(self):
+    state = [self.var, self.var16] + list(self.lso.variables) + [
+        self.lso._loss_scale.current_loss_scale, self.lso.dynamic_counter]  # pylint: disable=protected-access
+    return _values(self.strategy, state), mp.global_policy().name
+
+
+def _keras_live(mode, request):
+  strategy = (request.getfixturevalue("mirrored_strategy")
+              if mode.startswith("mirrored") else None)
+  return _KerasLive(strategy)
+
+
+def _graph(mode):
+  return mode.endswith("function")
+
+
+def _slices(values, indices, dtype=tf.float32):
+  return tf.IndexedSlices(tf.constant(values, dtype), tf.constant(indices),
+                          tf.constant([2, 2]))
+
+
+# (id, step on a _KerasLive, exception type eagerly, in a graph, pattern)
+KERAS_STEP_CASES = [
+    # Finite in float64, inf once cast to the float32 variable.
+    ("float64_overflows_float32", lambda l: l.lso.apply_gradients(
+        [(tf.constant([[1e300, 1.], [1., 1.]], tf.float64), l.var)]),
+     tf.errors.InvalidArgumentError, TypeError,
+     '"grads_and_vars": the gradient for w32.* dtype float64.* float32'),
+    # Finite in float32, inf once cast to the float16 variable.
+    ("float32_overflows_float16", lambda l: l.lso.apply_gradients(
+        [(tf.constant([1e6, 1.]), l.var16)]),
+     tf.errors.InvalidArgumentError, TypeError,
+     '"grads_and_vars": the gradient for w16.* dtype float32.* float16'),
+    ("float64_small_into_float32", lambda l: l.lso.apply_gradients(
+        [(tf.ones([2, 2], tf.float64), l.var)]),
+     tf.errors.InvalidArgumentError, TypeError,
+     '"grads_and_vars": the gradient for w32.* dtype float64'),
+    ("sparse_index_out_of_range", lambda l: l.lso.apply_gradients(
+        [(_slices([[1., 1.]], [5]), l.var)]),
+     tf.errors.InvalidArgumentError, tf.errors.InvalidArgumentError,
+     r"IndexedSlices gradient for w32.* indices outside \[0, 2\)"),
+    ("sparse_index_negative", lambda l: l.lso.apply_gradients(
+        [(_slices([[1., 1.]], [-1]), l.var)]),
+     tf.errors.InvalidArgumentError, tf.errors.InvalidArgumentError,
+     r"IndexedSlices gradient for w32.* indices outside \[0, 2\)"),
+    ("sparse_values_wrong_row_shape", lambda l: l.lso.apply_gradients(
+        [(_slices([[1., 1., 1.]], [0]), l.var)]), ValueError, ValueError,
+     "IndexedSlices gradient for w32.* has values of shape"),
+    ("sparse_values_more_than_indices", lambda l: l.lso.apply_gradients(
+        [(_slices([[1., 1.], [2., 2.]], [0]), l.var)]),
+     tf.errors.InvalidArgumentError, ValueError,
+     "IndexedSlices gradient for w32.* has 2 rows of values but 1 indices"),
+    ("apply_fewer_grads", lambda l: l.lso.apply(
+        [tf.ones([2, 2])], [l.var, l.var16]), ValueError, ValueError,
+     '"grads" has 1 gradients but there are 2 trainable_variables'),
+    ("apply_more_grads", lambda l: l.lso.apply(
+        [tf.ones([2, 2]), tf.ones([2], tf.float16), tf.ones([2])],
+        [l.var, l.var16]), ValueError, ValueError,
+     '"grads" has 3 gradients but there are 2 trainable_variables'),
+    ("apply_fewer_grads_built_variables", lambda l: l.lso.apply(
+        [tf.ones([2, 2])]), ValueError, ValueError,
+     '"grads" has 1 gradients but there are 2 trainable_variables'),
+]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case_id,step,eager_error,graph_error,pattern",
+                         KERAS_STEP_CASES, ids=[c[0] for c in KERAS_STEP_CASES])
+def test_keras_bad_step_raises_and_changes_nothing(
+    request, mode, case_id, step, eager_error, graph_error, pattern):
+  del case_id
+  live = _keras_live(mode, request)
+  before = live.snapshot()
+  expected = graph_error if _graph(mode) else eager_error
+  with pytest.raises(expected, match=pattern):
+    live.run(lambda: step(live), mode)
+  assert live.snapshot() == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_keras_good_steps_still_apply_after_the_checks(request, mode):
+  """The checks do not change what a valid step does (sparse and dense)."""
+  live = _keras_live(mode, request)
+  before = live.var.numpy().copy()
+  live.run(lambda: live.lso.apply_gradients(
+      [(_slices([[1., 1.]], [1]), live.var),
+       (tf.ones([2], tf.float16), live.var16)]), mode)
+  assert int(live.lso.dynamic_counter.numpy()) == 2
+  # Momentum moves both rows; the slice's row further than the other.
+  delta = before - live.var.numpy()
+  assert (delta[1] > delta[0]).all() and (delta[0] > 0).all()
+
+
+# --- v1 MixedPrecisionLossScaleOptimizer.
+
+
+class _V1Live:
+  """A trained v1 MixedPrecisionLossScaleOptimizer (dynamic loss scale)."""
+
+  def __init__(self, strategy):
+    self.strategy = strategy
+    with strategy.scope() if strategy else contextlib.nullcontext():
+      self.var = tf.Variable([[1., 2.], [3., 4.]], name="v1w")
+      self.opt = mp.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+          mp.DynamicLossScale(8., increment_period=3))
+    self.run(lambda: self.opt.apply_gradients([(tf.ones([2, 2]), self.var)]),
+             "mirrored_eager" if strategy else "eager")
+
+  run = _KerasLive.run
+
+  def snapshot(self):
+    return _values(self.strategy, self.opt.variables() + [self.var])
+
+
+V1_STEP_CASES = [
+    ("sparse_index_out_of_range", lambda l: l.opt.apply_gradients(
+        [(_slices([[1., 1.]], [5]), l.var)]),
+     tf.errors.InvalidArgumentError, tf.errors.InvalidArgumentError,
+     r"IndexedSlices gradient for v1w.* indices outside \[0, 2\)"),
+    ("sparse_index_negative", lambda l: l.opt.apply_gradients(
+        [(_slices([[1., 1.]], [-2]), l.var)]),
+     tf.errors.InvalidArgumentError, tf.errors.InvalidArgumentError,
+     r"IndexedSlices gradient for v1w.* indices outside \[0, 2\)"),
+    ("sparse_values_wrong_row_shape", lambda l: l.opt.apply_gradients(
+        [(_slices([[1., 1., 1.]], [0]), l.var)]), ValueError, ValueError,
+     "IndexedSlices gradient for v1w.* has values of shape"),
+    ("sparse_values_more_than_indices", lambda l: l.opt.apply_gradients(
+        [(_slices([[1., 1.], [2., 2.]], [0]), l.var)]),
+     tf.errors.InvalidArgumentError, ValueError,
+     "IndexedSlices gradient for v1w.* has 2 rows of values but 1 indices"),
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("case_id,step,eager_error,graph_error,pattern",
+                         V1_STEP_CASES, ids=[c[0] for c in V1_STEP_CASES])
+def test_v1_bad_sparse_step_raises_and_changes_nothing(
+    request, mode, case_id, step, eager_error, graph_error, pattern):
+  del case_id
+  strategy = (request.getfixturevalue("mirrored_strategy")
+              if mode.startswith("mirrored") else None)
+  live = _V1Live(strategy)
+  before = live.snapshot()
+  expected = graph_error if _graph(mode) else eager_error
+  with pytest.raises(expected, match=pattern):
+    live.run(lambda: step(live), mode)
+  assert live.snapshot() == before
+
+
+@pytest.mark.parametrize("index", [5, -1])
+def test_v1_out_of_range_sparse_step_in_a_session_changes_nothing(index):
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.compat.v1.Variable([[1., 2.], [3., 4.]], name="v1w")
+    opt = mp.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+        mp.DynamicLossScale(8., increment_period=3))
+    good = opt.apply_gradients([(tf.ones([2, 2]), var)])
+    index_ph = tf.compat.v1.placeholder(tf.int32, [1])
+    bad = opt.apply_gradients([(tf.IndexedSlices(
+        tf.ones([1, 2]), index_ph, tf.constant([2, 2])), var)])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(good)
+    state = opt.variables() + [var]
+    before = [v.tobytes() for v in sess.run(state)]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"v1w.* indices outside \[0, 2\)"):
+      sess.run(bad, {index_ph: [index]})
+    assert [v.tobytes() for v in sess.run(state)] == before
+    row0, row1 = sess.run(var)
+    sess.run(bad, {index_ph: [1]})  # The same op applies in-range slices.
+    after = sess.run(var)
+    assert after[0].tolist() == row0.tolist()
+    assert (after[1] < row1).all()
+
+
+# --- Initial loss scales finite in Python but inf in float32.
+
+_SGD = lambda: keras.optimizers.SGD(0.1)  # pylint: disable=unnecessary-lambda-assignment
+_V1_SGD = lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1)  # pylint: disable=unnecessary-lambda-assignment
+
+FLOAT32_INF_CASES = [
+    ("lso_dynamic", lambda: mp.LossScaleOptimizer(_SGD(), initial_scale=1e39),
+     '"initial_scale" must be finite as a float32'),
+    ("lso_fixed", lambda: mp.LossScaleOptimizer(
+        _SGD(), dynamic=False, initial_scale=1e39),
+     '"initial_scale" must be finite as a float32'),
+    ("lso_v1_number", lambda: mp.LossScaleOptimizerV1(_SGD(), 1e39),
+     '"initial_scale" must be finite as a float32'),
+    ("lso_v1_tf_fixed", lambda: mp.LossScaleOptimizerV1(
+        _SGD(), tf.compat.v1.mixed_precision.FixedLossScale(1e39)),
+     '"initial_scale" must be finite as a float32'),
+    ("lso_v1_tf_dynamic", lambda: mp.LossScaleOptimizerV1(
+        _SGD(), tf.compat.v1.mixed_precision.DynamicLossScale(1e39)),
+     '"initial_scale" must be finite as a float32'),
+    ("dynamic_loss_scale", lambda: mp.DynamicLossScale(1e39),
+     '"initial_loss_scale" must be finite as a float32'),
+    ("fixed_loss_scale", lambda: mp.FixedLossScale(1e39),
+     '"loss_scale_value" must be finite as a float32'),
+    ("fixed_loss_scale_int", lambda: mp.FixedLossScale(10**39),
+     '"loss_scale_value" must be finite as a float32'),
+    ("get_number", lambda: mp.get(1e39),
+     '"loss_scale_value" must be finite as a float32'),
+    ("v1_optimizer_number", lambda: mp.MixedPrecisionLossScaleOptimizer(
+        _V1_SGD(), 1e39), '"loss_scale_value" must be finite as a float32'),
+    ("v1_optimizer_tf_fixed", lambda: mp.MixedPrecisionLossScaleOptimizer(
+        _V1_SGD(), tf.compat.v1.mixed_precision.FixedLossScale(1e39)),
+     '"loss_scale_value" must be finite as a float32'),
+    ("v1_optimizer_tf_dynamic", lambda: mp.MixedPrecisionLossScaleOptimizer(
+        _V1_SGD(), tf.compat.v1.mixed_precision.DynamicLossScale(1e39)),
+     '"initial_loss_scale" must be finite as a float32'),
+    ("lso_from_config", lambda: mp.LossScaleOptimizer.from_config({
+        "inner_optimizer": {"class_name": "SGD", "config": {}},
+        "dynamic": True, "initial_scale": 1e39,
+        "dynamic_growth_steps": 2000}),
+     '"initial_scale" must be finite as a float32'),
+    ("lso_from_tf23_config", lambda: mp.LossScaleOptimizer.from_config({
+        "optimizer": {"class_name": "SGD", "config": {}},
+        "loss_scale": {"class_name": "DynamicLossScale", "config": {
+            "initial_loss_scale": 1e39, "increment_period": 2000,
+            "multiplier": 2.}}}),
+     '"initial_loss_scale" must be finite as a float32'),
+    ("lso_v1_from_config", lambda: mp.LossScaleOptimizerV1.from_config({
+        "inner_optimizer": {"class_name": "SGD", "config": {}},
+        "dynamic": False, "initial_scale": 1e39,
+        "dynamic_growth_steps": None}),
+     '"initial_scale" must be finite as a float32'),
+    ("policy_v1_loss_scale", lambda: mp.PolicyV1("mixed_float16", 1e39),
+     '"loss_scale_value" must be finite as a float32'),
+]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case_id,make,pattern", FLOAT32_INF_CASES,
+                         ids=[c[0] for c in FLOAT32_INF_CASES])
+def test_scale_inf_in_float32_refused(case_id, make, pattern):
+  del case_id
+  policy = mp.global_policy().name
+  with pytest.raises(ValueError, match=pattern):
+    make()
+  assert mp.global_policy().name == policy
+
+
+def test_largest_float32_scale_still_accepted():
+  largest = float(np.finfo(np.float32).max)
+  assert float(mp.FixedLossScale(largest)()) == largest
+  opt = mp.LossScaleOptimizer(_SGD(), initial_scale=largest)
+  assert float(opt.loss_scale) == largest
+
+
+# --- Clipping under several replicas: TF 2.4 clipped the replicas' sum.
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("clip_type", ["clipnorm", "global_clipnorm",
+                                       "clipvalue"])
+def test_inner_clipping_applies_to_the_sum_of_replicas(request, mode,
+                                                       clip_type):
+  """TF 2.4's `testClipping`, whose numbers TF 2.4.4 gives on 2 replicas."""
+  live = _KerasLive(request.getfixturevalue("mirrored_strategy")
+                    if mode.startswith("mirrored") else None)
+  strategy = live.strategy or tf.distribute.get_strategy()
+  replicas = strategy.num_replicas_in_sync
+  with strategy.scope():
+    var = tf.Variable([5.])
+    opt = mp.LossScaleOptimizer(
+        keras.optimizers.SGD(2., **{clip_type: 2.}), initial_scale=2,
+        dynamic_growth_steps=1)
+  factor = [4.]
+
+  def step():
+    opt.minimize(lambda: var * factor[0] / replicas, var_list=[var])
+
+  # The summed gradient, 4, is clipped to 2: 5 - 2 * 2.
+  live.run(step, mode)
+  assert var.numpy().tolist() == [1.]
+  assert float(opt.loss_scale) == 4.
+  setattr(opt, clip_type, 3.)
+  live.run(step, mode)  # Clipped to 3: 1 - 3 * 2.
+  assert var.numpy().tolist() == [-5.]
+  assert float(opt.loss_scale) == 8.
+  factor[0] = float("inf")
+  live.run(step, mode)  # Skipped, not clipped.
+  assert var.numpy().tolist() == [-5.]
+  assert float(opt.loss_scale) == 4.
+  for copy in strategy.experimental_local_results(var):
+    assert copy.numpy().tolist() == [-5.]
