@@ -138,15 +138,16 @@ class TestUpdate:
     with pytest.raises(RuntimeError, match="cross-replica"):
       mirrored_strategy.run(fn)
 
-  def test_graph_mode_returns_op(self):
+  def test_graph_mode_returns_bool_tensor(self):
+    # As TF 2.4's conditional did: its value says whether growth was due.
     with tf.Graph().as_default():
       state = State(4., 2, 2.)
       op, applied = state.update([tf.constant(INF)])
-      assert isinstance(op, tf.Operation)
+      assert isinstance(op, tf.Tensor) and op.dtype == tf.bool
       with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         assert not sess.run(applied)
-        sess.run(op)
+        assert not sess.run(tf.identity(op))
         assert sess.run(state.current_loss_scale) == 2.0
 
 

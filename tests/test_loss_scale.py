@@ -152,15 +152,20 @@ class DynamicSemanticsTest(parameterized.TestCase):
     self.assertIsNone(update_op)
     self.assertEqual(apply.dtype, tf.bool)
 
-  def test_graph_update_returns_op_that_runs_the_update(self):
+  def test_graph_update_returns_bool_tensor_that_runs_the_update(self):
+    # TF 2.4's update returned its conditional's bool output in graphs, so
+    # TF 2.4 code (and its tests) could pass it to tf.identity.
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
       ls = mp.DynamicLossScale(initial_loss_scale=4., increment_period=1)
       update_op, apply = ls.update([tf.constant(1.)])
-      self.assertIsInstance(update_op, tf.Operation)
+      self.assertIsInstance(update_op, tf.Tensor)
+      self.assertEqual(update_op.dtype, tf.bool)
+      identity = tf.identity(update_op)
       sess.run(tf.compat.v1.global_variables_initializer())
       self.assertEqual(sess.run(ls()), 4.)  # Nothing runs until asked.
-      sess.run(update_op)
+      sess.run(identity)
       self.assertEqual(sess.run(ls()), 8.)
+      self.assertTrue(sess.run(apply))
 
   def test_function_traced_once_keeps_updating(self):
     ls = mp.DynamicLossScale(initial_loss_scale=2., increment_period=1)

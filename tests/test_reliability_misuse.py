@@ -345,3 +345,51 @@ def test_inner_clipping_applies_to_the_sum_of_replicas(request, mode,
   assert float(opt.loss_scale) == 4.
   for copy in strategy.experimental_local_results(var):
     assert copy.numpy().tolist() == [-5.]
+
+
+# --- Graph-mode loss scale updates return what TF 2.4's did.
+
+# TF 2.4.4, in a tf.compat.v1 Session (v1 and v2 control flow alike), for a
+# DynamicLossScale(8., increment_period=2) fed these gradients one step at a
+# time: tf.identity(update_op) and the loss scale after the step.
+_TF24_UPDATE_VALUES = [(1., False, 8.), (1., True, 16.), (np.inf, False, 8.),
+                       (1., False, 8.), (1., True, 16.)]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mp.DynamicLossScale(8., increment_period=2),
+    lambda: mp.LossScaleOptimizer(_SGD(), initial_scale=8.,
+                                  dynamic_growth_steps=2)._loss_scale,  # pylint: disable=protected-access
+], ids=["DynamicLossScale", "LossScaleOptimizer_state"])
+def test_graph_update_op_is_tf24s_bool_tensor(make):
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    loss_scale = make()
+    grad = tf.compat.v1.placeholder(tf.float32, [])
+    update_op, should_apply = loss_scale.update([grad])
+    assert isinstance(update_op, tf.Tensor) and update_op.dtype == tf.bool
+    identity = tf.identity(update_op)
+    sess.run(tf.compat.v1.global_variables_initializer())
+    for value, expected, scale in _TF24_UPDATE_VALUES:
+      got, apply = sess.run([identity, should_apply], {grad: value})
+      assert (bool(got), bool(apply)) == (expected, np.isfinite(value))
+      assert sess.run(loss_scale()) == scale
+
+
+def test_update_op_in_tf_function_is_a_bool_tensor():
+  loss_scale = mp.DynamicLossScale(8., increment_period=2)
+
+  @tf.function
+  def step(grad):
+    update_op, _ = loss_scale.update([grad])
+    return tf.identity(update_op)
+
+  results = [(bool(step(tf.constant(value))), float(loss_scale()))
+             for value, _, _ in _TF24_UPDATE_VALUES]
+  assert results == [(e, s) for _, e, s in _TF24_UPDATE_VALUES]
+
+
+def test_fixed_update_op_in_graph_is_an_op_as_in_tf24():
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    update_op, should_apply = mp.FixedLossScale(4.).update([tf.constant(1.)])
+    assert isinstance(update_op, tf.Operation) and should_apply is True
+    assert sess.run(update_op) is None

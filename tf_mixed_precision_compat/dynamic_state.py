@@ -141,16 +141,24 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
     multiplier: The growth and shrink factor.
 
   Returns:
-    `(update_op, is_finite)`: `update_op` is None when executing eagerly and
-    an op otherwise; `is_finite` is a scalar bool tensor.
+    `(update_op, is_finite)`: `update_op` is None when executing eagerly;
+    in a graph it is a scalar bool tensor that runs the update when
+    evaluated, as TF 2.4's (whose conditional returned one): True when the
+    step was finite and reached `growth_steps`, i.e. the scale was due to
+    grow. `is_finite` is a scalar bool tensor.
   """
   is_finite = _distribute.all_finite(grads)
   new_scale, new_counter = _scaling.dynamic_update(
       scale, counter, is_finite, growth_steps, multiplier)
-  update_op = tf.group(scale.assign(new_scale, read_value=False),
-                       counter.assign(new_counter, read_value=False))
+  assigns = [scale.assign(new_scale, read_value=False),
+             counter.assign(new_counter, read_value=False)]
   if tf.executing_eagerly():
-    update_op = None
+    return None, is_finite
+  # On a finite step the counter restarts from 0 only when growth was due.
+  grew = tf.logical_and(is_finite,
+                        tf.equal(new_counter, tf.zeros_like(new_counter)))
+  with tf.control_dependencies(assigns):
+    update_op = tf.identity(grew)
   return update_op, is_finite
 
 
@@ -242,8 +250,9 @@ class _DynamicLossScaleState(_tracking.PerGraphWeights):
 
     Returns:
       `(update_op, should_apply_gradients)`: `update_op` is None when
-      executing eagerly and an op otherwise; `should_apply_gradients` is a
-      scalar bool tensor, False when the step must be skipped.
+      executing eagerly and otherwise a scalar bool tensor that runs the
+      update (see `update_variables`); `should_apply_gradients` is a scalar
+      bool tensor, False when the step must be skipped.
 
     Raises:
       RuntimeError: If called in a replica context of a strategy.

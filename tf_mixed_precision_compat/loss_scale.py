@@ -84,9 +84,11 @@ class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
         `tf.IndexedSlices` or None, which are ignored).
 
     Returns:
-      `(update_op, should_apply_gradients)`: `update_op` is None eagerly and an
-      op in graph mode; `should_apply_gradients` is a bool or scalar bool
-      tensor, False when the step's gradients must not be applied.
+      `(update_op, should_apply_gradients)`: `update_op` is None eagerly; in
+      graph mode, running it updates the loss scale (`DynamicLossScale`'s is
+      a scalar bool tensor, as in TF 2.4, `FixedLossScale`'s an op);
+      `should_apply_gradients` is a bool or scalar bool tensor, False when
+      the step's gradients must not be applied.
     """
 
   @abc.abstractmethod
