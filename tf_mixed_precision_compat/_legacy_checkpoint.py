@@ -153,12 +153,7 @@ class ObjectGraph:
       raise ValueError(f"{source!r}: the checkpoint's object graph is "
                        f"corrupted ({e}).") from None
     self.nodes = proto.nodes
-    count = len(self.nodes)
-    for node in self.nodes:
-      for ref in node.children:
-        if not 0 <= ref.node_id < count:
-          raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                           "corrupted (a child refers to a missing node).")
+    _check_node_ids(self.nodes, source)
 
   def child(self, node_id, name):
     for ref in self.nodes[node_id].children:
@@ -194,20 +189,47 @@ class ObjectGraph:
     return found
 
   def paths(self, start, skip=frozenset(), limit=16):
-    """node id -> child-name paths from `start` (acyclic), not via `skip`."""
+    """node id -> child-name paths from `start` (acyclic), not via `skip`.
+
+    At most `limit` paths per node and `_MAX_PATH_LENGTH` names per path:
+    a hostile graph (a chain of thousands of nodes, a dense lattice) costs
+    bounded work, and what only such paths reach stays unmatched.
+    """
     result = collections.defaultdict(list)
-
-    def walk(node_id, path, on_path):
+    stack = [(start, (), frozenset({start}))]
+    while stack:  # Depth-first, children in order, as a recursion would.
+      node_id, path, on_path = stack.pop()
       if len(result[node_id]) >= limit:
-        return
+        continue
       result[node_id].append(path)
-      for name, child in self.children(node_id):
-        if child in on_path or name in skip:
-          continue
-        walk(child, path + (name,), on_path | {child})
-
-    walk(start, (), frozenset({start}))
+      if len(path) >= _MAX_PATH_LENGTH:
+        continue
+      for name, child in reversed(self.children(node_id)):
+        if child not in on_path and name not in skip:
+          stack.append((child, path + (name,), on_path | {child}))
     return result
+
+
+# Keras object graphs are a few levels deep (`model/layer_with_weights-0/
+# kernel`, nested models add a few each); far longer paths are hostile.
+_MAX_PATH_LENGTH = 64
+
+
+def _check_node_ids(nodes, source):
+  """Every node id a node refers to names a node of the graph."""
+  count = len(nodes)
+  if not count:
+    raise ValueError(f"{source!r}: the checkpoint's object graph is "
+                     "corrupted (it has no root object).")
+  for node in nodes:
+    ids = [ref.node_id for ref in node.children]
+    for slot in node.slot_variables:
+      ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
+    if any(not 0 <= i < count for i in ids):
+      raise ValueError(
+          f"{source!r}: the checkpoint's object graph is corrupted (a "
+          f"reference to node {next(i for i in ids if not 0 <= i < count)}"
+          f" of {count}).")
 
 
 def read_object_graph(reader, source):
@@ -524,21 +546,25 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
         plan.problems.append(
             f"{key}: the checkpoint has a constant learning rate ({value}); "
             f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
+    elif name in ("decay",) + _HYPER_ATTRIBUTES and _number(value) is None:
+      plan.problems.append(f"{key}: {_describe(value)} where the checkpoint "
+                           "should hold one number")
     elif name == "decay":
-      if float(value) == 0.0:
+      if _number(value) == 0.0:
         plan.ignored.append(key)
       else:
         plan.problems.append(
-            f"{key}: decay={float(value)} has no Keras 3 counterpart; use an "
-            "InverseTimeDecay learning-rate schedule and allow_partial=True.")
+            f"{key}: decay={_number(value)} has no Keras 3 counterpart; use "
+            "an InverseTimeDecay learning-rate schedule and "
+            "allow_partial=True.")
     elif name in _HYPER_ATTRIBUTES and hasattr(inner, name):
       current = getattr(inner, name)
       if _is_variable(current) or callable(current):
         plan.problems.append(f"{key}: Keras 3's {name} is not a number")
-      elif np.float32(current) == np.float32(value):
+      elif np.float32(current) == np.float32(_number(value)):
         plan.ignored.append(key)
       else:
-        plan.hyper[name] = (inner, float(value))
+        plan.hyper[name] = (inner, _number(value))
         plan.hyper_keys.append(key)
 
   slot_names = _SLOT_NAMES.get(_keras_class_name(inner), {})
@@ -570,17 +596,38 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
       continue
     state = optimizer._loss_scale  # pylint: disable=protected-access
     value = _get_tensor(reader, info[0], source)
-    if attr == "current_loss_scale" and not (np.isfinite(value) and
-                                             value >= 1):
-      plan.problems.append(f"{info[0]}: loss scale {value} is not finite and "
+    number = _number(value)
+    if number is None:
+      plan.problems.append(f"{info[0]}: {_describe(value)} where the "
+                           "checkpoint should hold one number")
+      continue
+    if attr == "current_loss_scale" and not (np.isfinite(number) and
+                                             number >= 1):
+      plan.problems.append(f"{info[0]}: loss scale {number} is not finite and "
                            "at least 1")
       continue
-    if attr == "counter" and value < 0:
-      plan.problems.append(f"{info[0]}: negative counter {value}")
+    if attr == "counter" and number < 0:
+      plan.problems.append(f"{info[0]}: negative counter {number}")
       continue
     description = ("optimizer/loss_scale" if attr == "current_loss_scale" else
                    "optimizer/loss_scale counter")
     plan.bind(info[0], getattr(state, attr), value, description)
+
+
+def _number(value):
+  """`value` as a Python float if it is one real number, else None."""
+  array = np.asarray(value)
+  if array.size != 1 or not (np.issubdtype(array.dtype, np.number) or
+                             array.dtype == np.bool_):
+    return None
+  if np.issubdtype(array.dtype, np.complexfloating):
+    return None
+  return float(array.reshape(()))
+
+
+def _describe(value):
+  array = np.asarray(value)
+  return f"a {array.dtype} value of shape {tuple(array.shape)}"
 
 
 def _keras_class_name(inner):

@@ -3,17 +3,23 @@
 TF 2.x H5 files and SavedModels carry a model config (`model_config`, or the
 SavedModel root's metadata) and a `training_config` (loss, metrics, optimizer
 config). Building from them must not run code the file brings: a `Lambda`
-layer stores Python bytecode, and Keras 3 configs can name modules to import.
-`check_config` walks a config first and, in safe mode, refuses both, and any
-layer class that is neither a built-in Keras 3 layer nor one the caller passed
-in `custom_objects` (the caller's opt-in).
+layer stores Python bytecode, a Keras 3 config can serialize a lambda in any
+position (an activation, a loss), and Keras 3 configs can name modules to
+import. `check_config` walks the whole config tree first and, in safe mode,
+refuses all of these wherever they are nested, and any layer class that is
+neither a built-in Keras 3 layer nor one the caller passed in
+`custom_objects` (the caller's opt-in). Objects are then built under Keras
+3's own safe mode, forced on, so a process-wide
+`keras.config.enable_unsafe_deserialization()` does not reach the file.
 """
 
+import contextlib
 import json
 
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import keras_optimizer
 from tf_mixed_precision_compat import policy as policy_module
 
@@ -22,17 +28,63 @@ _LSO_CLASSES = {
     "LossScaleOptimizer": keras_optimizer.LossScaleOptimizer,
     "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizerV1,
 }
-_SAFE_MODULE_PREFIXES = ("keras", "tf_mixed_precision_compat")
+_SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
+# Built-in Keras 3 layers whose `from_config` runs code the config carries or
+# names (bytecode, a pickled torch module, another SavedModel's graphs, a
+# JAX/Flax function).
+_CODE_LAYERS = frozenset({"Lambda", "TorchModuleWrapper", "TFSMLayer",
+                          "JaxLayer", "FlaxLayer"})
+# Keys under which a layer config holds further layer configs (models'
+# `layers`, wrappers' `layer` / `backward_layer`, RNNs' `cell` / `cells`).
+_LAYER_KEYS = frozenset({"layers", "layer", "forward_layer", "backward_layer",
+                         "cell", "cells"})
+# Keras configs nest a few levels per layer (8 for a flat TF 2.4 model); far
+# deeper JSON is hostile and would exhaust Python's recursion limit in the
+# JSON parser or in Keras' deserializer.
+MAX_DEPTH = 100
 
 
 def parse_json(text, what, source):
-  if isinstance(text, bytes):
-    text = text.decode("utf-8")
+  """The JSON value of `text` (str or bytes), nested at most `MAX_DEPTH`.
+
+  Raises:
+    ValueError: Naming `source` and `what`, for anything else.
+  """
   try:
-    return json.loads(text)
+    if isinstance(text, bytes):
+      text = text.decode("utf-8")
+    value = json.loads(text)
+  except RecursionError:
+    value = None
   except (TypeError, ValueError) as e:
     raise ValueError(f"{source!r}: its {what} is not valid JSON ({e}); the "
                      "file is corrupted or not a Keras model.") from None
+  if value is None or _depth_exceeds(value, MAX_DEPTH):
+    raise ValueError(f"{source!r}: its {what} nests deeper than {MAX_DEPTH} "
+                     "levels; the file is corrupted or hostile.")
+  return value
+
+
+def _depth_exceeds(value, limit):
+  stack = [(value, 1)]
+  while stack:
+    node, depth = stack.pop()
+    if depth > limit:
+      return True
+    if isinstance(node, dict):
+      stack.extend((v, depth + 1) for v in node.values())
+    elif isinstance(node, list):
+      stack.extend((v, depth + 1) for v in node)
+  return False
+
+
+def expect_dict(value, what, source, allow_none=False):
+  """`value` if it is a dict (or None when allowed); else a ValueError."""
+  if isinstance(value, dict) or (allow_none and value is None):
+    return value
+  raise ValueError(f"{source!r}: its {what} must be a JSON object, got "
+                   f"{type(value).__name__}; the file is corrupted or not a "
+                   "TF 2.x Keras model.")
 
 
 def _is_builtin_layer(class_name):
@@ -40,77 +92,139 @@ def _is_builtin_layer(class_name):
   return isinstance(cls, type) and issubclass(cls, keras.layers.Layer)
 
 
-def check_config(config, source, safe_mode, custom_objects):
+def _module_is_safe(module):
+  return any(module == p or module.startswith(p + ".") for p in _SAFE_PACKAGES)
+
+
+def _code_in(node, custom):
+  """Why building config dict `node` would run code from the file, or None."""
+  class_name = node.get("class_name")
+  if not isinstance(class_name, str):
+    class_name = None
+  registered = node.get("registered_name")
+  if class_name == "__lambda__":
+    return "it holds a serialized Python function (bytecode)"
+  if any(node.get(key) in ("lambda", "raw")
+         for key in ("function_type", "output_shape_type")):
+    return "it holds a serialized Python function (bytecode)"
+  if class_name in custom or (isinstance(registered, str) and
+                              registered in custom):
+    return None
+  if class_name in _CODE_LAYERS:
+    return (f"{class_name} layers run code their config carries or names "
+            "(Lambda: Python bytecode)")
+  module = node.get("module")
+  if ("module" in node and "class_name" in node and
+      not (isinstance(module, str) and _module_is_safe(module))):
+    return f"it names the Python module {module!r}"
+  return None
+
+
+def check_config(config, source, safe_mode, custom_objects, what="model"):
   """Refuses configs whose loading would run code from the file.
 
+  The whole tree is walked: layers nested in wrappers (`TimeDistributed`,
+  `Bidirectional`), in nested models and RNN cells, and every other value
+  (initializers, activations, losses). In safe mode, refused anywhere:
+  serialized Python functions (Keras 3's `__lambda__`, TF 2.x's
+  `function_type: "lambda"`), `Lambda` and the other code-running layers,
+  and `module`s outside Keras and this package, unless the class is in
+  `custom_objects`. Always refused: layer classes that are neither built-in
+  nor in `custom_objects`, and malformed layer configs.
+
   Args:
-    config: A model config dict `{"class_name", "config"}`.
+    config: A model config dict `{"class_name", "config"}` (or, with
+      `what="training_config"`, any JSON value: no layers are expected).
     source: The file, for messages.
-    safe_mode: Whether to refuse Lambda layers and foreign modules.
+    safe_mode: Whether to refuse code-carrying entries.
     custom_objects: Names the caller vouches for.
+    what: "model" or another description of `config`, for messages.
 
   Raises:
-    ValueError: Naming the file, the offending layer and `safe_mode`.
+    ValueError: Naming the file, where in the config, and `safe_mode`.
   """
   custom = set(custom_objects or ())
+  if _depth_exceeds(config, MAX_DEPTH):
+    raise ValueError(f"{source!r}: its {what} config nests deeper than "
+                     f"{MAX_DEPTH} levels; the file is corrupted or hostile.")
+  # (value, where, kind): kind is _LAYER for a layer config, _LAYER_CONFIG
+  # for a layer's own "config", None for anything else.
+  stack = [(config, "" if what == "model" else what,
+            _LAYER if what == "model" else None)]
+  while stack:
+    node, where, kind = stack.pop()
+    if isinstance(node, list):
+      stack.extend((v, where, kind) for v in reversed(node))
+      continue
+    if kind == _LAYER:
+      where = _check_layer(node, where, source)
+    if not isinstance(node, dict):
+      continue
+    why = _code_in(node, custom) if safe_mode else None
+    if why:
+      raise ValueError(
+          f"{source!r}: refusing to load {where} ({node.get('class_name')}): "
+          f"{why}. Loading it would run code stored in the file; pass "
+          "safe_mode=False only if you trust the file (and custom_objects "
+          "for your own classes).")
+    if kind == _LAYER and not _is_known_layer(node["class_name"], custom):
+      raise ValueError(
+          f"{source!r}: unknown layer class {node['class_name']!r} at "
+          f"{where}; pass it in custom_objects.")
+    for key, value in reversed(list(node.items())):
+      stack.append((value, where, _child_kind(kind, key, value)))
 
-  def refuse(where, why):
+
+_LAYER, _LAYER_CONFIG = "layer", "layer config"
+
+
+def _child_kind(kind, key, value):
+  if kind == _LAYER:
+    return _LAYER_CONFIG if key == "config" else None
+  if kind == _LAYER_CONFIG and key in _LAYER_KEYS and (
+      key == "layers" or isinstance(value, (dict, list))):
+    return _LAYER
+  return None
+
+
+def _is_known_layer(class_name, custom):
+  return (class_name in custom or class_name in _MODEL_CLASSES or
+          _is_builtin_layer(class_name))
+
+
+def _check_layer(node, where, source):
+  """Checks a layer config's shape; returns its place in the model."""
+  if (not isinstance(node, dict) or not isinstance(node.get("class_name"), str)
+      or not isinstance(node.get("config"), dict)):
     raise ValueError(
-        f"{source!r}: refusing to load {where}: {why}. Loading it would run "
-        "code stored in the file; pass safe_mode=False only if you trust the "
-        "file (and custom_objects for your own classes).")
+        f"{source!r}: malformed layer config at {where or 'the top level'} "
+        "(a layer config is an object with a string 'class_name' and an "
+        "object 'config'); the file is corrupted or not a Keras model.")
+  name = node["config"].get("name")
+  return f"{where}/{name if isinstance(name, str) else node['class_name']}" if (
+      where) else str(name if isinstance(name, str) else node["class_name"])
 
-  def walk(node, where):
-    if isinstance(node, dict):
-      module = node.get("module")
-      if (safe_mode and isinstance(module, str) and
-          not module.startswith(_SAFE_MODULE_PREFIXES) and "class_name" in node
-          and node["class_name"] not in custom):
-        refuse(where, f"it names the Python module {module!r}")
-      if safe_mode and node.get("function_type") in ("lambda", "raw"):
-        refuse(where, "it holds a serialized Python function")
-      for key, value in node.items():
-        walk(value, where)
-    elif isinstance(node, list):
-      for value in node:
-        walk(value, where)
 
-  def walk_layers(model_config, where):
-    class_name = model_config.get("class_name")
-    if class_name in custom:
-      return
-    if class_name not in _MODEL_CLASSES:
-      if class_name == "Lambda":
-        if safe_mode:
-          refuse(f"{where} (a Lambda layer)",
-                 "Lambda layers store Python bytecode")
-      elif not _is_builtin_layer(str(class_name)):
-        raise ValueError(
-            f"{source!r}: unknown layer class {class_name!r} at {where}; "
-            "pass it in custom_objects.")
-      walk(model_config.get("config"), where)
-      return
-    inner = model_config.get("config")
-    if not isinstance(inner, dict):
-      raise ValueError(f"{source!r}: malformed model config at {where}.")
-    for layer in inner.get("layers", []):
-      if not isinstance(layer, dict):
-        raise ValueError(f"{source!r}: malformed layer config at {where}.")
-      name = (layer.get("config") or {}).get("name", "?")
-      walk_layers(layer, f"{where}/{name}")
+def keras_safe_mode(safe_mode):
+  """Keras 3's own safe mode, forced on while a safe load builds objects.
 
-  if not isinstance(config, dict) or "class_name" not in config:
-    raise ValueError(f"{source!r}: the model config is malformed (no "
-                     "class_name).")
-  walk_layers(config, str(config.get("config", {}).get("name", "model")))
+  A process-wide `keras.config.enable_unsafe_deserialization()` would
+  otherwise let Keras 3 run a lambda our check somehow missed: in safe mode
+  the file cannot inherit the process's opt-in. With `safe_mode=False`
+  Keras' own setting still decides.
+  """
+  if not safe_mode:
+    return contextlib.nullcontext()
+  return _private_api.SafeModeScope(True)
 
 
 def build_model(config, source, safe_mode, custom_objects):
   """A Keras 3 model from a TF 2.x model config, after `check_config`."""
   check_config(config, source, safe_mode, custom_objects)
   try:
-    return policy_module.model_from_config(config,
-                                           custom_objects=custom_objects)
+    with keras_safe_mode(safe_mode):
+      return policy_module.model_from_config(config,
+                                             custom_objects=custom_objects)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"{source!r}: cannot rebuild the model from its config: "
                      f"{type(e).__name__}: {e}") from e
@@ -118,10 +232,12 @@ def build_model(config, source, safe_mode, custom_objects):
 
 def build_optimizer(optimizer_config, source, custom_objects):
   """Our `LossScaleOptimizer` (or a Keras 3 optimizer) from a TF 2.x config."""
-  if not isinstance(optimizer_config, dict) or "class_name" not in (
-      optimizer_config):
+  if not isinstance(optimizer_config, dict) or not isinstance(
+      optimizer_config.get("class_name"), str) or not isinstance(
+          optimizer_config.get("config") or {}, dict):
     raise ValueError(f"{source!r}: malformed optimizer config "
-                     f"{optimizer_config!r}.")
+                     f"{optimizer_config!r} (an object with a string "
+                     "'class_name' and an object 'config').")
   class_name = optimizer_config["class_name"]
   options = optimizer_config.get("config") or {}
   try:
@@ -134,9 +250,9 @@ def build_optimizer(optimizer_config, source, custom_objects):
       return cls.from_config(options, custom_objects=custom_objects)
     return keras_optimizer._deserialize_optimizer(optimizer_config,  # pylint: disable=protected-access
                                                   custom_objects)
-  except (TypeError, ValueError, KeyError) as e:
+  except (TypeError, ValueError, KeyError, AttributeError) as e:
     raise ValueError(f"{source!r}: cannot rebuild the optimizer "
-                     f"{class_name!r}: {e}") from e
+                     f"{class_name!r}: {type(e).__name__}: {e}") from e
 
 
 def _loss_or_metric(value, getter):
@@ -147,8 +263,21 @@ def _loss_or_metric(value, getter):
   return value
 
 
-def compile_model(model, training_config, source, custom_objects):
-  """Compiles `model` as `training_config` says; returns the optimizer."""
+def compile_model(model, training_config, source, custom_objects, safe_mode):
+  """Compiles `model` as `training_config` says; returns the optimizer.
+
+  The config is checked as `check_config` checks a model config (losses,
+  metrics and optimizer settings can carry serialized functions too) and
+  built under `keras_safe_mode`.
+  """
+  expect_dict(training_config, "training_config", source)
+  check_config(training_config, source, safe_mode, custom_objects,
+               what="training_config")
+  with keras_safe_mode(safe_mode):
+    return _compile(model, training_config, source, custom_objects)
+
+
+def _compile(model, training_config, source, custom_objects):
   optimizer = build_optimizer(training_config.get("optimizer_config"), source,
                               custom_objects)
   kwargs = {}
@@ -162,9 +291,10 @@ def compile_model(model, training_config, source, custom_objects):
     if training_config.get("loss_weights") is not None:
       kwargs["loss_weights"] = training_config["loss_weights"]
     model.compile(optimizer=optimizer, **kwargs)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"{source!r}: cannot compile the model as saved: {e}"
-                     ) from e
+  except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+    # Malformed losses or metrics fail inside Keras in many ways.
+    raise ValueError(f"{source!r}: cannot compile the model as saved: "
+                     f"{type(e).__name__}: {e}") from e
   return model.optimizer
 
 

@@ -19,13 +19,22 @@ from tf_mixed_precision_compat import _legacy_config
 _SLOTS = _legacy_checkpoint._SLOT_NAMES  # pylint: disable=protected-access
 
 
-def _names(group, source):
+def _names(group, source, attribute="weight_names", required=True):
+  """The strings of `group.attrs[attribute]` (TF 2.x stored them as bytes)."""
+  if attribute not in group.attrs and not required:
+    return []
   try:
+    names = group.attrs[attribute]
+    if isinstance(names, (str, bytes)) or np.ndim(names) != 1:
+      raise TypeError(f"a {type(names).__name__}, not a list of names")
     return [n.decode("utf-8") if isinstance(n, bytes) else str(n)
-            for n in group.attrs["weight_names"]]
+            for n in names]
   except KeyError:
-    raise ValueError(f"{source!r}: {group.name} has no weight_names; the "
+    raise ValueError(f"{source!r}: {group.name} has no {attribute}; the "
                      "file is corrupted.") from None
+  except (TypeError, ValueError, OSError) as e:
+    raise ValueError(f"{source!r}: {group.name}'s {attribute} is unreadable "
+                     f"({e}); the file is corrupted.") from None
 
 
 def _strip(name):
@@ -35,7 +44,7 @@ def _strip(name):
 def _read(group, name, source):
   try:
     return np.asarray(group[name][()])
-  except (KeyError, OSError, ValueError) as e:
+  except (KeyError, OSError, ValueError, TypeError) as e:
     raise ValueError(f"{source!r}: cannot read {group.name}/{name} "
                      f"(truncated or corrupted file?): {e}") from None
 
@@ -66,11 +75,16 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
 
   # Model weights, by layer name then weight name.
   weights_group = f["model_weights"] if "model_weights" in f else f
+  if not isinstance(weights_group, h5py.Group):
+    raise ValueError(f"{path!r}: model_weights is not a group; the file is "
+                     "corrupted.")
   by_tf_name = {}
-  layer_names = [n.decode("utf-8") if isinstance(n, bytes) else str(n)
-                 for n in weights_group.attrs.get("layer_names", [])]
+  layer_names = _names(weights_group, path, "layer_names", required=False)
   for layer_name in layer_names:
     group = weights_group[layer_name]
+    if not isinstance(group, h5py.Group):
+      raise ValueError(f"{path!r}: {group.name} is not a group of weights; "
+                       "the file is corrupted.")
     names = _names(group, path)
     if not names:
       continue
@@ -94,7 +108,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
     training_config = _legacy_config.parse_json(
         f.attrs["training_config"], "training_config", path)
     optimizer = _legacy_config.compile_model(model, training_config, path,
-                                             custom_objects)
+                                             custom_objects, safe_mode)
     _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
     if "optimizer_weights" in f:
       _plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,

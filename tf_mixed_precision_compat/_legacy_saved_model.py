@@ -13,6 +13,7 @@ rate, slots, loss scale and counter.
 
 import os
 
+from google.protobuf import text_format
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _legacy_checkpoint
@@ -85,22 +86,33 @@ def is_saved_model(path):
       tf.io.gfile.exists(os.path.join(path, "saved_model.pbtxt")))
 
 
-def _root_metadata(path):
-  """The Keras metadata JSON of the SavedModel's root object."""
+def _read_proto(path):
+  """The SavedModel proto of directory `path` (binary or text)."""
   pb_path = os.path.join(path, "saved_model.pb")
-  if not tf.io.gfile.exists(pb_path):
-    raise ValueError(f"{path!r}: only binary saved_model.pb files are "
-                     "supported (found saved_model.pbtxt).")
+  text = not tf.io.gfile.exists(pb_path)
+  if text:
+    pb_path += "txt"
   with tf.io.gfile.GFile(pb_path, "rb") as f:
     data = f.read()
   proto = _private_api.saved_model_pb2.SavedModel()
   try:
-    proto.ParseFromString(data)
+    if text:
+      text_format.Parse(data.decode("utf-8"), proto)
+    else:
+      proto.ParseFromString(data)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"{pb_path!r} is corrupted or truncated ({e}).") from None
   if not proto.meta_graphs:
     raise ValueError(f"{pb_path!r} holds no MetaGraph (corrupted?).")
-  nodes = proto.meta_graphs[0].object_graph_def.nodes
+  return proto
+
+
+def _root_metadata(path):
+  """The Keras metadata JSON object of the SavedModel's root object."""
+  if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+    raise ValueError(f"{path!r}: only binary saved_model.pb files are "
+                     "supported (found saved_model.pbtxt).")
+  nodes = _read_proto(path).meta_graphs[0].object_graph_def.nodes
   metadata = ""
   if nodes and nodes[0].WhichOneof("kind") == "user_object":
     metadata = nodes[0].user_object.metadata
@@ -108,7 +120,58 @@ def _root_metadata(path):
     raise ValueError(
         f"{path!r} is a SavedModel without Keras metadata (not written by "
         "a Keras model.save()); serve it with tf.saved_model.load.")
-  return _legacy_config.parse_json(metadata, "Keras metadata", path)
+  return _legacy_config.expect_dict(
+      _legacy_config.parse_json(metadata, "Keras metadata", path),
+      "Keras metadata", path)
+
+
+def load_time_code(path):
+  """What of the SavedModel's own graph code `tf.saved_model.load` runs.
+
+  Loading runs, besides TF's own variable restore, graph functions stored in
+  the file: a TF1-format SavedModel's saver restore op and init op (table
+  initializers, `main_op`); in a TF2 object graph, every resource's
+  `_create_resource` / `_initialize` function (lookup tables:
+  `StringLookup`, `TextVectorization`, `tf.lookup`) and the
+  `restore_function` of every saveable object (e.g. mutable hash tables).
+  Keras models without such layers have none of them.
+
+  Args:
+    path: A SavedModel directory.
+
+  Returns:
+    A list of descriptions, empty when loading runs none of it.
+
+  Raises:
+    ValueError: If `saved_model.pb(txt)` is unreadable (names the file).
+  """
+  found = []
+  for index, meta_graph in enumerate(_read_proto(path).meta_graphs):
+    tags = list(meta_graph.meta_info_def.tags)
+    nodes = meta_graph.object_graph_def.nodes
+    if not nodes:
+      found.append(f"MetaGraph {index} (tags {tags}) is in TF1 format: its "
+                   "saver restore op and init op run at load")
+    for node_id, node in enumerate(nodes):
+      if node.WhichOneof("kind") == "resource":
+        found.append(f"MetaGraph {index}, node {node_id}: a resource whose "
+                     "_create_resource/_initialize functions run at load")
+      if node.saveable_objects:
+        found.append(f"MetaGraph {index}, node {node_id}: saveable objects "
+                     f"{sorted(node.saveable_objects)} whose restore "
+                     "functions run at load")
+  return found
+
+
+def check_load_time_code(path):
+  """Refuses SavedModels whose loading runs graph code they store."""
+  found = load_time_code(path)
+  if found:
+    raise ValueError(
+        f"{path!r}: refusing to load: tf.saved_model.load would run graph "
+        "functions stored in the file while loading (" + "; ".join(found) +
+        "). Graph ops can read and write files. Pass safe_mode=False only if "
+        "you trust the file.")
 
 
 def _decode_tuples(value):
@@ -128,6 +191,9 @@ def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: di
   metadata = _decode_tuples(_root_metadata(path))
   config = {"class_name": metadata.get("class_name"),
             "config": metadata.get("config")}
+  training_config = _legacy_config.expect_dict(
+      metadata.get("training_config"), "training_config", path,
+      allow_none=True)
   prefix = os.path.join(path, "variables", "variables")
   if not tf.io.gfile.exists(prefix + ".index"):
     raise FileNotFoundError(f"{path!r}: missing {prefix + '.index'!r}.")
@@ -140,11 +206,10 @@ def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: di
   graph = _legacy_checkpoint.read_object_graph(reader, prefix)
   model = _legacy_config.build_model(config, path, safe_mode, custom_objects)
   optimizer = None
-  training_config = metadata.get("training_config")
   optimizer_node = graph.child(0, "optimizer")
   if compile and training_config:
     optimizer = _legacy_config.compile_model(model, training_config, path,
-                                             custom_objects)
+                                             custom_objects, safe_mode)
     _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
   ignored = []
   if optimizer is None and optimizer_node is not None:

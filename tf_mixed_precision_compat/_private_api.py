@@ -20,6 +20,11 @@ from tensorflow.core.protobuf import saved_model_pb2
 # registers one; TF has no public way to remove it again, which `uninstall()`
 # must do to leave TF exactly as it found it.
 from tensorflow.python.saved_model import revived_types
+# `legacy.load_model(..., safe_mode=True)` must not run code from a file even
+# when the process called `keras.config.enable_unsafe_deserialization()`:
+# Keras 3 lets that global switch override the `safe_mode` argument of its
+# deserializers, and only its scope (no public equivalent) overrides it back.
+from keras.src.saving.serialization_lib import SafeModeScope
 
 
 def unregister_revived_type(identifier):

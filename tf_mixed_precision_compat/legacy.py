@@ -14,8 +14,9 @@ restores them into Keras 3 models and this package's `LossScaleOptimizer`:
   directory, rebuilt as a compiled Keras 3 model with our optimizer and its
   state (from SavedModels including the loss scale and counter).
 
-Loaders never run code from the files unless `safe_mode=False`, and a failed
-restore leaves every model and optimizer value as it was.
+Loaders never run Python code from the files unless `safe_mode=False` (what
+graph code `load_saved_model` runs: see there), and a failed restore leaves
+every model and optimizer value as it was.
 
 Example (resuming a TF 2.3 job; `old.json` is its `model.to_json()`):
 
@@ -35,6 +36,7 @@ import os
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _legacy_args
 from tf_mixed_precision_compat import _legacy_checkpoint
 from tf_mixed_precision_compat import _legacy_h5
 from tf_mixed_precision_compat import _legacy_saved_model
@@ -60,7 +62,7 @@ def checkpoint_prefix(path):
   Raises:
     OSError: (`FileNotFoundError`) if there is no such checkpoint.
   """
-  path = os.fspath(path)
+  path = _legacy_args.path_arg(path)
   if os.path.isdir(path):
     prefix = tf.train.latest_checkpoint(path)
     if prefix is None:
@@ -136,9 +138,13 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
     loss scale and counter, and what was left unmatched.
 
   Raises:
+    TypeError: If `model` is not a Keras 3 model, `optimizer` not a Keras 3
+      optimizer (a string, a `tf.compat.v1.train.Optimizer`), or
+      `allow_partial` not a bool (names the argument).
     FileNotFoundError: If `path` holds no checkpoint.
-    ValueError: If the checkpoint cannot be read (names the file), is not
-      object-based, or the model is not built.
+    ValueError: If the checkpoint cannot be read or its object graph or
+      values are malformed (names the file), it is not object-based, or the
+      model is not built.
     RestoreError: (a `ValueError`) If entries do not match, listing them.
 
   Example (a model the checkpoint does not fit is refused, unchanged):
@@ -152,6 +158,8 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   ...
   tf_mixed_precision_compat._legacy_checkpoint.RestoreError: Cannot restore ...
   """
+  _legacy_args.restore_targets_arg(model, optimizer)
+  _legacy_args.bool_arg(allow_partial, "allow_partial")
   prefix = checkpoint_prefix(path)
   reader = open_checkpoint(prefix)
   graph = _legacy_checkpoint.read_object_graph(reader, prefix)
@@ -196,7 +204,8 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
   `OSError` naming the file; values are checked before any is assigned.
 
   Args:
-    path: An `.h5` / `.hdf5` file or a SavedModel directory.
+    path: An `.h5` / `.hdf5` file or a SavedModel directory (str, UTF-8
+      bytes or os.PathLike).
     custom_objects: Optional dict of the caller's classes/functions by name.
     compile: Whether to compile the model and restore the optimizer.
     safe_mode: Refuse to load anything that would run code from the file.
@@ -209,6 +218,7 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
     with `return_report=True`.
 
   Raises:
+    TypeError: If `custom_objects` is not a dict or a flag not a bool.
     FileNotFoundError: If `path` does not exist.
     OSError: If an H5 file cannot be opened.
     ValueError: For corrupted files, refused code, unknown classes, configs
@@ -222,12 +232,14 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
   ...
   FileNotFoundError: No such file or directory: '...missing.h5'
   """
-  path = os.fspath(path)
+  path = _legacy_args.path_arg(path)
   if custom_objects is not None and not isinstance(custom_objects, dict):
     raise TypeError(f"custom_objects must be a dict or None, got "
                     f"{type(custom_objects).__name__}.")
-  if not isinstance(safe_mode, bool):
-    raise TypeError(f"safe_mode must be a bool, got {safe_mode!r}.")
+  for name, flag in (("compile", compile), ("safe_mode", safe_mode),
+                     ("allow_partial", allow_partial),
+                     ("return_report", return_report)):
+    _legacy_args.bool_arg(flag, name)
   if not os.path.exists(path):
     raise FileNotFoundError(f"No such file or directory: {path!r}")
   report = None
@@ -244,7 +256,7 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
   return (model, report) if return_report else model
 
 
-def load_saved_model(path, tags=None, options=None):
+def load_saved_model(path, tags=None, options=None, safe_mode=True):
   """`tf.saved_model.load` for TF 2.3/2.4 Keras SavedModels (serving).
 
   On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
@@ -254,14 +266,32 @@ def load_saved_model(path, tags=None, options=None):
   loader (the only global change; it affects only loading of such objects),
   then loads. Afterwards plain `tf.saved_model.load` works too.
 
+  What runs: no Python code from the file (nothing is unpickled or
+  unmarshalled). TensorFlow graph code from the file does run, as in
+  `tf.saved_model.load`: calling the returned object or its signatures
+  runs the saved graphs, and loading itself runs a TF1-format SavedModel's
+  saver restore op and init op, and in a TF2 SavedModel every resource's
+  `_create_resource` / `_initialize` function (lookup tables) and every
+  saveable object's restore function. Graph ops can read and write files.
+  With `safe_mode=True` SavedModels that would run any such function while
+  loading are refused; TF 2.3/2.4 Keras models without lookup tables have
+  none. The graphs you call are yours to trust.
+
   Args:
-    path: The SavedModel directory.
+    path: The SavedModel directory (str, UTF-8 bytes or os.PathLike).
     tags: As `tf.saved_model.load`.
     options: As `tf.saved_model.load`.
+    safe_mode: Refuse SavedModels whose loading runs graph functions stored
+      in the file (see above).
 
   Returns:
     What `tf.saved_model.load` returns: the restored object, callable with
     the model's inputs and carrying its `signatures`.
+
+  Raises:
+    TypeError: If `path` is not a path or `safe_mode` not a bool.
+    ValueError: If `safe_mode` refuses the file, or `saved_model.pb` is
+      unreadable (names the file).
 
   Example:
 
@@ -275,5 +305,9 @@ def load_saved_model(path, tags=None, options=None):
   >>> load_saved_model(path)(tf.constant([1.5])).numpy()
   array([3.], dtype=float32)
   """
+  path = _legacy_args.path_arg(path)
+  _legacy_args.bool_arg(safe_mode, "safe_mode")
+  if safe_mode and _legacy_saved_model.is_saved_model(path):
+    _legacy_saved_model.check_load_time_code(path)
   _legacy_saved_model.enable_serving()
-  return tf.saved_model.load(os.fspath(path), tags=tags, options=options)
+  return tf.saved_model.load(path, tags=tags, options=options)

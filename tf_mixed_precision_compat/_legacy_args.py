@@ -1,0 +1,89 @@
+"""Argument checks of the `legacy` loaders, before any file is opened.
+
+Misused arguments (a string where an optimizer belongs, `"False"` for a
+flag, a TF1 optimizer) would otherwise surface deep inside a restore as an
+`AttributeError`, or, for flags, silently as the wrong choice: a non-empty
+string is truthy, so `allow_partial="False"` would restore partially.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+
+
+def path_arg(path, name="path"):
+  """`path` as a `str`: `os.PathLike` and UTF-8 `bytes` (as TF 2.4) accepted.
+
+  Args:
+    path: The caller's value.
+    name: The argument's name, for messages.
+
+  Returns:
+    The path as a `str`.
+
+  Raises:
+    TypeError: If `path` is not a str, bytes or os.PathLike.
+    ValueError: If bytes are not UTF-8.
+  """
+  try:
+    path = os.fspath(path)
+  except TypeError:
+    raise TypeError(f"{name} must be a str, bytes or os.PathLike path, got "
+                    f"{type(path).__name__}: {path!r}.") from None
+  if isinstance(path, bytes):
+    try:
+      path = path.decode("utf-8")
+    except UnicodeDecodeError:
+      raise ValueError(f"{name} must be UTF-8 when given as bytes, got "
+                       f"{path!r}.") from None
+  return path
+
+
+def bool_arg(value, name):
+  """Refuses anything but a bool (e.g. the truthy string "False")."""
+  if not isinstance(value, bool):
+    raise TypeError(f"{name} must be a bool (True or False), got "
+                    f"{type(value).__name__}: {value!r}.")
+  return value
+
+
+def model_arg(model, name="model"):
+  """Refuses anything but None or a Keras 3 model."""
+  if model is None or isinstance(model, keras.Model):
+    return model
+  raise TypeError(
+      f"{name} must be a Keras 3 model (a keras.Model, e.g. rebuilt with "
+      "policy.model_from_json) or None, got "
+      f"{type(model).__module__}.{type(model).__name__}: {model!r}.")
+
+
+def optimizer_arg(optimizer, name="optimizer"):
+  """Refuses anything but None, our `LossScaleOptimizer` or a Keras 3 one."""
+  if optimizer is None or isinstance(optimizer, keras.optimizers.Optimizer):
+    return optimizer
+  if isinstance(optimizer, str):
+    hint = (f" Pass an optimizer object, e.g. LossScaleOptimizer("
+            f"keras.optimizers.get({optimizer!r})).")
+  elif isinstance(optimizer, tf.compat.v1.train.Optimizer):
+    hint = (" TF1 optimizers (tf.compat.v1.train.Optimizer, also "
+            "MixedPrecisionLossScaleOptimizer) restore their own checkpoints "
+            "with tf.train.Checkpoint or tf.compat.v1.train.Saver.")
+  else:
+    hint = ""
+  raise TypeError(
+      f"{name} must be this package's LossScaleOptimizer, a Keras 3 "
+      "optimizer (keras.optimizers.Optimizer) or None, got "
+      f"{type(optimizer).__module__}.{type(optimizer).__name__}: "
+      f"{optimizer!r}.{hint}")
+
+
+def restore_targets_arg(model, optimizer):
+  """Checks `restore_checkpoint`'s `model` and `optimizer` (not both None)."""
+  model_arg(model)
+  optimizer_arg(optimizer)
+  if model is None and optimizer is None:
+    raise TypeError("restore_checkpoint needs a model (a Keras 3 keras.Model) "
+                    "or an optimizer (this package's LossScaleOptimizer or a "
+                    "Keras 3 optimizer), or both; got model=None and "
+                    "optimizer=None.")
