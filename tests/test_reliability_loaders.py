@@ -631,6 +631,30 @@ class MalformedConfigTest(parameterized.TestCase):
       self.assertIn("nests deeper than", str(error))
 
 
+  def test_h5_dataset_of_absurd_size_is_never_read(self):
+    # A compressed dataset can claim gigabytes in a small file; one whose
+    # shape does not fit its variable is refused unread.
+    def edit(f):
+      group = f["model_weights"]["d1"]["d1"]
+      del group["kernel:0"]
+      group.create_dataset("kernel:0", shape=(4000, 4000), dtype="float32",
+                           compression="gzip", chunks=(500, 500))
+    path = edited_h5(self.tmp, edit)
+    read, names = h5py.Dataset.__getitem__, []
+
+    def spy(dataset, *args, **kwargs):
+      names.append(dataset.name)
+      return read(dataset, *args, **kwargs)
+
+    with mock.patch.object(h5py.Dataset, "__getitem__", spy):
+      with self.assertRaises(legacy.RestoreError) as cm:
+        legacy.load_model(path)
+    self.assertIn(path, str(cm.exception))
+    self.assertIn("shape (4000, 4000)", str(cm.exception))
+    self.assertIn("/model_weights/d1/d1/bias:0", names)
+    self.assertNotIn("/model_weights/d1/d1/kernel:0", names)
+
+
 # ---------------------------------------------------------------------------
 # Arguments.
 

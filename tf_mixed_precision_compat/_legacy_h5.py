@@ -41,9 +41,20 @@ def _strip(name):
   return name[:-2] if name.endswith(":0") else name
 
 
-def _read(group, name, source):
+def _read(group, name, source, target):
+  """The dataset `name` of `group`, read only if it has `target`'s shape.
+
+  A dataset of another shape is not read (a compressed dataset can claim any
+  size): a zero-strided stand-in of its shape lets `Plan.bind` report the
+  mismatch.
+  """
   try:
-    return np.asarray(group[name][()])
+    dataset = group[name]
+    if not isinstance(dataset, h5py.Dataset):
+      raise TypeError("not a dataset")
+    if tuple(dataset.shape) != tuple(target.shape):
+      return np.broadcast_to(np.zeros((), dataset.dtype), dataset.shape)
+    return np.asarray(dataset[()])
   except (KeyError, OSError, ValueError, TypeError) as e:
     raise ValueError(f"{source!r}: cannot read {group.name}/{name} "
                      f"(truncated or corrupted file?): {e}") from None
@@ -100,7 +111,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
       if target is None:
         plan.unmatched_checkpoint.append(key)
         continue
-      plan.bind(key, target, _read(group, name, path))
+      plan.bind(key, target, _read(group, name, path, target))
       by_tf_name[_strip(name)] = target
 
   optimizer = None
@@ -144,7 +155,8 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     key = f"optimizer_weights/{name}"
     stripped = _strip(name)
     if stripped.split("/")[-1] == "iter":
-      plan.bind(key, inner.iterations, _read(group, name, path),
+      plan.bind(key, inner.iterations,
+                _read(group, name, path, inner.iterations),
                 "optimizer/iterations")
       continue
     scope, _, slot = stripped.rpartition("/")
@@ -158,7 +170,8 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     if target is None:
       plan.unmatched_checkpoint.append(key)
       continue
-    plan.bind(key, target, _read(group, name, path), f"optimizer/{target.name}")
+    plan.bind(key, target, _read(group, name, path, target),
+              f"optimizer/{target.name}")
 
 
 def is_h5(path):
