@@ -13,6 +13,7 @@ import shutil
 from unittest import mock
 
 from absl.testing import parameterized
+from google.protobuf import text_format
 import h5py
 import keras
 import numpy as np
@@ -412,6 +413,34 @@ class SavedModelLoadTimeCodeTest(parameterized.TestCase):
     self.assertIn("safe_mode=False", str(cm.exception))
     loaded = legacy.load_saved_model(path, safe_mode=False)
     self.assertEqual(list(loaded(tf.constant([b"b", b"z"])).numpy()), [2, -1])
+
+  def test_text_format_saved_model_checked_too(self):
+    path = self._table_saved_model()
+    pb_path = os.path.join(path, "saved_model.pb")
+    with open(pb_path, "rb") as f:
+      proto = _private_api.saved_model_pb2.SavedModel.FromString(f.read())
+    with open(pb_path + "txt", "w") as f:
+      f.write(text_format.MessageToString(proto))
+    os.remove(pb_path)
+    with mock.patch.object(tf.saved_model, "load") as load:
+      with self.assertRaisesRegex(ValueError, "refusing to load.*resource"):
+        legacy.load_saved_model(path)
+    load.assert_not_called()
+
+  def test_truncated_saved_model_pb_raises_os_error(self):
+    path = os.path.join(self.tmp, "sm")
+    shutil.copytree(SM_FIXTURE, path)
+    pb_path = os.path.join(path, "saved_model.pb")
+    with open(pb_path, "rb") as f:
+      data = f.read()
+    with open(pb_path, "wb") as f:
+      f.write(data[:len(data) // 3])
+    # OSError, as tf.saved_model.load raises, also when safe mode parses it.
+    for safe_mode in (True, False):
+      with self.assertRaises(OSError) as cm:
+        legacy.load_saved_model(path, safe_mode=safe_mode)
+      self.assertIs(type(cm.exception), OSError)
+      self.assertIn(pb_path, str(cm.exception))
 
   def test_tf1_saved_model_refused(self):
     path = self._tf1_saved_model()

@@ -164,8 +164,17 @@ def load_time_code(path):
 
 
 def check_load_time_code(path):
-  """Refuses SavedModels whose loading runs graph code they store."""
-  found = load_time_code(path)
+  """Refuses SavedModels whose loading runs graph code they store.
+
+  Raises:
+    ValueError: If loading would run such code (names the file).
+    OSError: If `saved_model.pb(txt)` cannot be parsed (as
+      `tf.saved_model.load` raises; names the file).
+  """
+  try:
+    found = load_time_code(path)
+  except ValueError as e:
+    raise OSError(str(e)) from None
   if found:
     raise ValueError(
         f"{path!r}: refusing to load: tf.saved_model.load would run graph "

@@ -290,8 +290,9 @@ def load_saved_model(path, tags=None, options=None, safe_mode=True):
 
   Raises:
     TypeError: If `path` is not a path or `safe_mode` not a bool.
-    ValueError: If `safe_mode` refuses the file, or `saved_model.pb` is
-      unreadable (names the file).
+    ValueError: If `safe_mode` refuses the file (names it).
+    OSError: If `saved_model.pb` cannot be parsed (names it), as
+      `tf.saved_model.load`.
 
   Example:
 
