@@ -370,16 +370,9 @@ def _slot_variable(inner, variable, keras3_name):
 
 def _expected_objects(model, optimizer):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = [(v, _target_name(v)) for v in model.weights]
+  expected = _expected_model_objects(model)
   if optimizer is not None:
-    inner = inner_optimizer_of(optimizer)
-    for v in inner.variables:
-      expected.append((v, f"optimizer/{v.name}"))
-    if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
-        optimizer.dynamic):
-      state = optimizer._loss_scale  # pylint: disable=protected-access
-      expected.append((state.current_loss_scale, "optimizer/loss_scale"))
-      expected.append((state.counter, "optimizer/loss_scale counter"))
+    expected += _expected_optimizer_objects(optimizer)
   return expected
 
 
@@ -400,13 +393,16 @@ def restore(reader, graph, source, model, optimizer, model_node,
             optimizer_node, allow_partial, ignored_nodes=()):
   """Restores `model` / `optimizer` from the object graph; see module doc.
 
+  Every variable of the checkpoint counts: one that neither part restores is
+  unmatched (unless it is bookkeeping).
+
   Args:
     reader: A `tf.train.load_checkpoint` reader.
     graph: The reader's `ObjectGraph`.
     source: Name used in messages and the report.
-    model: A built Keras 3 model.
+    model: A built Keras 3 model, or None when the checkpoint has no model.
     optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None.
-    model_node: The node id of the model.
+    model_node: The node id of the model, or None.
     optimizer_node: The node id of the optimizer, or None.
     allow_partial: Whether unmatched entries are tolerated.
     ignored_nodes: Node ids whose variables are bookkeeping.
@@ -418,10 +414,55 @@ def restore(reader, graph, source, model, optimizer, model_node,
     RestoreError: On mismatches (nothing is assigned then).
     ValueError: If the model is not built or the data cannot be read.
   """
+  models = [] if model_node is None or model is None else [(model_node,
+                                                             model)]
+  optimizers = ([] if optimizer_node is None or optimizer is None else
+                [(optimizer_node, optimizer)])
+  plan = plan_restore(reader, graph, source, models, optimizers,
+                      ignored_nodes)
+  expected = []
+  if model is not None:
+    expected += _expected_model_objects(model)
+  if optimizer is not None:
+    expected += _expected_optimizer_objects(optimizer)
+  plan.unmatched_objects = [description for obj, description in expected
+                            if id(obj) not in plan.targets]
+  if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
+                                              plan.unmatched_objects)):
+    raise RestoreError(source, plan.unmatched_checkpoint,
+                       plan.unmatched_objects, plan.problems)
+  return assign(plan, [optimizer] if optimizer is not None else [])
+
+
+def check_built(model, source):
   if not model.weights:
     raise ValueError(
         f"Cannot restore {source!r} into model '{model.name}': it has no "
         "weights yet. Build it first (call it on a batch or model.build()).")
+
+
+def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
+                 scope=None):
+  """Binds checkpoint values to Keras 3 targets without assigning any.
+
+  Args:
+    reader: A `tf.train.load_checkpoint` reader.
+    graph: The reader's `ObjectGraph`.
+    source: Name used in messages and the report.
+    models: `(node id, built Keras 3 model)` pairs.
+    optimizers: `(node id, optimizer)` pairs (ours or Keras 3's).
+    ignored_nodes: Node ids whose variables are bookkeeping.
+    scope: Node ids whose variables count as the checkpoint's content when
+      listing unmatched values; None for every variable of the checkpoint.
+
+  Returns:
+    A `Plan`; its `unmatched_objects` is left for the caller to fill.
+
+  Raises:
+    ValueError: If a model is not built or the data cannot be read.
+  """
+  for _, model in models:
+    check_built(model, source)
   plan = Plan(source)
   ignored = set()
   for node_id in ignored_nodes:
@@ -431,12 +472,23 @@ def restore(reader, graph, source, model, optimizer, model_node,
   ignored.update(set(graph.variable_nodes_under(0)) -
                  set(graph.variable_nodes_under(0, skip={"keras_api"})))
   optimizer_vars = set()
-  if optimizer_node is not None:
-    optimizer_vars = set(graph.variable_nodes_under(optimizer_node))
-
-  # Model weights.
-  layers_by_name = _all_layers(model)
+  for node_id, _ in optimizers:
+    optimizer_vars.update(graph.variable_nodes_under(node_id))
   bound_model_nodes = {}
+  for node_id, model in models:
+    _plan_model(reader, graph, source, model, node_id, optimizer_vars,
+                bound_model_nodes, plan)
+  for node_id, optimizer in optimizers:
+    _plan_optimizer(reader, graph, source, optimizer, node_id,
+                    bound_model_nodes, plan)
+  _list_leftovers(graph, plan, ignored, scope)
+  return plan
+
+
+def _plan_model(reader, graph, source, model, model_node, optimizer_vars,
+                bound_model_nodes, plan):
+  """Binds the model's weights, following each variable's paths."""
+  layers_by_name = _all_layers(model)
   for node_id, paths in sorted(
       graph.paths(model_node, skip=_MODEL_ALIASES).items()):
     var_info = graph.variable(node_id)
@@ -467,20 +519,19 @@ def restore(reader, graph, source, model, optimizer, model_node,
     bound_model_nodes[node_id] = target
     plan.bind(key, target, _get_tensor(reader, key, source))
 
-  # Optimizer.
-  if optimizer_node is not None:
-    if optimizer is None:
-      pass  # Its entries end up unmatched below.
-    else:
-      _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
-                      bound_model_nodes, plan)
 
-  # What was left over.
+def _list_leftovers(graph, plan, ignored, scope):
+  """Fills `plan.unmatched_checkpoint` / `plan.ignored` from what is left."""
+  in_scope = None
+  if scope is not None:
+    in_scope = set()
+    for node_id in scope:
+      in_scope.update(graph.variable_nodes_under(node_id))
   assigned_keys = {key for key, _, _, _ in plan.assignments}
   hyper_keys = set(plan.hyper_keys)
   for node_id in range(len(graph.nodes)):
     info = graph.variable(node_id)
-    if info is None:
+    if info is None or (in_scope is not None and node_id not in in_scope):
       continue
     key = info[0]
     if key in assigned_keys or key in hyper_keys or key in plan.ignored:
@@ -490,34 +541,77 @@ def restore(reader, graph, source, model, optimizer, model_node,
     elif key not in plan.unmatched_checkpoint and not any(
         p.startswith(key + ":") for p in plan.problems):
       plan.unmatched_checkpoint.append(key)
-  unmatched_objects = [
-      description for obj, description in _expected_objects(model, optimizer)
-      if id(obj) not in plan.targets]
 
-  if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
-                                              unmatched_objects)):
-    raise RestoreError(source, plan.unmatched_checkpoint, unmatched_objects,
-                       plan.problems)
 
-  # Everything is known good: assign.
-  report = RestoreReport(source=source)
-  for key, target, value, description in plan.assignments:
-    target.assign(value)
-    report.matched.append((key, description))
+def assign(plan, optimizers):
+  """Assigns a checked plan; returns the `RestoreReport`.
+
+  Args:
+    plan: A `Plan` without problems.
+    optimizers: The optimizers it restores (for the report's numbers).
+
+  Returns:
+    A `RestoreReport`.
+  """
+  report = RestoreReport(source=plan.source)
+  # Lifted out of any function being traced: a restore fired while a model
+  # is first called inside `tf.function` must assign now, not in the graph.
+  with tf.init_scope():
+    for key, target, value, description in plan.assignments:
+      _assign_exact(target, value)
+      report.matched.append((key, description))
   for attribute, (owner, value) in plan.hyper.items():
     setattr(owner, attribute, value)
     report.hyperparameters[attribute] = value
-  report.unmatched_checkpoint = plan.unmatched_checkpoint
-  report.unmatched_objects = unmatched_objects
-  report.ignored = plan.ignored
-  if optimizer is not None:
+  report.unmatched_checkpoint = list(plan.unmatched_checkpoint)
+  report.unmatched_objects = list(plan.unmatched_objects)
+  report.ignored = list(plan.ignored)
+  for optimizer in optimizers:
     inner = inner_optimizer_of(optimizer)
-    report.iterations = int(inner.iterations.numpy())
-    if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
-        optimizer.dynamic):
-      report.loss_scale = float(optimizer.loss_scale.numpy())
-      report.counter = int(optimizer.dynamic_counter.numpy())
+    with tf.init_scope():
+      report.iterations = int(inner.iterations.numpy())
+      if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+          optimizer.dynamic):
+        report.loss_scale = float(optimizer.loss_scale.numpy())
+        report.counter = int(optimizer.dynamic_counter.numpy())
   return report
+
+
+def _assign_exact(target, value):
+  """Assigns `value` to every copy of `target`, in any distribution context.
+
+  Outside a replica context `assign` writes every replica's copy. Inside one
+  (a model first built in `strategy.run`), a mirrored variable refuses a plain
+  assign, so each component is written directly: the same value everywhere.
+  """
+  context = tf.distribute.get_replica_context()
+  in_replica = (context is not None and tf.distribute.has_strategy() and
+                not tf.distribute.in_cross_replica_context())
+  if not in_replica:
+    target.assign(value)
+    return
+  variable = getattr(target, "value", target)
+  components = getattr(variable, "values", None) or (variable,)
+  for component in components:
+    component.assign(value)
+
+
+def _expected_model_objects(model):
+  return [(v, _target_name(v)) for v in model.weights]
+
+
+def _expected_optimizer_objects(optimizer):
+  """An optimizer's state a full restore must assign: (object, description)."""
+  expected = []
+  inner = inner_optimizer_of(optimizer)
+  for v in inner.variables:
+    expected.append((v, f"optimizer/{v.name}"))
+  if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+      optimizer.dynamic):
+    state = optimizer._loss_scale  # pylint: disable=protected-access
+    expected.append((state.current_loss_scale, "optimizer/loss_scale"))
+    expected.append((state.counter, "optimizer/loss_scale counter"))
+  return expected
 
 
 def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,

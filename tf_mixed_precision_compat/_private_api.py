@@ -49,3 +49,37 @@ def in_xla_context():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return control_flow_util.GraphOrParentsInXlaContext(
       tf.compat.v1.get_default_graph())
+
+
+# Restoring a TF 2.x Keras checkpoint through `tf.train.Checkpoint.restore`
+# needs the objects the user passed to `tf.train.Checkpoint(...)` by the names
+# the checkpoint stores; `Checkpoint` keeps them only as trackable children.
+# (`tf.__internal__.tracking.Trackable` declares the method; it is what
+# TF's own savers call.)
+def trackable_children(obj):
+  """`{name: object}` of a trackable's checkpoint dependencies."""
+  return dict(obj._trackable_children(save_type="checkpoint"))  # pylint: disable=protected-access
+
+
+# `assert_consumed()` of a restore split between TF and the legacy matcher
+# must know which checkpoint nodes TF's part resolved; TF's load status
+# keeps that only in its private restore-coordinator.
+def resolved_node_ids(status):
+  """Checkpoint node ids a TF load status has matched to Python objects."""
+  return set(status._checkpoint.object_by_proto_id.keys())  # pylint: disable=protected-access
+
+
+# `enable_mixed_precision_graph_rewrite` warns, as TF 2.4 did, when a Session
+# without the rewrite already exists; TF 2.21's Session still records that in
+# a module-level flag, which has no public accessor.
+from tensorflow.python.training.experimental import mixed_precision_global_state  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def non_mixed_precision_session_created():
+  """Whether a Session was created while the rewrite was not enabled."""
+  return mixed_precision_global_state.non_mixed_precision_session_created()
+
+
+def set_non_mixed_precision_session_created(created):
+  """Sets that flag (TF's own tests reset it the same way)."""
+  mixed_precision_global_state.set_non_mixed_precision_session_created(created)

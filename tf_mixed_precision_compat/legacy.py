@@ -99,6 +99,12 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   one) or a plain Keras 3 optimizer. The optimizer is built for
   `model.trainable_variables` if it is not yet.
 
+  Checkpoints without a `model` entry (`tf.train.Checkpoint(step=...,
+  optimizer=...)`, with the weights kept elsewhere) restore the optimizer's
+  iterations, learning rate, hyperparameters, loss scale and counter with
+  `model=None`; their other root entries (`step`) are unmatched here, as
+  `tf.train.Checkpoint.restore` (after `install()`) restores them natively.
+
   How entries are matched: by the object graph the checkpoint stores, never
   by the order of variables. A model variable's path of child names
   (`model/layer_with_weights-1/kernel`, or `model/encoder/kernel`,
@@ -125,7 +131,7 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   Args:
     path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory
       (its latest checkpoint is restored).
-    model: The built Keras 3 model.
+    model: The built Keras 3 model, or None to restore only the optimizer.
     optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None to
       restore only the model (the optimizer's entries are then unmatched).
     allow_partial: If False (default), any checkpoint value without a Keras 3
@@ -164,13 +170,18 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   reader = open_checkpoint(prefix)
   graph = _legacy_checkpoint.read_object_graph(reader, prefix)
   model_node = graph.child(0, "model")
-  if model_node is None:
-    raise ValueError(
-        f"{prefix!r} has no 'model' entry: it was not written by "
-        "tf.train.Checkpoint(model=..., optimizer=...). Children of its "
-        f"root: {[name for name, _ in graph.children(0)]}")
   optimizer_node = graph.child(0, "optimizer")
-  _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+  if model is None and optimizer is None:
+    raise TypeError("restore_checkpoint needs `model` (a Keras 3 model) or "
+                    "`optimizer` (an optimizer), or both; got neither.")
+  if model_node is None and optimizer_node is None:
+    raise ValueError(
+        f"{prefix!r} has neither a 'model' nor an 'optimizer' entry: it was "
+        "not written by tf.train.Checkpoint(model=..., optimizer=...). "
+        f"Children of its root: {[name for name, _ in graph.children(0)]}")
+  if model is not None:
+    _legacy_checkpoint.check_built(model, prefix)
+    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
   ignored = [node for name, node in graph.children(0) if name == "save_counter"]
   return _legacy_checkpoint.restore(
       reader, graph, prefix, model, optimizer, model_node, optimizer_node,

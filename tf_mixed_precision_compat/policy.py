@@ -584,9 +584,35 @@ def model_from_config(config, custom_objects=None):  # pylint: disable=redefined
   merged.update(custom_objects or {})
   class_name = config.get("class_name")
   if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
-    cls = keras.Sequential if class_name == "Sequential" else keras.Model
-    return cls.from_config(config["config"], custom_objects=merged)
+    if class_name == "Sequential":
+      return keras.Sequential.from_config(
+          _with_input_layer(config["config"]), custom_objects=merged)
+    return keras.Model.from_config(config["config"], custom_objects=merged)
   return keras.saving.deserialize_keras_object(config, custom_objects=merged)
+
+
+def _with_input_layer(sequential_config):
+  """A TF 2.2 Sequential config, given the InputLayer TF 2.3+ wrote.
+
+  TF 2.2 recorded a Sequential's input shape only as its first layer's
+  `batch_input_shape`; Keras 3 reads that key as the layer's *input* shape
+  and adds a batch dimension ((None, None, 4) for [None, 4]). TF 2.3+ wrote
+  an explicit InputLayer first, which Keras 3 reads correctly.
+  """
+  layers = sequential_config.get("layers")
+  if not isinstance(layers, list) or not layers:
+    return sequential_config
+  first = layers[0]
+  if (not isinstance(first, dict) or first.get("class_name") == "InputLayer"
+      or not isinstance(first.get("config"), dict) or
+      "batch_input_shape" not in first["config"]):
+    return sequential_config
+  name = first["config"].get("name", "layer")
+  input_layer = {"class_name": "InputLayer", "config": {
+      "batch_input_shape": first["config"]["batch_input_shape"],
+      "dtype": "float32", "sparse": False, "ragged": False,
+      "name": f"{name}_input"}}
+  return dict(sequential_config, layers=[input_layer] + layers)
 
 
 def model_from_json(json_string, custom_objects=None):  # pylint: disable=redefined-outer-name
