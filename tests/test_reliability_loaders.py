@@ -604,6 +604,7 @@ def _h5_edits():
       "layer_config_a_list": layers([{"class_name": "Dense", "config": []}]),
       "class_name_a_list": layers([{"class_name": [], "config": {}}]),
       "training_config_a_list": training_config("[]"),
+      "training_config_null": training_config("null"),
       "optimizer_config_a_list": training_config(
           '{"loss": "mse", "optimizer_config": []}'),
       "optimizer_options_a_list": training_config(
@@ -625,6 +626,7 @@ def _sm_edits():
   return {
       "metadata_a_list": "[]",
       "metadata_a_string": '"Sequential"',
+      "metadata_null": "null",
       "config_a_list": dict(base, config=[]),
       "training_config_a_string": dict(base, training_config="adam"),
       "deep_metadata": nested_json(100000),
@@ -651,6 +653,8 @@ class MalformedConfigTest(parameterized.TestCase):
     error = self._assert_value_error(path)
     if name.startswith(("deep", "moderately")):
       self.assertIn("nests deeper than", str(error))
+    else:
+      self.assertNotIn("nests deeper than", str(error))
 
   @parameterized.parameters(*sorted(_sm_edits()))
   def test_saved_model(self, name):

@@ -50,16 +50,17 @@ def parse_json(text, what, source):
   Raises:
     ValueError: Naming `source` and `what`, for anything else.
   """
+  too_deep = False
   try:
     if isinstance(text, bytes):
       text = text.decode("utf-8")
     value = json.loads(text)
   except RecursionError:
-    value = None
+    too_deep = True
   except (TypeError, ValueError) as e:
     raise ValueError(f"{source!r}: its {what} is not valid JSON ({e}); the "
                      "file is corrupted or not a Keras model.") from None
-  if value is None or _depth_exceeds(value, MAX_DEPTH):
+  if too_deep or _depth_exceeds(value, MAX_DEPTH):
     raise ValueError(f"{source!r}: its {what} nests deeper than {MAX_DEPTH} "
                      "levels; the file is corrupted or hostile.")
   return value
