@@ -386,16 +386,37 @@ def test_mirrored_resume_continues_like_the_old_job(case, mode, inside_scope,
     status.assert_consumed()
 
 
-def test_mirrored_restore_of_a_single_device_checkpoint_is_exact(
-    mirrored_strategy, tmp_path):
+@pytest.mark.parametrize("mode", ["eager", "function"])
+def test_unbuilt_model_first_called_in_a_replica_context(mode,
+                                                         mirrored_strategy,
+                                                         tmp_path):
+  # The subclassed model is built by its first call inside `strategy.run`:
+  # its weights land there (each replica's copy), the slots at the first
+  # update. A single-device job's checkpoint, continued on 2 replicas.
   record = _record("tf24_nested_adam_save")
   job = _Job(record, _copy_fixture(record, tmp_path), mirrored_strategy)
-  job.restore()
-  job.run(job.step_fn("function"), 0, 0)
-  with mirrored_strategy.scope():
-    job.model(tf.zeros((1, 4)))
-    job.opt.build(job.model.trainable_variables)
-  _check_saved_state(job, record)
+  status = job.restore(with_status=True)
+  assert not job.model.built
+  _continue(job, record, job.step_fn(mode))
+  status.assert_consumed()
+
+
+def test_legacy_restore_checkpoint_without_a_model_entry(tmp_path):
+  record = _record("tf24_optonly_sgd_save")
+  job = _Job(record, _copy_fixture(record, tmp_path))
+  prefix = tf.train.latest_checkpoint(job.directory)
+  with pytest.raises(RestoreError, match="steps"):
+    mp.legacy.restore_checkpoint(prefix, None, job.opt)
+  report = mp.legacy.restore_checkpoint(prefix, None, job.opt,
+                                        allow_partial=True)
+  assert report.iterations == record["saved"]["iterations"]
+  assert (report.loss_scale, report.counter) == (
+      record["saved"]["loss_scale"], record["saved"]["counter"])
+  assert job.state() == (record["saved"]["loss_scale"],
+                         record["saved"]["counter"])
+  assert any("steps" in key for key in report.unmatched_checkpoint)
+  with pytest.raises(TypeError, match="model"):
+    mp.legacy.restore_checkpoint(prefix, None, None)
 
 
 # ---------------------------------------------------------------------------

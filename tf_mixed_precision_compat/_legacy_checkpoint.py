@@ -590,8 +590,12 @@ def _assign_exact(target, value):
   if not in_replica:
     target.assign(value)
     return
-  variable = getattr(target, "value", target)
-  components = getattr(variable, "values", None) or (variable,)
+  variable = target
+  if not isinstance(variable, tf.Variable):  # A Keras 3 variable wraps one.
+    variable = getattr(target, "value", target)
+  components = getattr(variable, "values", None)
+  if not isinstance(components, (tuple, list)):
+    components = (variable,)
   for component in components:
     component.assign(value)
 
