@@ -9,6 +9,8 @@ under a 2-replica MirroredStrategy and, for the v1 optimizer, in a
 """
 
 import contextlib
+import json
+import os
 
 import keras
 import numpy as np
@@ -393,3 +395,191 @@ def test_fixed_update_op_in_graph_is_an_op_as_in_tf24():
     update_op, should_apply = mp.FixedLossScale(4.).update([tf.constant(1.)])
     assert isinstance(update_op, tf.Operation) and should_apply is True
     assert sess.run(update_op) is None
+
+
+# --- Wrapping a LossScaleOptimizer again.
+
+_WRAPS = [
+    ("lso_of_lso", lambda inner: mp.LossScaleOptimizer(inner)),
+    ("v1_of_lso", lambda inner: mp.LossScaleOptimizerV1(inner, "dynamic")),
+    ("lso_of_lso_fixed", lambda inner: mp.LossScaleOptimizer(
+        inner, dynamic=False, initial_scale=2.)),
+    ("v1_of_lso_number", lambda inner: mp.LossScaleOptimizerV1(inner, 4)),
+]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("inner_kind", ["LossScaleOptimizer",
+                                        "LossScaleOptimizerV1", "keras3"])
+@pytest.mark.parametrize("wrap_id,wrap", _WRAPS, ids=[w[0] for w in _WRAPS])
+def test_wrapping_a_loss_scale_optimizer_raises_as_tf24(wrap_id, wrap,
+                                                        inner_kind):
+  del wrap_id
+  var = tf.Variable([1., 2.])
+  inner = {
+      "LossScaleOptimizer": lambda: mp.LossScaleOptimizer(_SGD()),
+      "LossScaleOptimizerV1": lambda: mp.LossScaleOptimizerV1(_SGD(), 8),
+      "keras3": lambda: keras.optimizers.LossScaleOptimizer(_SGD()),
+  }[inner_kind]()
+  inner.apply_gradients([(tf.ones([2]), var)])
+  before = _values(None, [var] + list(inner.variables))
+  # TF 2.4.4 raised AttributeError (the wrapped optimizer had no `_hyper`);
+  # the error is also this package's earlier ValueError.
+  name = type(inner).__name__
+  with pytest.raises(AttributeError,
+                     match=f"'{name}' object has no attribute '_hyper'"):
+    wrap(inner)
+  with pytest.raises(ValueError,
+                     match='"inner_optimizer" is already a LossScaleOptimizer'):
+    wrap(inner)
+  assert _values(None, [var] + list(inner.variables)) == before
+
+
+# --- Fidelity: setting iterations, V1 configs, graph rewrite, device check.
+
+
+@pytest.mark.parametrize("mode", ["eager", "mirrored"])
+def test_setting_iterations_sets_the_inner_optimizers(request, mode):
+  strategy = (request.getfixturevalue("mirrored_strategy")
+              if mode == "mirrored" else tf.distribute.get_strategy())
+  with strategy.scope():
+    var = tf.Variable([1., 2.])
+    opt = mp.LossScaleOptimizer(_SGD())
+  opt.iterations = 7  # Allowed by TF 2.4.
+  assert int(opt.iterations.numpy()) == 7
+  assert int(opt.inner_optimizer.iterations.numpy()) == 7
+  opt.iterations = np.int64(9)
+  opt.iterations = tf.Variable(11, dtype=tf.int64)
+  strategy.run(lambda: opt.apply_gradients([(tf.ones([2]), var)]))
+  assert int(opt.inner_optimizer.iterations.numpy()) == 12
+
+
+@pytest.mark.parametrize("bad", [7.5, -1, "7", [7], True, None])
+def test_setting_iterations_to_nonsense_is_refused(bad):
+  opt = mp.LossScaleOptimizer(_SGD())
+  opt.iterations = 3
+  with pytest.raises(ValueError, match='"iterations" must be set to a '
+                     "non-negative integer scalar"):
+    opt.iterations = bad
+  assert int(opt.iterations.numpy()) == 3
+
+
+def test_serialized_v1_deserializes_as_loss_scale_optimizer(installed):
+  """As TF 2.4.4: Keras 3's format, and TF 2.4's config through tf.keras."""
+  del installed
+  v1 = mp.LossScaleOptimizerV1(keras.optimizers.SGD(0.5), 8)
+  for serialized in (keras.optimizers.serialize(v1),
+                     {"class_name": "LossScaleOptimizerV1",
+                      "config": v1.get_config()}):
+    again = keras.saving.deserialize_keras_object(serialized)
+    assert type(again) is mp.LossScaleOptimizer
+    assert (again.dynamic, again.initial_scale) == (False, 8.)
+  # Its own from_config still builds a V1, as TF 2.4.4's did.
+  assert type(mp.LossScaleOptimizerV1.from_config(
+      v1.get_config())) is mp.LossScaleOptimizerV1
+
+
+@contextlib.contextmanager
+def _session_flag(value):
+  from tf_mixed_precision_compat import _private_api  # pylint: disable=g-import-not-at-top
+  old = _private_api.non_mixed_precision_session_created()
+  _private_api.set_non_mixed_precision_session_created(value)
+  try:
+    yield
+  finally:
+    _private_api.set_non_mixed_precision_session_created(old)
+
+
+_EXISTING_SESSIONS = (
+    "You already have existing Sessions that do not use mixed precision. "
+    "enable_mixed_precision_graph_rewrite() will not affect these Sessions.")
+
+
+@pytest.mark.parametrize("enable", [
+    mp.enable_mixed_precision_graph_rewrite,
+    mp.enable_mixed_precision_graph_rewrite_v1])
+def test_rewrite_warns_about_existing_sessions(tf_log, enable):
+  with _session_flag(False):
+    enable(tf.compat.v1.train.GradientDescentOptimizer(1.))
+    mp.disable_mixed_precision_graph_rewrite_v1()
+    assert _EXISTING_SESSIONS not in tf_log
+    with tf.Graph().as_default():
+      tf.compat.v1.Session().close()  # Made without the rewrite.
+    enable(tf.compat.v1.train.GradientDescentOptimizer(1.))
+    mp.disable_mixed_precision_graph_rewrite_v1()
+    assert tf_log.count(_EXISTING_SESSIONS) == 1
+
+
+def test_rewrite_accepts_tf_keras_legacy_optimizers():
+  tf_keras = pytest.importorskip("tf_keras")
+  inner = tf_keras.optimizers.legacy.SGD(0.5)
+  for enable in (mp.enable_mixed_precision_graph_rewrite,
+                 mp.enable_mixed_precision_graph_rewrite_v1):
+    try:
+      opt = enable(inner, loss_scale=4)
+    finally:
+      mp.disable_mixed_precision_graph_rewrite_v1()
+    assert isinstance(opt, mp.LossScaleOptimizer)
+    assert opt.inner_optimizer is inner and float(opt.loss_scale) == 4.
+
+
+def _device_check_cases():
+  path = os.path.join(os.path.dirname(__file__), "fixtures", "policy",
+                      "device_check_tf24.json")
+  with open(path) as f:
+    return sorted(json.load(f).items())
+
+
+@pytest.mark.parametrize("case_id,case", _device_check_cases(),
+                         ids=[c[0] for c in _device_check_cases()])
+def test_device_check_messages_are_tf24s(case_id, case):
+  del case_id
+  from tf_mixed_precision_compat import _device_check  # pylint: disable=g-import-not-at-top
+  assert _device_check.message(case["details"]) == (case["level"],
+                                                    case["text"])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mp.set_global_policy("mixed_float16"),
+    lambda: mp.set_policy("mixed_float16"),
+    lambda: mp.Policy("mixed_float16"),
+    lambda: keras.layers.Dense(1, dtype=mp.PolicyV1("mixed_float16")),
+], ids=["set_global_policy", "set_policy", "Policy", "PolicyV1"])
+def test_mixed_float16_logs_tf24s_device_check_once(tf_log, make):
+  # This machine has no GPU: TF 2.4.4's warning, recorded in the fixture.
+  expected = dict(_device_check_cases())["none"]["text"]
+  try:
+    make()
+    mp.Policy("mixed_float16")
+    mp.set_global_policy("mixed_float16")
+  finally:
+    mp.set_global_policy(None)
+  assert tf_log.count(expected) == 1
+  assert mp.global_policy().name == "float32"
+  assert not any("compatibility check" in m for m in tf_log if m != expected)
+
+
+def test_clipping_order_unavailable_warns_once(mirrored_strategy, monkeypatch,
+                                               tf_log):
+  """Without the Keras methods it relies on, the difference is logged."""
+  with mirrored_strategy.scope():
+    var = tf.Variable([5.])
+    opt = mp.LossScaleOptimizer(keras.optimizers.SGD(2., clipnorm=2.),
+                                initial_scale=2, dynamic_growth_steps=1)
+  owner = next(c for c in type(opt.inner_optimizer).__mro__
+               if "_all_reduce_sum_gradients" in vars(c))
+  original = vars(owner)["_all_reduce_sum_gradients"]
+  from tf_mixed_precision_compat import keras_optimizer  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(keras_optimizer, "_warned_clip_order", [])
+  monkeypatch.delattr(owner, "_all_reduce_sum_gradients")
+  # Keras 3 still needs the method to run the step; only our lookup fails.
+  monkeypatch.setattr(type(opt.inner_optimizer), "__getattr__",
+                      lambda self, name: (
+                          original.__get__(self) if name ==
+                          "_all_reduce_sum_gradients" else
+                          object.__getattribute__(self, name)), raising=False)
+  for _ in range(2):
+    mirrored_strategy.run(lambda: opt.minimize(lambda: var * 2., [var]))
+  warnings = [m for m in tf_log if "clips each replica's gradients" in m]
+  assert len(warnings) == 1
+  assert var.numpy().tolist() == [5. - 2 * 4. - 2 * 4.]  # Keras 3's order.

@@ -242,7 +242,8 @@ def test_keras_path_without_keras_wrapper_is_a_clear_type_error(monkeypatch):
 
 def test_disable_when_not_enabled_warns(tf_log):
   graph_rewrite.disable_mixed_precision_graph_rewrite_v1()
-  assert tf_log == [
+  # After the deprecation warning of the v2 function TF 2.4's v1 one called.
+  assert tf_log[1:] == [
       "disable_mixed_precision_graph_rewrite() called when mixed precision is "
       "already disabled."
   ]
@@ -266,12 +267,20 @@ def test_v2_flavours_log_tf24_deprecation_once(tf_log):
   assert tf_log[0].startswith("From " + __file__)
 
 
-def test_v1_flavours_log_nothing(tf_log):
+def test_v1_enable_logs_nothing_v1_disable_the_v2_deprecation(tf_log):
+  # As TF 2.4.4: its v1 disable called the deprecated v2 function.
   graph_rewrite.enable_mixed_precision_graph_rewrite_v1(
       tf.compat.v1.train.GradientDescentOptimizer(1.0), 4)
-  graph_rewrite.disable_mixed_precision_graph_rewrite_v1()
   assert not [m for m in tf_log if "_graph_rewrite (from" in m]
   assert tf_log  # The FixedLossScale's own deprecation was captured.
+  graph_rewrite.disable_mixed_precision_graph_rewrite_v1()
+  graph_rewrite.disable_mixed_precision_graph_rewrite_v1()
+  logged = [m for m in tf_log if "_graph_rewrite (from" in m]
+  assert len(logged) == 1, logged
+  assert "disable_mixed_precision_graph_rewrite (from " in logged[0]
+  assert "is deprecated and will be removed after 2020-11-30" in logged[0]
+  assert ("`tf.compat.v1.mixed_precision.disable_mixed_precision_graph_rewrite`"
+          " can be used" in logged[0])
 
 
 class EndpointTest(parameterized.TestCase):

@@ -7,6 +7,7 @@ import os
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
+from tf_mixed_precision_compat import _device_check
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 
@@ -57,6 +58,8 @@ class _Capture(logging.Handler):
 def capture_tf_log():
   """Collects what is logged to TF's logger; once-only warnings log again.
 
+  (TF 2.4's deprecation warnings, and its `mixed_float16` device check.)
+
   Yields:
     The list the messages are appended to.
   """
@@ -64,6 +67,7 @@ def capture_tf_log():
   logger = tf.get_logger()
   logger.addHandler(handler)
   _deprecation.reset_for_testing()
+  _device_check.logged = False  # Also logged once per process, as in TF 2.4.
   try:
     yield handler.messages
   finally:

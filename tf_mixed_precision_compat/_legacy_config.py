@@ -26,7 +26,8 @@ from tf_mixed_precision_compat import policy as policy_module
 _MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 _LSO_CLASSES = {
     "LossScaleOptimizer": keras_optimizer.LossScaleOptimizer,
-    "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizerV1,
+    # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
+    "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizer,
 }
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
@@ -245,9 +246,7 @@ def build_optimizer(optimizer_config, source, custom_objects):
     if class_name in _LSO_CLASSES:
       # TF 2.3's experimental class was saved as "LossScaleOptimizer" with
       # TF 2.3's keys; our `from_config` reads both formats.
-      cls = (keras_optimizer.LossScaleOptimizerV1
-             if class_name == "LossScaleOptimizerV1" else
-             keras_optimizer.LossScaleOptimizer)
+      cls = _LSO_CLASSES[class_name]
       return cls.from_config(options, custom_objects=custom_objects)
     return keras_optimizer._deserialize_optimizer(optimizer_config,  # pylint: disable=protected-access
                                                   custom_objects)

@@ -26,6 +26,7 @@ import sys
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import v1_optimizer
 from tf_mixed_precision_compat.endpoints import export
 
@@ -53,6 +54,11 @@ _POLICY_CONFLICT = (
     "You called both functions, which is an error, because both functions "
     "enable you to use mixed precision. If in doubt which function to use, "
     "use the first, as it supports Eager execution and is more customizable.")
+
+# TF 2.4's warning, word for word (its tests match it).
+_EXISTING_SESSIONS = (
+    "You already have existing Sessions that do not use mixed precision. "
+    "enable_mixed_precision_graph_rewrite() will not affect these Sessions.")
 
 _ALREADY_DISABLED = ("disable_mixed_precision_graph_rewrite() called when "
                      "mixed precision is already disabled.")
@@ -170,6 +176,9 @@ def _enable(opt, loss_scale, use_v1_behavior):
   global _rewrite_enabled
   if _mixed_keras_policy_name() is not None:
     raise ValueError(_POLICY_CONFLICT)
+  if _private_api.non_mixed_precision_session_created():
+    # Logged where TF 2.4 logged it, before the optimizer is checked.
+    tf.get_logger().warning(_EXISTING_SESSIONS)
   wrapped = _wrap_optimizer(opt, loss_scale, use_v1_behavior)
   tf.config.optimizer.set_experimental_options({_OPTION: True})
   _rewrite_enabled = True
@@ -239,7 +248,8 @@ def enable_mixed_precision_graph_rewrite_v1(opt, loss_scale="dynamic"):
   the rewrite applies to `tf.compat.v1.Session`s created afterwards with the
   default config (a `Session` given its own `ConfigProto` must set
   `graph_options.rewrite_options.auto_mixed_precision` itself). Sessions
-  created before this call are not affected.
+  created before this call are not affected; as in TF 2.4, a warning says so
+  when one was created without the rewrite (by either flavour).
 
   Example:
 
@@ -299,7 +309,8 @@ def disable_mixed_precision_graph_rewrite_v1():
 
   Sessions created while the rewrite was on keep it; create new ones (and do
   not share one Session between tests that toggle the rewrite). Logs a
-  warning if the rewrite was not enabled.
+  warning if the rewrite was not enabled, and, once, the v2 function's
+  deprecation warning, as TF 2.4 did (its v1 function called the v2 one).
 
   Example:
 
@@ -309,4 +320,7 @@ def disable_mixed_precision_graph_rewrite_v1():
   >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
   False
   """
+  _deprecation.warn_once(
+      disable_mixed_precision_graph_rewrite,
+      _v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
   _disable()

@@ -73,6 +73,7 @@ import contextlib
 import threading
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _gated_apply
@@ -123,6 +124,15 @@ _KERAS2_OPTIMIZERS = {
 _V1_WARNING_PREFIX = (
     "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
     "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
+
+
+class _AlreadyWrappedError(ValueError, AttributeError):
+  """A LossScaleOptimizer was given another one to wrap.
+
+  TF 2.4 failed on this with an `AttributeError` (the wrapped optimizer
+  lacked `_hyper`); this package has always raised `ValueError`. The error is
+  both, so code catching either still catches it.
+  """
 
 
 def _is_legacy_optimizer(obj):
@@ -207,6 +217,26 @@ def _graph_token():
   while _is_func_graph(getattr(graph, "outer_graph", None)):
     graph = graph.outer_graph
   return graph
+
+
+def _as_iterations(value):
+  """`value` as the int64 value of a step counter.
+
+  Raises:
+    ValueError: If `value` is not a known non-negative integer scalar.
+  """
+  if isinstance(value, (tf.Variable, keras.Variable)):
+    value = tf.convert_to_tensor(value)
+  try:
+    static = None if isinstance(value, bool) else tf.get_static_value(value)
+  except (TypeError, ValueError):  # Not convertible to a tensor.
+    static = None
+  array = None if static is None else np.asarray(static)
+  if (array is None or array.ndim != 0 or
+      not np.issubdtype(array.dtype, np.integer) or array < 0):
+    raise ValueError('"iterations" must be set to a non-negative integer '
+                     f"scalar, but got: {value!r}")
+  return np.int64(array)
 
 
 def _is_func_graph(graph):
@@ -433,7 +463,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     Raises:
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
-      ValueError: If `inner_optimizer` is already a loss scale optimizer or
+      ValueError: If `inner_optimizer` is already a loss scale optimizer
+        (also an `AttributeError` as in TF 2.4) or
         scales losses itself, `initial_scale` is missing with
         `dynamic=False`, `dynamic_growth_steps` is given with
         `dynamic=False`, a number is out of range, or the current strategy
@@ -442,10 +473,12 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     if isinstance(inner_optimizer, keras.optimizers.LossScaleOptimizer) or (
         _is_legacy_optimizer(inner_optimizer) and
         "LossScaleOptimizer" in type(inner_optimizer).__name__):
-      raise ValueError(
-          '"inner_optimizer" is already a LossScaleOptimizer '
-          f"({type(inner_optimizer).__name__}); wrapping it again would scale "
-          "the loss twice. Pass its inner_optimizer instead.")
+      name = type(inner_optimizer).__name__
+      raise _AlreadyWrappedError(
+          f'"inner_optimizer" is already a LossScaleOptimizer ({name}); '
+          "wrapping it again would scale the loss twice. Pass its "
+          "inner_optimizer instead. (TF 2.4 failed here with AttributeError: "
+          f"'{name}' object has no attribute '_hyper'.)")
     if not (isinstance(inner_optimizer, keras.optimizers.Optimizer) or
             _is_legacy_optimizer(inner_optimizer)):
       raise TypeError(
@@ -830,8 +863,20 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
   @property
   def iterations(self):
-    """The inner optimizer's step counter."""
+    """The inner optimizer's step counter (settable, as in TF 2.4)."""
     return self._optimizer.iterations
+
+  @iterations.setter
+  def iterations(self, value):
+    inner = self.__dict__.get("_optimizer")
+    if inner is None:  # Keras 3's constructor, before there is an inner one.
+      return
+    if _is_legacy_optimizer(inner):
+      inner.iterations = value  # TF 2.4's rules, which tf_keras keeps.
+      return
+    # Keras 3 optimizers create their counter with themselves and cannot
+    # replace it; TF 2.4 code setting it means its value.
+    self._iterations_variable().assign(_as_iterations(value))
 
   @property
   def learning_rate(self):
@@ -1247,3 +1292,21 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
     else:
       loss_scale = float(args["initial_scale"])
     return cls(_deserialize_optimizer(optimizer, custom_objects), loss_scale)
+
+
+def _deserialize_v1_as_v2():
+  """Makes Keras deserialize a serialized V1 optimizer as `LossScaleOptimizer`.
+
+  TF 2.4.4's `tf.keras.optimizers.deserialize` mapped the class name
+  "LossScaleOptimizerV1" to `LossScaleOptimizer` (the experimental class was
+  to be removed); `LossScaleOptimizerV1.from_config` called directly still
+  returns a V1. V1 instances keep serializing under their own name: the
+  second registration gives `LossScaleOptimizer` its own name back.
+  """
+  register = keras.saving.register_keras_serializable
+  register(package=_SERIALIZATION_PACKAGE,
+           name="LossScaleOptimizerV1")(LossScaleOptimizer)
+  register(package=_SERIALIZATION_PACKAGE)(LossScaleOptimizer)
+
+
+_deserialize_v1_as_v2()

@@ -54,6 +54,7 @@ import threading
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _device_check
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
 
@@ -149,6 +150,9 @@ class Policy(keras.DTypePolicy):
     if not isinstance(name, str):
       raise TypeError(f"'name' must be a string, but got: {name}")
     super().__init__(name)
+    if name == "mixed_float16":
+      # As TF 2.4: once per process, whether the GPUs run float16 fast.
+      _device_check.log_once()
 
   def _parse_name(self, name):
     """Returns the (compute_dtype, variable_dtype) pair named by `name`."""

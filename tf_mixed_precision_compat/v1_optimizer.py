@@ -56,12 +56,18 @@ def _fixed_loss_scale_classes():
 
 
 def _is_keras_optimizer(opt):
-  """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded)."""
+  """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded).
+
+  tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
+  OptimizerV2) count too: the Keras `LossScaleOptimizer` wraps them.
+  """
   for module_name in ("keras", "tf_keras"):
     # Only modules already imported: checking must not import tf_keras.
     module = sys.modules.get(module_name)
-    base = getattr(getattr(module, "optimizers", None), "Optimizer", None)
-    if isinstance(base, type) and isinstance(opt, base):
+    optimizers = getattr(module, "optimizers", None)
+    bases = [getattr(optimizers, "Optimizer", None),
+             getattr(getattr(optimizers, "legacy", None), "Optimizer", None)]
+    if any(isinstance(base, type) and isinstance(opt, base) for base in bases):
       return True
   return False
 
