@@ -548,14 +548,23 @@ class CraftedCheckpointTest(parameterized.TestCase):
 
   def test_bad_values_refused_under_mirrored_strategy(self):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    edit = _value_edits()["loss_scale_a_string"]
     model, opt = self._model_and_optimizer(strategy)
-    replicas = [x.numpy() for x in strategy.experimental_local_results(
-        opt.dynamic_counter)]
-    self._assert_refused(self._crafted(dict(self.values, **edit)),
-                         legacy.RestoreError, strategy)
-    del model
-    self.assertEqual(replicas, [0, 0])
+    variables = list(model.weights) + list(opt.variables) + [
+        opt._loss_scale.current_loss_scale, opt._loss_scale.counter]  # pylint: disable=protected-access
+
+    def per_replica():
+      return [[x.numpy() for x in strategy.experimental_local_results(
+          v.value if isinstance(v, keras.Variable) else v)]
+              for v in variables]
+
+    before = per_replica()
+    self.assertLen(before[0], 2)
+    prefix = self._crafted(
+        dict(self.values, **_value_edits()["loss_scale_a_string"]))
+    with self.assertRaisesRegex(legacy.RestoreError, "one number"):
+      legacy.restore_checkpoint(prefix, model, opt)
+    for a, b in zip(before, per_replica()):
+      np.testing.assert_array_equal(a, b)
 
   @parameterized.parameters("_chain", "_cycles", "_lattice")
   def test_absurd_graph_restores_exactly(self, name):
