@@ -11,9 +11,9 @@ optimizer=...)` through a `CheckpointManager`. The demo
 1. calls `tf_mixed_precision_compat.install()` (the one line an old job adds),
 2. rebuilds the model from the job's JSON, creates the optimizer with the TF
    2.3 API under a 2-replica `MirroredStrategy` (two logical CPUs when there is
-   no GPU) and restores the last checkpoint with
-   `tf_mixed_precision_compat.legacy.restore_checkpoint`: the loss scale,
-   its counter and the step count equal what TF 2.3.4 recorded,
+   no GPU) and restores the last checkpoint with the job's own
+   `tf.train.Checkpoint(...).restore(manager.latest_checkpoint)`: the loss
+   scale, its counter and the step count equal what TF 2.3.4 recorded,
 3. keeps training with the job's own GradientTape loop; one batch is corrupted
    (its targets multiplied by 1000, like a bad data shard), so its float16
    gradients overflow: that step is skipped on every replica and the scale
@@ -99,19 +99,27 @@ def _progress(done, total, text, stream=None):
 
 
 def _restore(job, checkpoint, strategy):
-  """The job's model and optimizer, rebuilt with TF 2.3 code and restored."""
-  # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat import legacy
+  """The job's model and optimizer, rebuilt and resumed by its TF 2.3 code.
+
+  Exactly what the job ran: `tf.train.Checkpoint(model=..., optimizer=...)`
+  and its manager's latest checkpoint restored; after `install()` that reads
+  the Keras 2 layout TF 2.3.4 wrote.
+  """
+  # pylint: disable-next=g-import-not-at-top
   from tf_mixed_precision_compat import policy
-  # pylint: enable=g-import-not-at-top
   spec = job["data"]
   with strategy.scope():
     model = policy.model_from_json(job["model_json"])
     opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
         tf.keras.optimizers.SGD(spec["learning_rate"],
                                 momentum=spec["momentum"]), "dynamic")
-    report = legacy.restore_checkpoint(checkpoint, model, opt)
-  return model, opt, report
+    ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
+    if os.path.isdir(checkpoint):
+      checkpoint = tf.train.CheckpointManager(
+          ckpt, checkpoint, max_to_keep=2).latest_checkpoint
+    status = ckpt.restore(checkpoint)
+    status.assert_existing_objects_matched()
+  return model, opt, status
 
 
 def _train_steps(job, model, opt, strategy, steps, spike_step=None,
@@ -182,11 +190,11 @@ def resume(steps=30, spike_step=50, progress=True, strategy=None):
   job = load_job()
   if strategy is None:
     strategy = tf.distribute.MirroredStrategy(configure_devices())
-  model, opt, report = _restore(job, DATA_DIR, strategy)
+  model, opt, status = _restore(job, DATA_DIR, strategy)
   restored = {"loss_scale": float(opt.loss_scale),
               "counter": int(opt.dynamic_counter.numpy()),
               "iterations": int(opt.iterations.numpy()),
-              "report": report}
+              "status": status}
   first = job["iterations"] + 1
   trajectory = _train_steps(job, model, opt, strategy,
                             list(range(first, first + steps)), spike_step,
