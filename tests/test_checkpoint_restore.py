@@ -170,6 +170,7 @@ class _Job:
       if self.record["saver"] == "manager":
         manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
                                              max_to_keep=1)
+        self.manager = manager
         if not with_status:
           path = manager.restore_or_initialize()
           assert path == manager.latest_checkpoint
@@ -332,7 +333,10 @@ class ResumeTest(parameterized.TestCase):
         0 if record["roots"] == "model+optimizer" else record["step"])
     _continue(job, record, job.step_fn(mode))
     if status is not None and "model" in record["roots"]:
-      status.assert_consumed()  # Slots landed when the optimizer built.
+      status.assert_consumed()
+    if record["saver"] == "manager":
+      # save_counter was restored too: the next save does not overwrite.
+      assert job.manager.save().endswith("ckpt-2")  # Slots landed when the optimizer built.
 
   # Not the optimizer-only jobs: their checkpoints hold no slots, so slots a
   # first step made keep their values, unlike in the recorded fresh resume.
@@ -345,6 +349,7 @@ class ResumeTest(parameterized.TestCase):
     step = job.step_fn("function")
     job.run(step, 40, 41)  # Creates the slots and moves every value.
     status = job.restore(with_status=True)
+    status.initialize_or_restore()  # Eagerly: values are already there.
     status.assert_consumed()
     _check_saved_state(job, record)
     _continue(job, record, step)
