@@ -19,7 +19,11 @@ unchanged:
 * `Model.compile` wraps optimizers as TF 2.3/2.4 did
   (`policy.enable_compile_integration()`);
 * plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
-  (it otherwise fails on their optimizer object; see `legacy`).
+  (it otherwise fails on their optimizer object; see `legacy`);
+* `tf.train.Checkpoint.restore` / `read` (so `CheckpointManager.
+  restore_or_initialize`) and `tf.compat.v1.train.Checkpoint.restore` restore
+  checkpoints TF 2.2/2.3/2.4 Keras jobs wrote into Keras 3 models and this
+  package's optimizers, exactly or loudly (see `_checkpoint_restore`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
@@ -55,6 +59,7 @@ import types
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _checkpoint_restore
 from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import keras_optimizer
@@ -212,9 +217,22 @@ def _apply(journal):
   if not policy.compile_integration_enabled():
     policy.enable_compile_integration()
     journal.on_undo(policy.disable_compile_integration)
+  _patch_checkpoint_restore(journal)
   if not _legacy_saved_model.serving_enabled():
     _legacy_saved_model.enable_serving()
     journal.on_undo(_legacy_saved_model.disable_serving)
+
+
+def _patch_checkpoint_restore(journal):
+  """Routes TF 2.x Keras checkpoints through the legacy matcher.
+
+  `tf.train.Checkpoint.restore` reads through `read`, so patching `read`
+  serves both; the v1 class restores by itself.
+  """
+  v2, v1 = tf.train.Checkpoint, tf.compat.v1.train.Checkpoint
+  journal.set_attr(v2, "read", _checkpoint_restore.patched_read(v2.read))
+  journal.set_attr(v1, "restore",
+                   _checkpoint_restore.patched_restore_v1(v1.restore))
 
 
 def install():
