@@ -171,9 +171,6 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
   graph = _legacy_checkpoint.read_object_graph(reader, prefix)
   model_node = graph.child(0, "model")
   optimizer_node = graph.child(0, "optimizer")
-  if model is None and optimizer is None:
-    raise TypeError("restore_checkpoint needs `model` (a Keras 3 model) or "
-                    "`optimizer` (an optimizer), or both; got neither.")
   if model_node is None and optimizer_node is None:
     raise ValueError(
         f"{prefix!r} has neither a 'model' nor an 'optimizer' entry: it was "
