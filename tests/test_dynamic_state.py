@@ -31,11 +31,14 @@ class TestConstruction:
     assert state().dtype == tf.float32 and float(state()) == 4.0
     assert "current_loss_scale=4.0" in repr(state)
 
-  @pytest.mark.parametrize("scale", [NAN, INF, -INF, 0.5, 0, -3, "8", None,
-                                     True])
+  @pytest.mark.parametrize("scale", [NAN, INF, -INF, 0.5, 0, -3, "8", True])
   def test_rejects_bad_scale(self, scale):
     with pytest.raises(ValueError, match="initial_loss_scale"):
       State(scale, 10, 2.)
+
+  def test_rejects_none_scale_with_tf24s_type_error(self):
+    with pytest.raises(TypeError, match="initial_loss_scale"):
+      State(None, 10, 2.)
 
   @pytest.mark.parametrize("steps", [0, -1, 2.5, NAN, INF, "3", None, True])
   def test_rejects_bad_growth_steps(self, steps):

@@ -583,3 +583,32 @@ def test_clipping_order_unavailable_warns_once(mirrored_strategy, monkeypatch,
   warnings = [m for m in tf_log if "clips each replica's gradients" in m]
   assert len(warnings) == 1
   assert var.numpy().tolist() == [5. - 2 * 4. - 2 * 4.]  # Keras 3's order.
+
+
+_LIST, _OBJECT, _NONE = ("list", [1024]), ("object", object()), ("none", None)
+_NON_NUMBER_CASES = [
+    (f"{name}-{value_id}", make, value)
+    for name, make, values in [
+        ("DynamicLossScale", lambda v: mp.DynamicLossScale(v),
+         [_LIST, _OBJECT, _NONE]),
+        ("DynamicLossScale_kw",
+         lambda v: mp.DynamicLossScale(initial_loss_scale=v), [_NONE]),
+        # (None is these constructors' default, or means "missing".)
+        ("LossScaleOptimizer",
+         lambda v: mp.LossScaleOptimizer(_SGD(), initial_scale=v),
+         [_LIST, _OBJECT]),
+        ("LossScaleOptimizer_fixed", lambda v: mp.LossScaleOptimizer(
+            _SGD(), dynamic=False, initial_scale=v), [_LIST, _OBJECT]),
+    ]
+    for value_id, value in values
+]
+
+
+@pytest.mark.parametrize("case_id,make,value", _NON_NUMBER_CASES,
+                         ids=[c[0] for c in _NON_NUMBER_CASES])
+def test_initial_scale_of_a_non_number_type_raises_tf24s_type_error(
+    case_id, make, value):
+  """TF 2.4 raised TypeError (from float()) for these; strings ValueError."""
+  del case_id
+  with pytest.raises(TypeError, match="must be a Python int or float"):
+    make(value)

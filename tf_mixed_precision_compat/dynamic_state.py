@@ -52,13 +52,22 @@ def check_initial_scale(value, arg_name):
     `value` as a Python float.
 
   Raises:
-    ValueError: If `value` is not a Python/NumPy real number, is NaN or
-      infinite (also once rounded to float32, the loss scale's dtype), or is
-      less than 1.
+    TypeError: If `value` is of a type `float()` rejects (None, a list), the
+      type TF 2.4 raised for those.
+    ValueError: If `value` is not a Python/NumPy real number otherwise (a
+      string, a bool, a tensor), is NaN or infinite (also once rounded to
+      float32, the loss scale's dtype), or is less than 1.
   """
   if not _is_real(value):
-    raise ValueError(f'"{arg_name}" must be a Python int or float, finite and '
-                     f"at least 1, but got: {value!r}")
+    message = (f'"{arg_name}" must be a Python int or float, finite and at '
+               f"least 1, but got: {value!r}")
+    try:
+      float(value)
+    except TypeError:
+      raise TypeError(message) from None
+    except ValueError:
+      pass
+    raise ValueError(message)
   value = float(value)
   if not math.isfinite(value) or value < 1:
     raise ValueError(f'"{arg_name}" must be finite and at least 1, but got: '
