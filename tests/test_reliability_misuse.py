@@ -612,3 +612,20 @@ def test_initial_scale_of_a_non_number_type_raises_tf24s_type_error(
   del case_id
   with pytest.raises(TypeError, match="must be a Python int or float"):
     make(value)
+
+
+def test_out_of_range_slices_under_xla_leave_the_weights_alone():
+  """XLA compiles the index assertion away (README): rows are dropped."""
+  var = tf.Variable([[1., 2.], [3., 4.]], name="w32")
+  opt = mp.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+
+  @tf.function(jit_compile=True)
+  def step(index):
+    opt.apply_gradients([(tf.IndexedSlices(tf.ones([1, 2]), index,
+                                           tf.constant([2, 2])), var)])
+
+  step(tf.constant([1]))
+  before = var.numpy().tobytes()
+  step(tf.constant([5]))
+  assert var.numpy().tobytes() == before
+  assert float(opt.loss_scale) == 2.**15
