@@ -18,6 +18,9 @@ import pytest
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
+from tf_mixed_precision_compat import _device_check
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import keras_optimizer
 
 MODES = ["eager", "function", "mirrored_eager", "mirrored_function"]
 
@@ -238,8 +241,12 @@ def test_v1_out_of_range_sparse_step_in_a_session_changes_nothing(index):
 
 # --- Initial loss scales finite in Python but inf in float32.
 
-_SGD = lambda: keras.optimizers.SGD(0.1)  # pylint: disable=unnecessary-lambda-assignment
-_V1_SGD = lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1)  # pylint: disable=unnecessary-lambda-assignment
+def _SGD():  # pylint: disable=invalid-name
+  return keras.optimizers.SGD(0.1)
+
+
+def _V1_SGD():  # pylint: disable=invalid-name
+  return tf.compat.v1.train.GradientDescentOptimizer(0.1)
 
 FLOAT32_INF_CASES = [
     ("lso_dynamic", lambda: mp.LossScaleOptimizer(_SGD(), initial_scale=1e39),
@@ -481,7 +488,6 @@ def test_serialized_v1_deserializes_as_loss_scale_optimizer(installed):
 
 @contextlib.contextmanager
 def _session_flag(value):
-  from tf_mixed_precision_compat import _private_api  # pylint: disable=g-import-not-at-top
   old = _private_api.non_mixed_precision_session_created()
   _private_api.set_non_mixed_precision_session_created(value)
   try:
@@ -534,7 +540,6 @@ def _device_check_cases():
                          ids=[c[0] for c in _device_check_cases()])
 def test_device_check_messages_are_tf24s(case_id, case):
   del case_id
-  from tf_mixed_precision_compat import _device_check  # pylint: disable=g-import-not-at-top
   assert _device_check.message(case["details"]) == (case["level"],
                                                     case["text"])
 
@@ -569,7 +574,6 @@ def test_clipping_order_unavailable_warns_once(mirrored_strategy, monkeypatch,
   owner = next(c for c in type(opt.inner_optimizer).__mro__
                if "_all_reduce_sum_gradients" in vars(c))
   original = vars(owner)["_all_reduce_sum_gradients"]
-  from tf_mixed_precision_compat import keras_optimizer  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(keras_optimizer, "_warned_clip_order", [])
   monkeypatch.delattr(owner, "_all_reduce_sum_gradients")
   # Keras 3 still needs the method to run the step; only our lookup fails.
