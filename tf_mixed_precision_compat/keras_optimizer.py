@@ -36,6 +36,11 @@ and only the inner optimizer's `iterations` is incremented, as TF 2.4.4 did.
 In a `tf.function` step without a strategy or XLA, `_gated_apply` gets the
 same result without making every update wait for the verdict.
 
+*Clipping.* Under several replicas an inner Keras 3 optimizer's `clipnorm`,
+`clipvalue` or `global_clipnorm` applies to the replicas' summed gradients,
+as TF 2.4's did (Keras 3 alone clips each replica's part; see
+`_clip_after_sum`).
+
 *Not wrapped twice.* The class derives from `keras.optimizers.
 LossScaleOptimizer` (without using its implementation), because Keras 3's
 `compile()` wraps every optimizer that is not an instance of it when the
