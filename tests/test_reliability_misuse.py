@@ -633,3 +633,25 @@ def test_out_of_range_slices_under_xla_leave_the_weights_alone():
   step(tf.constant([5]))
   assert var.numpy().tobytes() == before
   assert float(opt.loss_scale) == 2.**15
+
+
+@pytest.mark.parametrize("replicated", [False, True])
+def test_fit_clips_the_sum_of_replicas(request, replicated):
+  """Keras 3's fit (scale_loss, then apply) takes the same path."""
+  strategy = (request.getfixturevalue("mirrored_strategy") if replicated
+              else tf.distribute.get_strategy())
+  with strategy.scope():
+    model = keras.Sequential([
+        keras.Input((1,)),
+        keras.layers.Dense(1, use_bias=False,
+                           kernel_initializer=keras.initializers.Constant(5.))
+    ])
+    model.compile(
+        mp.LossScaleOptimizer(keras.optimizers.SGD(1., clipnorm=2.),
+                              initial_scale=2, dynamic_growth_steps=1),
+        loss=lambda y_true, y_pred: y_pred * 4.)
+  model.fit(np.ones((2, 1), np.float32), np.zeros((2, 1), np.float32),
+            batch_size=2, epochs=1, verbose=0, shuffle=False)
+  # The batch's gradient, 4 (2 per replica), clipped to 2: 5 - 2.
+  assert model.layers[0].kernel.numpy().ravel().tolist() == [3.]
+  assert float(model.optimizer.loss_scale) == 4.
