@@ -8,7 +8,6 @@ runs with the option on (eagerly, in tf.function, in a Session and under the
 """
 
 import inspect
-import sys
 
 from absl.testing import parameterized
 import keras
@@ -228,16 +227,6 @@ def test_keras_optimizer_is_wrapped_in_keras_loss_scale_optimizer():
       keras.optimizers.Adam())
   assert isinstance(dynamic, keras_optimizer.LossScaleOptimizerV1)
   assert dynamic.dynamic
-
-
-def test_keras_path_without_keras_wrapper_is_a_clear_type_error(monkeypatch):
-  # Simulates an installation whose Keras wrapper cannot be imported.
-  monkeypatch.setitem(sys.modules, "tf_mixed_precision_compat.keras_optimizer",
-                      None)
-  monkeypatch.delattr(mp, "keras_optimizer", raising=False)
-  with pytest.raises(TypeError, match="tf.compat.v1.train.Optimizer"):
-    graph_rewrite.enable_mixed_precision_graph_rewrite(keras.optimizers.SGD())
-  assert not _option()
 
 
 def test_disable_when_not_enabled_warns(tf_log):

@@ -173,10 +173,3 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     plan.bind(key, target, _read(group, name, path, target),
               f"optimizer/{target.name}")
 
-
-def is_h5(path):
-  try:
-    return h5py.is_hdf5(path)
-  except OSError:
-    return False
-

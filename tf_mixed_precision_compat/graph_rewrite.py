@@ -133,21 +133,10 @@ def _keras_wrapper_classes():
 
 def _keras_loss_scale_optimizer():
   """This package's Keras `LossScaleOptimizerV1`, imported only when needed."""
-  try:
-    # pylint: disable=g-import-not-at-top
-    from tf_mixed_precision_compat import keras_optimizer
-  except ImportError as e:
-    raise TypeError(
-        "Wrapping a Keras optimizer needs "
-        "tf_mixed_precision_compat.keras_optimizer, which could not be "
-        f"imported ({e}); pass a tf.compat.v1.train.Optimizer instead.") from e
-  cls = getattr(keras_optimizer, "LossScaleOptimizerV1", None)
-  if cls is None:
-    raise TypeError(
-        "tf_mixed_precision_compat.keras_optimizer has no "
-        "LossScaleOptimizerV1, so Keras optimizers cannot be wrapped; pass a "
-        "tf.compat.v1.train.Optimizer instead.")
-  return cls
+  # Imported on first use: a tf.compat.v1 job never loads the Keras stack.
+  # pylint: disable-next=g-import-not-at-top
+  from tf_mixed_precision_compat import keras_optimizer
+  return keras_optimizer.LossScaleOptimizerV1
 
 
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):

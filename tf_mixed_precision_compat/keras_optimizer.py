@@ -450,8 +450,6 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
   (0.5, 32768.0, 1)
   """
 
-  _HAS_AGGREGATE_GRAD = True
-
   def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
                dynamic_growth_steps=None):
     """Wraps `inner_optimizer`.

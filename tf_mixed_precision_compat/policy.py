@@ -364,14 +364,11 @@ def global_policy():
 
 
 def _graph_rewrite_enabled():
-  # pylint: disable=g-import-not-at-top
-  try:
-    from tf_mixed_precision_compat import graph_rewrite
-  except ImportError:  # Not part of this installation.
-    graph_rewrite = None
-  # pylint: enable=g-import-not-at-top
-  query = getattr(graph_rewrite, "rewrite_is_enabled", None)
-  if query is not None and query():
+  # Imported on first use, so that using policies never loads the v1
+  # optimizer stack the graph rewrite wraps.
+  # pylint: disable-next=g-import-not-at-top
+  from tf_mixed_precision_compat import graph_rewrite
+  if graph_rewrite.rewrite_is_enabled():
     return True
   # TF 2.21's own tf.compat.v1 rewrite switches this grappler option on.
   options = tf.config.optimizer.get_experimental_options()
@@ -766,7 +763,6 @@ def _make_compile(original):
       kwargs["auto_scale_loss"] = False
     return original(self, optimizer, *args, **kwargs)
 
-  compile._tf_mixed_precision_compat = True  # pylint: disable=protected-access
   return compile
 
 
