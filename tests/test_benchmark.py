@@ -23,7 +23,7 @@ def _run_quick(tmp_path, *args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out",
                          str(out), *args], capture_output=True, text=True,
-                        env=env, timeout=600, check=False)
+                        env=env, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out) as f:
     return proc.stdout, proc.stderr, json.load(f)
@@ -144,7 +144,7 @@ def _probe(source):
   """
   proc = subprocess.run(
       [sys.executable, "-c", source, os.path.join(ROOT, "benchmarks")],
-      capture_output=True, text=True, timeout=300, check=False,
+      capture_output=True, text=True, check=False,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.splitlines()[-1])
@@ -186,9 +186,8 @@ def test_profile_attributes_every_kernel_to_its_own_step():
 
 def test_reps_below_one_is_refused():
   proc = subprocess.run([sys.executable, SCRIPT, "--reps", "0"],
-                        capture_output=True, text=True, timeout=300,
-                        check=False, env=dict(os.environ,
-                                              TF_CPP_MIN_LOG_LEVEL="2"))
+                        capture_output=True, text=True, check=False,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 2
   assert "--reps must be at least 1, got 0" in proc.stderr
 
@@ -198,7 +197,7 @@ def test_instances_are_combined_per_repetition_against_bare(tmp_path):
   proc = subprocess.run(
       [sys.executable, SCRIPT, "--quick", "--only", "scaling", "--modes",
        "function", "--instances", "2", "--reps", "4", "--out", str(out)],
-      capture_output=True, text=True, timeout=600, check=False,
+      capture_output=True, text=True, check=False,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out) as f:

@@ -40,7 +40,7 @@ def _original(name):
 def _run(code):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   return subprocess.run([sys.executable, "-c", code], capture_output=True,
-                        text=True, timeout=600, env=env, cwd=EXAMPLES)
+                        text=True, env=env, cwd=EXAMPLES)
 
 
 @pytest.fixture(scope="module")
