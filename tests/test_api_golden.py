@@ -86,7 +86,7 @@ tf_class {
     argspec: "args=[\'self\', \'grads\'], varargs=None, keywords=None, defaults=None"
   }
 }
-"""
+"""  # noqa: E501 (TF's golden text, verbatim)
 
 
 def _read(*parts):
@@ -424,7 +424,7 @@ def test_class_golden_rules():
 
 def test_module_golden_rules():
 
-  class Meta(abc.ABC):
+  class Meta(abc.ABC):  # noqa: B024 (no abstract method, on purpose)
     pass
 
   def function(x, y=2):
@@ -574,7 +574,8 @@ def _member_methods(golden_text):
   return methods
 
 
-# The Keras classes sit on Keras 3 bases; README lists their differences.
+# The Keras classes sit on Keras 3 bases; docs/api_differences.md lists
+# their differences.
 _KERAS3_BASED = ("keras.",)
 
 

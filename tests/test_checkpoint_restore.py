@@ -336,7 +336,8 @@ class ResumeTest(parameterized.TestCase):
       status.assert_consumed()
     if record["saver"] == "manager":
       # save_counter was restored too: the next save does not overwrite.
-      assert job.manager.save().endswith("ckpt-2")  # Slots landed when the optimizer built.
+      # Slots landed when the optimizer built.
+      assert job.manager.save().endswith("ckpt-2")
 
   # Not the optimizer-only jobs: their checkpoints hold no slots, so slots a
   # first step made keep their values, unlike in the recorded fresh resume.

@@ -261,7 +261,7 @@ def test_legacy_configs_deserialize_only_while_installed():
                          "config": {"loss_scale_value": 8.0}}}},
   }
   assert sorted(configs) == sorted(_LEGACY_NAMES)
-  for name, config in configs.items():
+  for config in configs.values():
     with pytest.raises(TypeError, match="Could not locate class"):
       keras.saving.deserialize_keras_object(config)
   mp.install()
@@ -412,7 +412,7 @@ def test_installed_endpoint_trains_eagerly_in_function_and_mirrored(
 
 
 
-def test_plain_saved_model_load_serves_tf24_keras_saved_models_while_installed():
+def test_plain_saved_model_load_serves_tf24_keras_saved_models_installed():
   # pylint: disable=g-import-not-at-top,protected-access
   from tf_mixed_precision_compat import _legacy_saved_model
   from tf_mixed_precision_compat import _private_api

@@ -1,4 +1,4 @@
-"""LossScaleOptimizer under Keras 3's `compile`/`fit` and both loss-scaling conventions.
+"""LossScaleOptimizer under Keras 3's `compile`/`fit`, both scaling conventions.
 
 Also replays the TF 2.4.4-recorded trajectories (tools/gen_tf24_lso_fixtures.py)
 and checks scale, counter, iterations and variables exactly.
@@ -226,7 +226,8 @@ def _custom_loop(model, opt, x, y, batch_size, strategy=None):
     strategy.run(replica_step, args=batch)
 
   dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch_size)
-  if strategy is not tf.distribute.get_strategy() or tf.distribute.has_strategy():
+  if (strategy is not tf.distribute.get_strategy() or
+      tf.distribute.has_strategy()):
     dataset = strategy.experimental_distribute_dataset(dataset)
   trace = []
   for batch in dataset:
@@ -274,7 +275,8 @@ class TestFit:
   @pytest.mark.parametrize("distributed", [False, True])
   def test_fit_equals_custom_loop(self, mixed_float16, mirrored_strategy,
                                   distributed):
-    strategy = mirrored_strategy if distributed else tf.distribute.get_strategy()
+    strategy = (mirrored_strategy if distributed
+                else tf.distribute.get_strategy())
     # 2**20 overflows float16 gradients: the first steps are skipped, which
     # only happens if fit really scales the loss.
     fit_model, fit_opt, fit_trace, loop_model, loop_trace = _fit_and_loop(

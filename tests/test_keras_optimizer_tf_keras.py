@@ -44,7 +44,8 @@ def _twin_run(make, grad_scale):
 @pytest.mark.parametrize("name", sorted(MAKERS))
 def test_matches_bare_twin_and_skips_whole_steps(name, mode, mirrored_strategy):
   make = MAKERS[name]
-  strategy = mirrored_strategy if mode == "mirrored" else tf.distribute.get_strategy()
+  strategy = (mirrored_strategy if mode == "mirrored"
+              else tf.distribute.get_strategy())
   with strategy.scope():
     var = tf.Variable([1., -2.])
     opt = LossScaleOptimizer(make(), initial_scale=64, dynamic_growth_steps=2)
@@ -93,7 +94,8 @@ def test_checkpoint_layout_is_the_inner_optimizers_plus_loss_scale(tmp_path):
   prefix = tf.train.Checkpoint(optimizer=opt, var=var).write(
       str(tmp_path / "ckpt"))
   keys = {k for k, _ in tf.train.list_variables(prefix)}
-  assert "optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/VARIABLE_VALUE" in keys
+  assert ("optimizer/loss_scale/current_loss_scale/.ATTRIBUTES/"
+          "VARIABLE_VALUE") in keys
   assert "optimizer/loss_scale/good_steps/.ATTRIBUTES/VARIABLE_VALUE" in keys
   assert "optimizer/iter/.ATTRIBUTES/VARIABLE_VALUE" in keys
   assert any(".OPTIMIZER_SLOT/optimizer/m/" in k for k in keys)

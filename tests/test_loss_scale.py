@@ -279,7 +279,8 @@ class MirroredTest(parameterized.TestCase):
     strategy = mirrored_strategy()
     with strategy.scope():
       ls = mp.DynamicLossScale()
-    self.assertIsInstance(ls._current_loss_scale, tf.distribute.DistributedValues)
+    self.assertIsInstance(ls._current_loss_scale,
+                          tf.distribute.DistributedValues)
     self.assertLen(strategy.experimental_local_results(ls._current_loss_scale),
                    2)
 
@@ -561,7 +562,7 @@ def test_construction_logs_tf24_deprecation_once(tf_log, cls, arg):
 
 
 class OursRestoresInTf23Test(parameterized.TestCase):
-  """Our checkpoints were restored by real TF 2.3.4 (tools/verify_ours_in_tf23.py).
+  """Real TF 2.3.4 restored our checkpoints (tools/verify_ours_in_tf23.py).
 
   That proof is committed; here we check the current code still writes the
   same checkpoint, tensor for tensor, object graph included.

@@ -188,14 +188,16 @@ class PolicyV1Test(parameterized.TestCase):
 
   def test_explicit_loss_scales(self):
     fixed = PolicyV1("mixed_float16", loss_scale=16)
-    self.assertEqual(repr(fixed),
-                     '<PolicyV1 "mixed_float16", loss_scale=FixedLossScale(16.0)>')
+    self.assertEqual(
+        repr(fixed),
+        '<PolicyV1 "mixed_float16", loss_scale=FixedLossScale(16.0)>')
     self.assertEqual(fixed.get_config(), {
         "name": "mixed_float16",
         "loss_scale": {"class_name": "FixedLossScale",
                        "config": {"loss_scale_value": 16.0}}})
     dynamic = PolicyV1("float16", loss_scale="dynamic")
-    self.assertIsInstance(dynamic.loss_scale, loss_scale_module.DynamicLossScale)
+    self.assertIsInstance(dynamic.loss_scale,
+                          loss_scale_module.DynamicLossScale)
     none = PolicyV1("mixed_float16", loss_scale=None)
     self.assertIsNone(none.loss_scale)
     self.assertEqual(none.get_config(), {"name": "mixed_float16",
@@ -218,8 +220,8 @@ class PolicyV1Test(parameterized.TestCase):
       self.assertEqual(repr(restored), repr(p))
 
   def test_bad_loss_scale(self):
-    with self.assertRaisesRegex(ValueError,
-                                "Could not interpret loss scale identifier: foo"):
+    with self.assertRaisesRegex(
+        ValueError, "Could not interpret loss scale identifier: foo"):
       PolicyV1("mixed_float16", loss_scale="foo")
     with self.assertRaises(ValueError):
       PolicyV1("mixed_float16", loss_scale=0.5)
@@ -424,8 +426,8 @@ class GetLayerPolicyTest(parameterized.TestCase):
 
   def test_our_policy_returned_as_is(self):
     p = PolicyV1("mixed_float16", loss_scale=2)
-    self.assertIs(policy_module.get_layer_policy(keras.layers.Dense(1, dtype=p)),
-                  p)
+    self.assertIs(
+        policy_module.get_layer_policy(keras.layers.Dense(1, dtype=p)), p)
 
   @parameterized.parameters("mixed_float16", "mixed_bfloat16", "float64",
                             "float16")
@@ -497,7 +499,8 @@ class SerializationTest(parameterized.TestCase):
                                               "loss_scale": 8}},
         custom_objects={"PolicyV1": PolicyV1})
     self.assertIs(type(p), PolicyV1)
-    self.assertEqual(repr(p), '<PolicyV1 "float16", loss_scale=FixedLossScale(8.0)>')
+    self.assertEqual(repr(p),
+                     '<PolicyV1 "float16", loss_scale=FixedLossScale(8.0)>')
 
   @parameterized.parameters(
       ({"class_name": "Nope", "config": {"name": "float32"}},

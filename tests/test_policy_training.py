@@ -194,7 +194,7 @@ class CompileIntegrationTest(parameterized.TestCase):
 def test_import_patches_nothing():
   # The autouse fixture disabled any integration; importing the package again
   # must not turn it on.
-  import tf_mixed_precision_compat.policy  # pylint: disable=g-import-not-at-top,unused-import,reimported
+  import tf_mixed_precision_compat.policy  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import,reimported
   assert not policy_module.compile_integration_enabled()
   assert "compile" not in vars(keras.Model)
 

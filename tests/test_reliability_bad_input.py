@@ -313,8 +313,9 @@ CASES = [
     ("rewrite_string_optimizer",
      lambda l: mp.enable_mixed_precision_graph_rewrite("sgd"), ValueError,
      '"opt" must be an instance of'),
-    ("rewrite_bad_loss_scale", lambda l: mp.enable_mixed_precision_graph_rewrite(
-        _sgd(), loss_scale="dynamc"), ValueError,
+    ("rewrite_bad_loss_scale",
+     lambda l: mp.enable_mixed_precision_graph_rewrite(
+         _sgd(), loss_scale="dynamc"), ValueError,
      "Invalid value passed to loss_scale"),
     # --- Corrupted checkpoints, restored into the live optimizer.
     # TensorFlow's checkpoint reader raises these itself (TF 2.21 turns a

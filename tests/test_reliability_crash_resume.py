@@ -140,7 +140,8 @@ def test_killed_and_resumed_run_equals_uninterrupted_run(tmp_path):
   # counter; the scale halved twice and the counter is 0.
   before = _checkpoint_values(full_ckpts[4])
   after = _checkpoint_values(full_ckpts[SKIPPED_SAVE_STEP + 1])
-  changed = sorted(k for k in before if before[k].tobytes() != after[k].tobytes())
+  changed = sorted(k for k in before
+                   if before[k].tobytes() != after[k].tobytes())
   assert len(changed) == 3, changed
   assert any("iteration" in k for k in changed), changed
   scale_key, = [k for k in after if "current_loss_scale" in k]

@@ -619,7 +619,7 @@ def test_initial_scale_of_a_non_number_type_raises_tf24s_type_error(
 
 
 def test_out_of_range_slices_under_xla_leave_the_weights_alone():
-  """XLA compiles the index assertion away (README): rows are dropped."""
+  """XLA compiles the index assertion away (docs/reliability.md): rows drop."""
   var = tf.Variable([[1., 2.], [3., 4.]], name="w32")
   opt = mp.LossScaleOptimizer(keras.optimizers.SGD(0.1))
 

@@ -23,7 +23,8 @@ import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
+from tf_mixed_precision_compat.v1_optimizer import (
+    MixedPrecisionLossScaleOptimizer)
 from tests import testing
 
 with open(testing.fixture_path("v1_optimizer", "run.json")) as f:

@@ -18,7 +18,8 @@ import tensorflow as tf
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
-from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
+from tf_mixed_precision_compat.v1_optimizer import (
+    MixedPrecisionLossScaleOptimizer)
 from tests import test_v1_optimizer
 
 ENABLES = {

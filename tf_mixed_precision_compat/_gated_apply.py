@@ -4,8 +4,8 @@ TF 2.4 put the inner optimizer's apply inside a `tf.cond` on the all-finite
 verdict. Inside a traced step that makes every variable update wait until
 the last gradient has been checked, so the updates can no longer overlap the
 rest of the backward pass; on a 2-core CPU that wait costs several times more
-than the check itself (the `floor_gated` column of the README's Performance
-table). `apply_when_finite` gives the same result and lets each update run as
+than the check itself (the `floor_gated` column of the table in
+docs/performance.md). `apply_when_finite` gives the same result and lets each update run as
 soon as its gradient exists:
 
 * Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at

@@ -359,7 +359,7 @@ def registry_endpoints(specs=None):
     if REPO_ROOT not in sys.path:
       sys.path.insert(0, REPO_ROOT)
     # pylint: disable=g-import-not-at-top
-    import tf_mixed_precision_compat  # pylint: disable=unused-import
+    import tf_mixed_precision_compat  # noqa: F401  # pylint: disable=unused-import
     from tf_mixed_precision_compat import endpoints as endpoints_lib
     specs = list(endpoints_lib.all_specs())
   endpoints = {v: {} for v in API_VERSIONS}

@@ -1,4 +1,4 @@
-"""Dumps the endpoint names real TensorFlow 2.3/2.4 gave the mixed-precision API.
+"""Dumps the endpoint names real TF 2.3/2.4 gave the mixed-precision API.
 
 Run under the reference environments (Python 3.8, real TensorFlow):
 

@@ -1,4 +1,4 @@
-"""Writes TF 2.2/2.3/2.4 mixed-precision Keras checkpoints for tests/fixtures/legacy/.
+"""Writes TF 2.2-2.4 mixed-precision Keras checkpoints (tests/fixtures/legacy/).
 
 Run once under each reference interpreter (each writes only its own files):
 

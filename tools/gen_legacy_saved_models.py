@@ -1,4 +1,4 @@
-"""Writes TF 2.3/2.4 `model.save()` H5 files and SavedModels for tests/fixtures/legacy/.
+"""Writes TF 2.3/2.4 `model.save()` H5 files and SavedModels as fixtures.
 
 Run once under each reference interpreter (each writes only its own files):
 

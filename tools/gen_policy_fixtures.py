@@ -73,7 +73,8 @@ def _model_record(model, x):
   for layer in model.layers:
     if isinstance(layer, tf.keras.layers.InputLayer):
       continue
-    outputs[layer.name] = tf.keras.Model(model.inputs, layer.output)(x).dtype.name
+    submodel = tf.keras.Model(model.inputs, layer.output)
+    outputs[layer.name] = submodel(x).dtype.name
   return {
       "json": model.to_json(),
       "layers": [_layer_dtypes(layer) for layer in model.layers],
