@@ -5,20 +5,24 @@ TensorFlow logged these through its own logger (`tf.get_logger()`, named
 line. Users filter on that logger and on the fixed phrases, so both are kept.
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
+import types
+from typing import Hashable
 
 import tensorflow as tf
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_warned = set()
+_warned: set[Hashable] = set()
 _lock = threading.Lock()
 
 
-def _caller_location():
+def _caller_location() -> str:
   """Returns 'file:line' of the first frame outside this package."""
-  frame = sys._getframe(1)  # pylint: disable=protected-access
+  frame: types.FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
   while frame is not None:
     filename = frame.f_code.co_filename
     if not os.path.abspath(filename).startswith(_PACKAGE_DIR):
@@ -27,13 +31,13 @@ def _caller_location():
   return "<unknown>"
 
 
-def deprecation_message(qualname, module, instructions):
+def deprecation_message(qualname: str, module: str, instructions: str) -> str:
   """The body of TensorFlow's `deprecated(None, instructions)` warning."""
   return (f"{qualname} (from {module}) is deprecated and will be removed in a "
           f"future version.\nInstructions for updating:\n{instructions}")
 
 
-def warn_once(key, message):
+def warn_once(key: Hashable, message: str) -> None:
   """Logs `message` to the "tensorflow" logger the first time `key` is seen.
 
   Args:
@@ -47,7 +51,7 @@ def warn_once(key, message):
   tf.get_logger().warning("From %s: %s", _caller_location(), message)
 
 
-def reset_for_testing():
+def reset_for_testing() -> None:
   """Forgets which warnings were logged, so tests can observe them again."""
   with _lock:
     _warned.clear()

@@ -41,7 +41,7 @@ class _RevivedOptimizer(tf.Module):
     return slot
 
 
-_registered = []
+_registered: list[bool] = []
 _OPTIMIZER_TYPE = "optimizer"
 
 

@@ -11,10 +11,14 @@ Only the public Trackable protocol is used: `_trackable_children` and
 dependencies, `_handle_deferred_dependencies` the one for restore-before-create.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 import tensorflow as tf
 
 
-def graph_key():
+def graph_key() -> tf.Graph | None:
   """Identifies the context variables are owned by: None when eager."""
   with tf.init_scope():
     if tf.executing_eagerly():
@@ -25,10 +29,11 @@ def graph_key():
 class PerGraphWeights(tf.__internal__.tracking.Trackable):
   """A Trackable whose weights are created and checkpointed per graph."""
 
-  def __init__(self):
-    self._weights = {}
+  def __init__(self) -> None:
+    self._weights: dict[tuple[str, tf.Graph | None], tf.Variable] = {}
 
-  def _add_weight(self, name, initial_value, dtype):
+  def _add_weight(self, name: str, initial_value: Any,
+                  dtype: tf.dtypes.DType) -> tf.Variable:
     """Creates a non-trainable, never-aggregated variable named `name`.
 
     Args:
@@ -62,16 +67,18 @@ class PerGraphWeights(tf.__internal__.tracking.Trackable):
     self._handle_deferred_dependencies(name=name, trackable=variable)
     return variable
 
-  def _current_weights(self):
+  def _current_weights(self) -> dict[str, tf.Variable]:
     key = graph_key()
     return {name: v for (name, g), v in self._weights.items() if g is key}
 
-  def _trackable_children(self, save_type="checkpoint", **kwargs):
+  def _trackable_children(self, save_type: str = "checkpoint",
+                          **kwargs: Any) -> dict[str, Any]:
     children = super()._trackable_children(save_type, **kwargs)
     children.update(self._current_weights())
     return children
 
-  def _lookup_dependency(self, name, cached_dependencies=None):
+  def _lookup_dependency(self, name: str,
+                         cached_dependencies: Any = None) -> Any:
     found = super()._lookup_dependency(name, cached_dependencies)
     if found is None:
       found = self._weights.get((name, graph_key()))

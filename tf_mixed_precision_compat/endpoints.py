@@ -14,7 +14,8 @@ warning text the symbol logs when used. The registry is the single source for
 Example:
 
 >>> from tf_mixed_precision_compat import endpoints
->>> spec = endpoints.lookup("v2", "mixed_precision.experimental.DynamicLossScale")
+>>> spec = endpoints.lookup(
+...     "v2", "mixed_precision.experimental.DynamicLossScale")
 >>> spec.symbol.__name__
 'DynamicLossScale'
 """
@@ -57,7 +58,7 @@ _SPECS: Dict[int, EndpointSpec] = {}
 _ROOTS: Dict[str, types.ModuleType] = {}
 
 
-def _check_api_version(api_version):
+def _check_api_version(api_version: str) -> None:
   if api_version not in _API_VERSIONS:
     raise ValueError(
         f"api_version must be one of {_API_VERSIONS}, got {api_version!r}.")
@@ -86,7 +87,7 @@ def export(*v2: str,
   if unknown:
     raise ValueError(f"deprecated paths {sorted(unknown)} are not exported.")
 
-  def decorator(symbol):
+  def decorator(symbol: Any) -> Any:
     spec = EndpointSpec(symbol, tuple(v2), tuple(v1), tuple(deprecated),
                         warning)
     for api_version in _API_VERSIONS:
@@ -104,7 +105,7 @@ def export(*v2: str,
   return decorator
 
 
-def _graft(root, path, symbol):
+def _graft(root: types.ModuleType, path: str, symbol: Any) -> None:
   *parents, leaf = path.split(".")
   node = root
   for part in parents:
@@ -145,7 +146,7 @@ def all_specs() -> Iterator[EndpointSpec]:
   return iter(list(_SPECS.values()))
 
 
-def _find(api_version, path):
+def _find(api_version: str, path: str) -> Optional[EndpointSpec]:
   for spec in _SPECS.values():
     if path in spec.paths(api_version):
       return spec

@@ -294,7 +294,7 @@ def _clips(inner):
              for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
 
 
-_warned_clip_order = []
+_warned_clip_order: list[bool] = []
 
 
 @contextlib.contextmanager
@@ -906,9 +906,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
 
     return property(getter, setter, doc=f"The inner optimizer's {name}.")
 
-  clipnorm = _delegated_property("clipnorm")
-  clipvalue = _delegated_property("clipvalue")
-  global_clipnorm = _delegated_property("global_clipnorm")
+  clipnorm = _delegated_property("clipnorm")  # type: ignore[arg-type]
+  clipvalue = _delegated_property("clipvalue")  # type: ignore[arg-type]
+  global_clipnorm = _delegated_property("global_clipnorm")  # type: ignore[arg-type]
   del _delegated_property
 
   @property

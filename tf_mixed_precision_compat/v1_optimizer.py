@@ -144,7 +144,7 @@ def _check_tf_loss_scale(loss_scale):
     v1=("mixed_precision.MixedPrecisionLossScaleOptimizer",
         "train.experimental.MixedPrecisionLossScaleOptimizer"),
     deprecated=("train.experimental.MixedPrecisionLossScaleOptimizer",))
-class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
+class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid-type]
   """A `tf.compat.v1.train.Optimizer` wrapper that applies loss scaling.
 
   Loss scaling multiplies the loss by a factor, the loss scale, before
