@@ -16,10 +16,14 @@ from tf_mixed_precision_compat import graph_rewrite
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat import v1_optimizer
-from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite
-from tf_mixed_precision_compat.graph_rewrite import disable_mixed_precision_graph_rewrite_v1
-from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite
-from tf_mixed_precision_compat.graph_rewrite import enable_mixed_precision_graph_rewrite_v1
+from tf_mixed_precision_compat.graph_rewrite import (
+    disable_mixed_precision_graph_rewrite)
+from tf_mixed_precision_compat.graph_rewrite import (
+    disable_mixed_precision_graph_rewrite_v1)
+from tf_mixed_precision_compat.graph_rewrite import (
+    enable_mixed_precision_graph_rewrite)
+from tf_mixed_precision_compat.graph_rewrite import (
+    enable_mixed_precision_graph_rewrite_v1)
 # The functions shadow their module's name; it stays importable by full name.
 from tf_mixed_precision_compat.install import install
 from tf_mixed_precision_compat.install import installed
@@ -39,7 +43,8 @@ from tf_mixed_precision_compat.policy import policy_scope
 from tf_mixed_precision_compat.policy import PolicyV1
 from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
-from tf_mixed_precision_compat.v1_optimizer import MixedPrecisionLossScaleOptimizer
+from tf_mixed_precision_compat.v1_optimizer import (
+    MixedPrecisionLossScaleOptimizer)
 
 __version__ = "0.1.0"
 

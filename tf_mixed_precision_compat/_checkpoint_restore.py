@@ -303,7 +303,8 @@ class LegacyRestore:
   def unconsumed(self):
     """Lines naming what is not restored (yet), for `assert_consumed`."""
     lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
-    lines += [f"checkpoint value not restored: {k}" for k in self._parts.orphans]
+    lines += [f"checkpoint value not restored: {k}"
+              for k in self._parts.orphans]
     lines += [f"checkpoint value not restored: {k}"
               for k in self._unmatched_checkpoint]
     lines += [f"not restored from the checkpoint: {d}"

@@ -1,12 +1,12 @@
-"""Applying gradients so that a non-finite step leaves no trace, without waiting.
+"""Applying gradients so a non-finite step leaves no trace, without waiting.
 
 TF 2.4 put the inner optimizer's apply inside a `tf.cond` on the all-finite
 verdict. Inside a traced step that makes every variable update wait until
 the last gradient has been checked, so the updates can no longer overlap the
 rest of the backward pass; on a 2-core CPU that wait costs several times more
 than the check itself (the `floor_gated` column of the table in
-docs/performance.md). `apply_when_finite` gives the same result and lets each update run as
-soon as its gradient exists:
+docs/performance.md). `apply_when_finite` gives the same result and lets each
+update run as soon as its gradient exists:
 
 * Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at
   once, after a read of their old value, which stays alive until the verdict.

@@ -1,4 +1,4 @@
-"""Maps the object graph of a TF 2.2/2.3/2.4 Keras checkpoint onto Keras 3 objects.
+"""Maps the object graph of a TF 2.2-2.4 Keras checkpoint onto Keras 3 objects.
 
 An object-based checkpoint stores, besides its tensors, the graph of the
 objects that owned them (`_CHECKPOINTABLE_OBJECT_GRAPH`): every node has named

@@ -1,14 +1,14 @@
 """Loading TF 2.3/2.4 Keras SavedModels as trainable Keras 3 models.
 
 A Keras SavedModel from TF 2.3/2.4 keeps the Keras config in the metadata of
-its root object in `saved_model.pb` (`config`, `class_name`,
-`training_config`; TF 2.4.4 still writes it there, TF 2.5 moved it to
-`keras_metadata.pb`, which is out of scope), and its variables in the object-based checkpoint
+its root object in `saved_model.pb` (`config`, `class_name`, `training_config`;
+TF 2.4.4 still writes it there, TF 2.5 moved it to `keras_metadata.pb`, which
+is out of scope), and its variables in the object-based checkpoint
 `variables/variables`, rooted at the model, with the optimizer as the child
 `optimizer` (TF's own loader ignored it). The model and optimizer are rebuilt
-from the config and restored from that checkpoint through the same object
-graph mapping as `legacy.restore_checkpoint`: weights, iterations, learning
-rate, slots, loss scale and counter.
+from the config and restored from that checkpoint through the same object graph
+mapping as `legacy.restore_checkpoint`: weights, iterations, learning rate,
+slots, loss scale and counter.
 """
 
 import os
@@ -184,7 +184,7 @@ def check_load_time_code(path):
 
 
 def _decode_tuples(value):
-  """Undoes the `{"class_name": "__tuple__", "items": [...]}` of SavedModel JSON."""
+  """Undoes SavedModel JSON's `{"class_name": "__tuple__", "items": [...]}`."""
   if isinstance(value, dict):
     if value.get("class_name") == "__tuple__" and set(value) == {
         "class_name", "items"}:

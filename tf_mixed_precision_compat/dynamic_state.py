@@ -1,4 +1,4 @@
-"""The state of a dynamic loss scale, as TF 2.4's Keras LossScaleOptimizer kept it.
+"""A dynamic loss scale's state, as TF 2.4's Keras LossScaleOptimizer kept it.
 
 TF 2.4 moved dynamic loss scaling out of the `tf.compat.v1` `LossScale`
 classes and into the Keras `LossScaleOptimizer`, which keeps its scale in a

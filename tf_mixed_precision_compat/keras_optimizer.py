@@ -934,7 +934,8 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     self._optimizer.finalize_variable_values(var_list)
 
   def add_weight(self, name, shape, dtype=None, initializer="zeros",
-                 trainable=None, synchronization=tf.VariableSynchronization.AUTO,
+                 trainable=None,
+                 synchronization=tf.VariableSynchronization.AUTO,
                  aggregation=tf.VariableAggregation.NONE):
     """Adds a non-trainable variable to the inner optimizer.
 

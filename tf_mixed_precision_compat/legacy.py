@@ -33,7 +33,7 @@ FileNotFoundError: No checkpoint at '/no/such/ckpt-1': ...
 
 import os
 
-import keras
+import keras  # noqa: F401 (the docstring examples use it)
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _legacy_args
@@ -42,7 +42,7 @@ from tf_mixed_precision_compat import _legacy_h5
 from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # pylint: disable=unused-import
+from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # noqa: F401  # pylint: disable=unused-import
 
 __all__ = ["RestoreError", "RestoreReport", "load_model",
            "load_saved_model", "restore_checkpoint"]

@@ -1,4 +1,4 @@
-"""TF 2.3's loss scale classes: `LossScale`, `FixedLossScale`, `DynamicLossScale`.
+"""TF 2.3's loss scales: `LossScale`, `FixedLossScale`, `DynamicLossScale`.
 
 Loss scaling multiplies the loss by a factor before differentiation and divides
 the gradients by it afterwards, so that small float16 gradients do not flush to
@@ -178,7 +178,7 @@ class FixedLossScale(LossScale):
                 "train.experimental.DynamicLossScale"),
     warning=_deprecation_text("DynamicLossScale"))
 class DynamicLossScale(LossScale):
-  """A loss scale that grows while gradients stay finite and shrinks on overflow.
+  """A loss scale that grows while gradients are finite, shrinks on overflow.
 
   The algorithm, per call to `update`:
 

@@ -93,7 +93,8 @@ def _removed_policy_error(name):
   message = ("Policies ending in '_float32_vars' have been removed from "
              "TensorFlow.")
   if name in ("infer_float32_vars", "infer_with_float32_vars"):
-    message += " Please use the 'mixed_float16' or 'mixed_bfloat16' policy instead."
+    message += (" Please use the 'mixed_float16' or 'mixed_bfloat16' policy "
+                "instead.")
   elif name == "float16_with_float32_vars":
     message += " Please use the 'mixed_float16' policy instead."
   elif name == "bfloat16_with_float32_vars":
@@ -103,7 +104,7 @@ def _removed_policy_error(name):
 
 @export("keras.mixed_precision.Policy")
 class Policy(keras.DTypePolicy):
-  """A dtype policy for a Keras layer (TF 2.4's `tf.keras.mixed_precision.Policy`).
+  """A Keras layer's dtype policy (TF 2.4's `tf.keras.mixed_precision.Policy`).
 
   A policy decides which dtype a layer computes in (`compute_dtype`) and which
   dtype it creates its variables in (`variable_dtype`). Pass one to a layer's
@@ -516,7 +517,7 @@ _LEGACY_CLASSES = {"Policy": Policy, "PolicyV1": Policy}
 
 
 def custom_objects():
-  """Returns the class names TF 2.3/2.4 configs use for policies, mapped to ours.
+  """Returns the class names TF 2.3/2.4 configs use for policies, to ours.
 
   Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
   TF 2.4 did when loading either.
@@ -631,8 +632,8 @@ def model_from_json(json_string, custom_objects=None):  # pylint: disable=redefi
 
   Example:
 
-  >>> model = keras.Sequential([keras.Input((3,)),
-  ...                           keras.layers.Dense(2, dtype=Policy("mixed_float16"))])
+  >>> dense = keras.layers.Dense(2, dtype=Policy("mixed_float16"))
+  >>> model = keras.Sequential([keras.Input((3,)), dense])
   >>> model_from_json(model.to_json()).layers[0].compute_dtype
   'float16'
   """
