@@ -83,3 +83,21 @@ def non_mixed_precision_session_created():
 def set_non_mixed_precision_session_created(created):
   """Sets that flag (TF's own tests reset it the same way)."""
   mixed_precision_global_state.set_non_mixed_precision_session_created(created)
+
+
+def tf_keras_loss_scale_optimizer_classes():
+  """tf_keras's two concrete loss-scale optimizer classes and their metaclass.
+
+  tf_keras exports only `BaseLossScaleOptimizer` (whose metaclass picks the
+  concrete class from the wrapped optimizer); TF 2.3/2.4's experimental class
+  subclassed the concrete one, and the tf_keras target's experimental class
+  must too, for both of tf_keras's optimizer families. Imported on call: only
+  the tf_keras target (TF_USE_LEGACY_KERAS=1) needs them.
+
+  Returns:
+    `(LossScaleOptimizer, LossScaleOptimizerV3, LossScaleOptimizerMetaclass)`.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
+  return (lso.LossScaleOptimizer, lso.LossScaleOptimizerV3,
+          lso.LossScaleOptimizerMetaclass)

@@ -135,6 +135,11 @@ def _keras_loss_scale_optimizer():
   """This package's Keras `LossScaleOptimizerV1`, imported only when needed."""
   # Imported on first use: a tf.compat.v1 job never loads the Keras stack.
   # pylint: disable-next=g-import-not-at-top
+  from tf_mixed_precision_compat import targets
+  target = targets.target_module()  # The tf_keras target has its own class.
+  if target is not None:
+    return target.LossScaleOptimizerV1
+  # pylint: disable-next=g-import-not-at-top
   from tf_mixed_precision_compat import keras_optimizer
   return keras_optimizer.LossScaleOptimizerV1
 

@@ -65,6 +65,7 @@ from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import keras_optimizer
 from tf_mixed_precision_compat import loss_scale
 from tf_mixed_precision_compat import policy
+from tf_mixed_precision_compat import targets
 
 __all__ = ["install", "installed", "uninstall"]
 
@@ -200,17 +201,22 @@ def _alias_tf_keras_imports(journal):
 
 def _apply(journal):
   prefix = "keras.mixed_precision."
-  keras_namespaces = _keras_namespaces()
+  target = targets.target_module()  # None: Keras 3; else the tf_keras target.
+  # On the tf_keras target `tf.keras` is not Keras 3: Keras 3 stays untouched.
+  keras_namespaces = _keras_namespaces() if target is None else []
   for spec in endpoints.all_specs():
+    symbol = targets.keras_symbol(spec.symbol)
     for path in spec.v2:
-      _graft(journal, tf, path, spec.symbol)
+      _graft(journal, tf, path, symbol)
     for path in spec.v1:
-      _graft(journal, tf.compat.v1, path, spec.symbol)
+      _graft(journal, tf.compat.v1, path, symbol)
     for path in spec.v2 + spec.v1:
       if path.startswith(prefix):
         for namespace in keras_namespaces:
-          _graft(journal, namespace, path[len(prefix):], spec.symbol)
+          _graft(journal, namespace, path[len(prefix):], symbol)
   _alias_tf_keras_imports(journal)
+  if target is not None:
+    _apply_tf_keras_target(journal, target)
   custom_objects = keras.saving.get_custom_objects()
   for name, cls in _legacy_custom_objects().items():
     journal.set_item(custom_objects, name, cls)
@@ -221,6 +227,16 @@ def _apply(journal):
   if not _legacy_saved_model.serving_enabled():
     _legacy_saved_model.enable_serving()
     journal.on_undo(_legacy_saved_model.disable_serving)
+
+
+def _apply_tf_keras_target(journal, target):
+  """tf_keras's config names and TF 2.3's `compile` wrapping by PolicyV1."""
+  custom_objects = target.tf_keras.utils.get_custom_objects()
+  for name, cls in target.custom_objects().items():
+    journal.set_item(custom_objects, name, cls)
+  model = target.tf_keras.Model
+  journal.set_attr(model, "_get_optimizer",
+                   target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001
 
 
 def _patch_checkpoint_restore(journal):

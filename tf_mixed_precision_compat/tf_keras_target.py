@@ -1,0 +1,336 @@
+"""The Keras classes of the tf_keras target (TF_USE_LEGACY_KERAS=1).
+
+tf_keras 2.x kept TF 2.4's non-experimental mixed-precision API
+(`LossScaleOptimizer(inner, dynamic, initial_scale, dynamic_growth_steps)` for
+both of its optimizer families, `Policy`, `set_global_policy`,
+`global_policy`) and dropped the experimental TF 2.3 one. This module adds
+exactly what was dropped, on top of tf_keras's own classes:
+
+* `LossScaleOptimizerV1(optimizer, loss_scale)`, the experimental class, taking
+  this package's (or `tf.compat.v1`'s) `LossScale` objects, "dynamic" or a
+  number; it is a tf_keras `LossScaleOptimizer` of the family of `optimizer`;
+* `PolicyV1(name, loss_scale="auto")`, a tf_keras `Policy` with a loss scale;
+* `get_layer_policy`, and `Model.compile` wrapping by a `PolicyV1`'s loss
+  scale as TF 2.3/2.4 did (`wrap_get_optimizer`, applied by `install()`).
+
+`targets.keras_symbol` maps the package's Keras 3 endpoints to these through
+`REPLACEMENTS`. Loss-scale arithmetic is tf_keras's, which is TF 2.4's.
+"""
+
+import tensorflow as tf
+import tf_keras
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import loss_scale as loss_scale_module
+
+_LSO_V2, _LSO_V3, _LSO_META = (
+    _private_api.tf_keras_loss_scale_optimizer_classes())
+
+_DEFAULT_INITIAL_SCALE = 2**15
+_DEFAULT_GROWTH_STEPS = 2000
+_V1_WARNING_PREFIX = (
+    "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
+    "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
+_EXAMPLE = ("For example\n"
+            "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+            "opt{})")
+
+LossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
+Policy = tf_keras.mixed_precision.Policy
+global_policy = tf_keras.mixed_precision.global_policy
+set_global_policy = tf_keras.mixed_precision.set_global_policy
+
+
+def _fixed_types():
+  return (loss_scale_module.FixedLossScale,
+          tf.compat.v1.mixed_precision.FixedLossScale)
+
+
+def _dynamic_types():
+  return (loss_scale_module.DynamicLossScale,
+          tf.compat.v1.mixed_precision.DynamicLossScale)
+
+
+def _v1_arguments(loss_scale):
+  """The non-experimental arguments equal to a TF 2.3 `loss_scale`.
+
+  Args:
+    loss_scale: As `LossScaleOptimizerV1`'s argument.
+
+  Returns:
+    `(kwargs, message)`: the keyword arguments of tf_keras's
+    `LossScaleOptimizer` and the deprecation message TF 2.4 logged.
+
+  Raises:
+    TypeError: For a `LossScale` neither fixed nor dynamic.
+    ValueError: For a dynamic multiplier other than 2, or any other value.
+  """
+  if isinstance(loss_scale, dict):
+    loss_scale = loss_scale_module.deserialize(loss_scale)
+  if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
+    value = loss_scale
+  elif isinstance(loss_scale, _fixed_types()):
+    value = loss_scale._loss_scale_value  # pylint: disable=protected-access
+  elif isinstance(loss_scale, str) and loss_scale == "dynamic":
+    return {}, _V1_WARNING_PREFIX + _EXAMPLE.format("")
+  elif isinstance(loss_scale, _dynamic_types()):
+    return _dynamic_arguments(loss_scale)
+  elif isinstance(loss_scale, (loss_scale_module.LossScale,
+                               tf.compat.v1.mixed_precision.LossScale)):
+    raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
+                    f"DynamicLossScale is no longer supported. Got: "
+                    f"{loss_scale}")
+  else:
+    raise ValueError("Invalid value passed to loss_scale. loss_scale "
+                     'must be the string "dynamic" (recommended), an int, '
+                     "a float, a FixedLossScale, or a DynamicLossScale. Got "
+                     f"value: {loss_scale}")
+  kwargs = {"dynamic": False, "initial_scale": value}
+  return kwargs, _V1_WARNING_PREFIX + _EXAMPLE.format(
+      f", dynamic=False, initial_scale={value}")
+
+
+def _dynamic_arguments(loss_scale):
+  if loss_scale.multiplier != 2:
+    raise ValueError('When passing a DynamicLossScale to "loss_scale", '
+                     "DynamicLossScale.multiplier must be 2. Got: "
+                     f"{loss_scale}")
+  kwargs = {}
+  if loss_scale.initial_loss_scale != _DEFAULT_INITIAL_SCALE:
+    kwargs["initial_scale"] = loss_scale.initial_loss_scale
+  if loss_scale.increment_period != _DEFAULT_GROWTH_STEPS:
+    kwargs["dynamic_growth_steps"] = loss_scale.increment_period
+  extra = "".join(f", {k}={v}" for k, v in kwargs.items())
+  message = (_V1_WARNING_PREFIX +
+             "Note that the non-experimental LossScaleOptimizer does not take "
+             "a DynamicLossScale but instead takes the dynamic configuration "
+             "directly in the constructor. For example:\n"
+             "  opt = tf.keras.mixed_precision.experimental."
+             f"LossScaleOptimizer(opt{extra})\n")
+  return kwargs, message
+
+
+class _V1Meta(_LSO_META):
+  """Builds the V1 class of the wrapped optimizer's family."""
+
+  def __call__(cls, optimizer, loss_scale):
+    if cls is not LossScaleOptimizerV1:
+      return type.__call__(cls, optimizer, loss_scale)
+    if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
+      return type.__call__(_V1OnOptimizerV2, optimizer, loss_scale)
+    if isinstance(optimizer, tf_keras.optimizers.Optimizer):
+      return type.__call__(_V1OnOptimizer, optimizer, loss_scale)
+    raise TypeError('"inner_optimizer" must be an instance of '
+                    "`tf.keras.optimizers.Optimizer` or "
+                    "`tf.keras.optimizers.experimental.Optimizer`, but got: "
+                    f"{optimizer}.")
+
+
+class LossScaleOptimizerV1(LossScaleOptimizer, metaclass=_V1Meta):
+  """TF 2.3's experimental `LossScaleOptimizer(optimizer, loss_scale)`.
+
+  A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
+  2.4's `LossScaleOptimizer` for `optimizers.legacy.*`) configured from a TF
+  2.3 loss scale: "dynamic", an int or float (fixed), or a `FixedLossScale`
+  / `DynamicLossScale` (this package's or `tf.compat.v1`'s; multiplier 2).
+  Each construction logs TF 2.4's deprecation message.
+
+  Example:
+
+  >>> opt = LossScaleOptimizerV1(tf_keras.optimizers.SGD(), loss_scale=128)
+  >>> float(opt.loss_scale)
+  128.0
+  """
+
+  def __init__(self, optimizer, loss_scale):
+    """Wraps `optimizer` with the loss scaling `loss_scale` describes.
+
+    Args:
+      optimizer: A tf_keras optimizer (either family).
+      loss_scale: See the class docstring; a serialized loss scale dict too.
+
+    Raises:
+      TypeError: For a `LossScale` neither fixed nor dynamic.
+      ValueError: For a dynamic multiplier other than 2, or any other value.
+    """
+    kwargs, message = _v1_arguments(loss_scale)
+    super().__init__(optimizer, **kwargs)
+    tf.get_logger().warning(message)
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the optimizer from a TF 2.3 or TF 2.4 config.
+
+    Args:
+      config: TF 2.3's `{"optimizer", "loss_scale"}` or TF 2.4's config.
+      custom_objects: Optional dict of user classes, by name.
+
+    Returns:
+      A `LossScaleOptimizerV1`.
+    """
+    config = dict(config)
+    if "loss_scale" in config:
+      loss_scale = config["loss_scale"]
+      inner = config["optimizer"]
+    else:
+      inner = config["inner_optimizer"]
+      loss_scale = (loss_scale_module.DynamicLossScale(
+          config["initial_scale"], config["dynamic_growth_steps"])
+                    if config["dynamic"] else config["initial_scale"])
+    inner = tf_keras.optimizers.deserialize(
+        inner, custom_objects=custom_objects, use_legacy_optimizer=True)
+    return LossScaleOptimizerV1(inner, loss_scale)
+
+
+class _V1OnOptimizerV2(LossScaleOptimizerV1, _LSO_V2):
+  """`LossScaleOptimizerV1` around an `optimizers.legacy.*` (TF 2.4's)."""
+
+
+class _V1OnOptimizer(LossScaleOptimizerV1, _LSO_V3):
+  """`LossScaleOptimizerV1` around one of tf_keras's current optimizers."""
+
+
+for _cls in (_V1OnOptimizerV2, _V1OnOptimizer):
+  # What configs and reprs show, as TF 2.4 named it.
+  _cls.__name__ = _cls.__qualname__ = "LossScaleOptimizerV1"
+
+
+class PolicyV1(Policy):
+  """TF 2.3's experimental `Policy(name, loss_scale="auto")` on tf_keras.
+
+  A tf_keras `Policy` (so any tf_keras layer takes it as `dtype`) that also
+  holds the loss scale `Model.compile` wraps the optimizer with.
+
+  Example:
+
+  >>> PolicyV1("mixed_float16", loss_scale=1024).loss_scale
+  FixedLossScale(1024.0)
+  """
+
+  def __init__(self, name, loss_scale="auto"):
+    """Creates the policy.
+
+    Args:
+      name: A policy name, as for tf_keras's `Policy`.
+      loss_scale: A `LossScale`, an int or float, "dynamic", a serialized
+        loss scale, None, or "auto": "dynamic" for "mixed_float16", else None.
+
+    Raises:
+      TypeError: If `name` is not a string.
+      ValueError: If `name` or `loss_scale` cannot be interpreted.
+    """
+    super().__init__(name)
+    self._using_default_loss_scale = (isinstance(loss_scale, str) and
+                                      loss_scale == "auto")
+    if self._using_default_loss_scale:
+      loss_scale = "dynamic" if name == "mixed_float16" else None
+    resolved = loss_scale_module.get(loss_scale)
+    if resolved is not None and self.compute_dtype not in (None, "float16"):
+      tf.get_logger().warning(
+          "Creating a Policy with a loss scale is only useful for float16 "
+          f"policies. You passed loss_scale={loss_scale!r} for policy {name}. "
+          "Consider not passing any loss_scale instead.")
+    self._loss_scale = resolved
+
+  @property
+  def loss_scale(self):
+    """The `LossScale` `Model.compile` uses, or None."""
+    return self._loss_scale
+
+  def __repr__(self):
+    return f'<PolicyV1 "{self.name}", loss_scale={self.loss_scale}>'
+
+  def get_config(self):
+    """Returns the name, and the serialized loss scale unless "auto"."""
+    config = {"name": self.name}
+    if not self._using_default_loss_scale:
+      config["loss_scale"] = (None if self.loss_scale is None else
+                              loss_scale_module.serialize(self.loss_scale))
+    return config
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the policy from `get_config()` output."""
+    if isinstance(config.get("loss_scale"), dict):
+      config = dict(config)
+      config["loss_scale"] = loss_scale_module.deserialize(
+          config["loss_scale"], custom_objects=custom_objects)
+    return cls(**config)
+
+
+def set_policy(policy):
+  """TF 2.3's `experimental.set_policy`: sets tf_keras's global policy.
+
+  Args:
+    policy: A `Policy`/`PolicyV1`, a policy name, or None.
+  """
+  set_global_policy(policy)
+
+
+def get_layer_policy(layer):
+  """Returns the dtype policy of a tf_keras layer.
+
+  Args:
+    layer: A tf_keras layer.
+
+  Returns:
+    The layer's `Policy` (a `PolicyV1` if it was given one).
+
+  Raises:
+    ValueError: If `layer` is not a layer.
+  """
+  if not isinstance(layer, tf_keras.layers.Layer):
+    raise ValueError(
+        f"get_policy can only be called on a layer, but got: {layer}")
+  return layer.dtype_policy
+
+
+def wrap_get_optimizer(original):
+  """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3).
+
+  tf_keras wraps only for a "mixed_float16" policy, with dynamic scaling; a
+  TF 2.3 `PolicyV1` chose the scaling (or none) by its `loss_scale`.
+
+  Args:
+    original: tf_keras's `Model._get_optimizer`.
+
+  Returns:
+    The replacement method.
+  """
+
+  def _get_optimizer(self, optimizer):
+    policy = self._dtype_policy  # pylint: disable=protected-access
+    if not isinstance(policy, PolicyV1):
+      return original(self, optimizer)
+    loss_scale = policy.loss_scale
+
+    def single(opt):
+      opt = tf_keras.optimizers.get(opt)
+      if loss_scale is not None and not isinstance(opt, LossScaleOptimizer):
+        opt = LossScaleOptimizerV1(opt, loss_scale)
+      return opt
+
+    return tf.nest.map_structure(single, optimizer)
+
+  return _get_optimizer
+
+
+def custom_objects():
+  """TF 2.3/2.4 config class names, for tf_keras deserialization."""
+  return {
+      "PolicyV1": PolicyV1,
+      "LossScaleOptimizerV1": LossScaleOptimizer,
+      "FixedLossScale": loss_scale_module.FixedLossScale,
+      "DynamicLossScale": loss_scale_module.DynamicLossScale,
+  }
+
+
+REPLACEMENTS = {
+    "keras_optimizer.LossScaleOptimizer": LossScaleOptimizer,
+    "keras_optimizer.LossScaleOptimizerV1": LossScaleOptimizerV1,
+    "policy.Policy": Policy,
+    "policy.PolicyV1": PolicyV1,
+    "policy.global_policy": global_policy,
+    "policy.set_policy": set_policy,
+    "policy.get_layer_policy": get_layer_policy,
+}
