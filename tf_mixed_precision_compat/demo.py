@@ -28,10 +28,13 @@ optimizer=...)` through a `CheckpointManager`. The demo
 6. writes a PNG plot of loss and loss scale when matplotlib is installed.
 """
 
+from __future__ import annotations
+
 import argparse
 import json
 import os
 import sys
+from typing import Any, Optional, Sequence, TextIO
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -43,7 +46,7 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
 SPIKE_FACTOR = 1000.
 
 
-def configure_devices():
+def configure_devices() -> Optional[list[str]]:
   """Splits the CPU into 2 logical devices when there is no GPU.
 
   Must run before TensorFlow initializes its runtime; if it already has, the
@@ -64,13 +67,13 @@ def configure_devices():
   return [d.name for d in tf.config.list_logical_devices("CPU")][:2]
 
 
-def load_job():
+def load_job() -> dict[str, Any]:
   """The TF 2.3.4 job's record (`demo_data/job.json`)."""
   with open(os.path.join(DATA_DIR, "job.json")) as f:
     return json.load(f)
 
 
-def job_data(job):
+def job_data(job: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
   """Regenerates the job's data set exactly as its description says."""
   spec = job["data"]
   rng = np.random.RandomState(spec["seed"])
@@ -80,14 +83,15 @@ def job_data(job):
   return x, y
 
 
-def _batch_rows(job, step):
+def _batch_rows(job: dict[str, Any], step: int) -> np.ndarray:
   """Rows of the batch the job used at 1-based `step`."""
   batch = job["data"]["batch_size"]
   start = (step - 1) % (job["data"]["n"] // batch) * batch
   return np.arange(start, start + batch)
 
 
-def _progress(done, total, text, stream=None):
+def _progress(done: int, total: int, text: str,
+              stream: Optional[TextIO] = None) -> None:
   stream = stream or sys.stderr
   width = 30
   filled = int(width * done / max(total, 1))
@@ -98,7 +102,8 @@ def _progress(done, total, text, stream=None):
   stream.flush()
 
 
-def _restore(job, checkpoint, strategy):
+def _restore(job: dict[str, Any], checkpoint: str,
+             strategy: tf.distribute.Strategy) -> tuple[Any, Any, Any]:
   """The job's model and optimizer, rebuilt and resumed by its TF 2.3 code.
 
   Exactly what the job ran: `tf.train.Checkpoint(model=..., optimizer=...)`
@@ -122,13 +127,15 @@ def _restore(job, checkpoint, strategy):
   return model, opt, status
 
 
-def _train_steps(job, model, opt, strategy, steps, spike_step=None,
-                 progress=True):
+def _train_steps(job: dict[str, Any], model: Any, opt: Any,
+                 strategy: tf.distribute.Strategy, steps: list[int],
+                 spike_step: Optional[int] = None,
+                 progress: bool = True) -> list[dict[str, Any]]:
   """The job's GradientTape loop over `steps`, batches split over replicas."""
   batch = job["data"]["batch_size"]
   x, y = job_data(job)
 
-  def step_fn(xb, yb):
+  def step_fn(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
     with tf.GradientTape() as tape:
       pred = model(xb, training=True)
       per_example = tf.reshape(tf.square(pred - yb), [-1])
@@ -141,7 +148,7 @@ def _train_steps(job, model, opt, strategy, steps, spike_step=None,
     return loss
 
   @tf.function
-  def train_step(xb, yb):
+  def train_step(xb: Any, yb: Any) -> tf.Tensor:
     per_replica = strategy.run(step_fn, args=(xb, yb))
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
@@ -169,7 +176,10 @@ def _train_steps(job, model, opt, strategy, steps, spike_step=None,
   return trajectory
 
 
-def resume(steps=30, spike_step=50, progress=True, strategy=None):
+def resume(steps: int = 30, spike_step: Optional[int] = 50,
+           progress: bool = True,
+           strategy: Optional[tf.distribute.Strategy] = None
+           ) -> dict[str, Any]:
   """Resumes the TF 2.3.4 job from its last checkpoint and keeps training.
 
   Args:
@@ -209,7 +219,8 @@ def resume(steps=30, spike_step=50, progress=True, strategy=None):
   }
 
 
-def replay(progress=True):
+def replay(progress: bool = True
+           ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
   """Re-runs the job's steps 21-40 from its step-20 checkpoint, one replica.
 
   Args:
@@ -228,7 +239,7 @@ def replay(progress=True):
   return [(r, recorded[r["step"]]) for r in ours]
 
 
-def plot(result, path):
+def plot(result: dict[str, Any], path: str) -> bool:
   """Writes loss and loss scale over the steps to the PNG `path`.
 
   Args:
@@ -271,8 +282,9 @@ def plot(result, path):
   return True
 
 
-def scale_dynamics(steps=24, initial_loss_scale=2.**12, increment_period=3,
-                   seed=0):
+def scale_dynamics(steps: int = 24, initial_loss_scale: float = 2.**12,
+                   increment_period: int = 3,
+                   seed: int = 0) -> list[dict[str, Any]]:
   """Trains a float16 linear model with a TF 2.3 `DynamicLossScale` by hand.
 
   The scaled loss is float32 but the backward pass runs in float16, so once
@@ -300,7 +312,7 @@ def scale_dynamics(steps=24, initial_loss_scale=2.**12, increment_period=3,
   opt = tf.keras.optimizers.SGD(0.01)
 
   @tf.function
-  def train_step():
+  def train_step() -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     scale = loss_scale()
     with tf.GradientTape() as tape:
       pred = tf.matmul(x, tf.cast(w, tf.float16))
@@ -323,7 +335,7 @@ def scale_dynamics(steps=24, initial_loss_scale=2.**12, increment_period=3,
   return history
 
 
-def _print_scale_dynamics(history, out):
+def _print_scale_dynamics(history: list[dict[str, Any]], out: TextIO) -> None:
   print(f"{'step':>5}  {'scale used':>10}  {'applied':>7}  {'next scale':>10}"
         f"  {'good steps':>10}", file=out)
   for i, h in enumerate(history):
@@ -335,7 +347,7 @@ def _print_scale_dynamics(history, out):
         f"{max(scales):g}, never below {min(scales):g}", file=out)
 
 
-def _print_table(rows, out):
+def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
   print(f"{'step':>5}  {'loss':>10}  {'loss scale':>10}  {'counter':>7}  "
         f"{'':4}", file=out)
   for r in rows:
@@ -346,7 +358,8 @@ def _print_table(rows, out):
           f"{r['counter']:>7}  {note}", file=out)
 
 
-def main(argv=None, out=None):
+def main(argv: Optional[Sequence[str]] = None,
+         out: Optional[TextIO] = None) -> int:
   """Runs the demo; returns the process exit status."""
   out = out or sys.stdout
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
