@@ -12,9 +12,12 @@ own `tf.compat.v1.mixed_precision` loss scales are accepted wherever ours are
 (they are registered as virtual subclasses of `LossScale`).
 """
 
+from __future__ import annotations
+
 import abc
 import math
 import numbers
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -68,11 +71,11 @@ class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
   """
 
   @abc.abstractmethod
-  def __call__(self):
+  def __call__(self) -> tf.Tensor:
     """Returns the current loss scale as a scalar float32 tensor."""
 
   @abc.abstractmethod
-  def update(self, grads):
+  def update(self, grads: Any) -> tuple[Any, Any]:
     """Adjusts the loss scale from the gradients of one step.
 
     Eagerly the loss scale changes at once; in graph mode the returned op
@@ -92,11 +95,11 @@ class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
     """
 
   @abc.abstractmethod
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     """Returns the constructor arguments as a dict."""
 
   @classmethod
-  def from_config(cls, config):
+  def from_config(cls, config: dict[str, Any]) -> LossScale:
     """Creates a loss scale from a `get_config` dict."""
     return cls(**config)
 
@@ -127,7 +130,7 @@ class FixedLossScale(LossScale):
   True
   """
 
-  def __init__(self, loss_scale_value):
+  def __init__(self, loss_scale_value: float) -> None:
     """Creates the fixed loss scale.
 
     Args:
@@ -154,17 +157,17 @@ class FixedLossScale(LossScale):
     # or in another graph than the one the loss scale is used in.
     self._loss_scale_value = float(loss_scale_value)
 
-  def __call__(self):
+  def __call__(self) -> tf.Tensor:
     return tf.convert_to_tensor(self._loss_scale_value)
 
-  def update(self, grads):
+  def update(self, grads: Any) -> tuple[Any, Any]:
     del grads
     return tf.no_op(), True
 
   def __repr__(self):
     return f"FixedLossScale({self._loss_scale_value})"
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     return {"loss_scale_value": self._loss_scale_value}
 
 
@@ -207,9 +210,9 @@ class DynamicLossScale(LossScale):
   """
 
   def __init__(self,
-               initial_loss_scale=2**15,
-               increment_period=2000,
-               multiplier=2.):
+               initial_loss_scale: float = 2**15,
+               increment_period: int = 2000,
+               multiplier: float = 2.) -> None:
     """Creates the dynamic loss scale and its two variables.
 
     Args:
@@ -240,24 +243,24 @@ class DynamicLossScale(LossScale):
         name="good_steps", initial_value=0, dtype=tf.int64)
 
   @property
-  def initial_loss_scale(self):
+  def initial_loss_scale(self) -> float:
     """The loss scale the variable started from, a Python float."""
     return self._initial_loss_scale
 
   @property
-  def increment_period(self):
+  def increment_period(self) -> int:
     """Consecutive finite steps after which the scale grows, an int."""
     return self._increment_period
 
   @property
-  def multiplier(self):
+  def multiplier(self) -> float:
     """The growth and shrink factor, a Python float."""
     return self._multiplier
 
-  def __call__(self):
+  def __call__(self) -> tf.Tensor:
     return tf.convert_to_tensor(self._current_loss_scale)
 
-  def update(self, grads):
+  def update(self, grads: Any) -> tuple[Any, Any]:
     """Updates the loss scale from whether all `grads` are finite."""
     return dynamic_state.update_variables(self._current_loss_scale,
                                           self._num_good_steps, grads,
@@ -276,7 +279,7 @@ class DynamicLossScale(LossScale):
             f"increment_period={self.increment_period}, "
             f"multiplier={self.multiplier})")
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     return {
         "initial_loss_scale": self.initial_loss_scale,
         "increment_period": self.increment_period,
@@ -290,7 +293,7 @@ _BUILTIN_CLASSES = {
 }
 
 
-def get(identifier):
+def get(identifier: Any) -> Optional[LossScale]:
   """Returns a loss scale for `identifier`.
 
   Args:
@@ -322,7 +325,7 @@ def get(identifier):
   raise ValueError(f"Could not interpret loss scale identifier: {identifier}")
 
 
-def serialize(loss_scale):
+def serialize(loss_scale: LossScale) -> dict[str, Any]:
   """Returns `loss_scale` in Keras' `{"class_name", "config"}` form.
 
   Args:
@@ -348,7 +351,8 @@ def serialize(loss_scale):
   }
 
 
-def deserialize(config, custom_objects=None):
+def deserialize(config: dict[str, Any],
+                custom_objects: Optional[dict[str, Any]] = None) -> LossScale:
   """Creates a loss scale from a `serialize` dict.
 
   Only `FixedLossScale`, `DynamicLossScale` and classes named in
@@ -371,7 +375,7 @@ def deserialize(config, custom_objects=None):
   extra = set(config) - {"class_name", "config", "module", "registered_name"}
   if extra:
     raise ValueError(f"Unexpected keys {sorted(extra)} in loss scale config.")
-  classes = dict(_BUILTIN_CLASSES)
+  classes: dict[str, Any] = dict(_BUILTIN_CLASSES)
   classes.update(custom_objects or {})
   class_name = config["class_name"]
   if class_name not in classes:
