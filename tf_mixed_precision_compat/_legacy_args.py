@@ -7,12 +7,13 @@ string is truthy, so `allow_partial="False"` would restore partially.
 """
 
 import os
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 
-def path_arg(path, name="path"):
+def path_arg(path: Any, name: str = "path") -> str:
   """`path` as a `str`: `os.PathLike` and UTF-8 `bytes` (as TF 2.4) accepted.
 
   Args:

@@ -31,7 +31,10 @@ Traceback (most recent call last):
 FileNotFoundError: No checkpoint at '/no/such/ckpt-1': ...
 """
 
+from __future__ import annotations
+
 import os
+from typing import Any, Optional, Union
 
 import keras  # noqa: F401 (the docstring examples use it)
 import tensorflow as tf
@@ -44,11 +47,14 @@ from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
 from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # noqa: F401  # pylint: disable=unused-import
 
+# A file or directory path, as TF 2.4's loaders took it.
+_PathLike = Union[str, bytes, "os.PathLike[str]"]
+
 __all__ = ["RestoreError", "RestoreReport", "load_model",
            "load_saved_model", "restore_checkpoint"]
 
 
-def checkpoint_prefix(path):
+def checkpoint_prefix(path: _PathLike) -> str:
   """The checkpoint prefix `path` designates.
 
   Args:
@@ -76,7 +82,7 @@ def checkpoint_prefix(path):
   return path
 
 
-def open_checkpoint(prefix):
+def open_checkpoint(prefix: str) -> Any:
   """A reader of `prefix`, with errors naming the file."""
   try:
     return tf.train.load_checkpoint(prefix)
@@ -85,7 +91,8 @@ def open_checkpoint(prefix):
                      f"corrupted?): {e}") from None
 
 
-def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
+def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
+                       allow_partial: bool = False) -> RestoreReport:
   """Restores a TF 2.2/2.3/2.4 Keras checkpoint into Keras 3 objects, exactly.
 
   The checkpoint is one written by `tf.train.Checkpoint(model=model,
@@ -185,8 +192,11 @@ def restore_checkpoint(path, model, optimizer=None, allow_partial=False):
       allow_partial, ignored_nodes=ignored)
 
 
-def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylint: disable=redefined-builtin
-               allow_partial=False, return_report=False):
+def load_model(path: _PathLike,
+               custom_objects: Optional[dict[str, Any]] = None,
+               compile: bool = True,  # pylint: disable=redefined-builtin
+               safe_mode: bool = True, allow_partial: bool = False,
+               return_report: bool = False) -> Any:
   """Loads a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel into Keras 3.
 
   The model is rebuilt from the saved config (dtype policies included) and,
@@ -264,7 +274,8 @@ def load_model(path, custom_objects=None, compile=True, safe_mode=True,  # pylin
   return (model, report) if return_report else model
 
 
-def load_saved_model(path, tags=None, options=None, safe_mode=True):
+def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
+                     safe_mode: bool = True) -> Any:
   """`tf.saved_model.load` for TF 2.3/2.4 Keras SavedModels (serving).
 
   On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
