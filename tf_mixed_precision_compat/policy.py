@@ -45,11 +45,14 @@ Example:
 <Policy "mixed_bfloat16">
 """
 
+from __future__ import annotations
+
 import contextlib
 import functools
 import json
 import sys
 import threading
+from typing import Any, Iterator, Optional, Union
 
 import keras
 import tensorflow as tf
@@ -340,7 +343,7 @@ def _as_our_policy(keras_policy):
 
 @export("keras.mixed_precision.global_policy",
         "keras.mixed_precision.experimental.global_policy")
-def global_policy():
+def global_policy() -> Policy:
   """Returns the global dtype policy, the default of layers created now.
 
   The global policy is Keras 3's (`keras.config.dtype_policy()`); one set
@@ -411,7 +414,7 @@ def _checked_global(policy):
 
 @export("keras.mixed_precision.set_global_policy",
         "keras.mixed_precision.experimental.set_policy")
-def set_policy(policy):
+def set_policy(policy: Union[Policy, str, None]) -> None:
   """Sets the global dtype policy, the default of layers created afterwards.
 
   This sets Keras 3's global policy (`keras.config.set_dtype_policy`), so Keras
@@ -444,7 +447,7 @@ set_global_policy = set_policy
 
 
 @contextlib.contextmanager
-def policy_scope(policy):
+def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
   """Context manager setting the global policy inside it.
 
   Args:
@@ -482,7 +485,7 @@ def _is_layer(obj):
 
 
 @export("keras.mixed_precision.experimental.get_layer_policy")
-def get_layer_policy(layer):
+def get_layer_policy(layer: Any) -> Policy:
   """Returns the dtype policy of a layer, as a `Policy`.
 
   Deprecated in TF 2.4 in favour of `layer.dtype_policy`; kept for TF 2.3 code.
@@ -516,7 +519,7 @@ def get_layer_policy(layer):
 _LEGACY_CLASSES = {"Policy": Policy, "PolicyV1": Policy}
 
 
-def custom_objects():
+def custom_objects() -> dict[str, type]:
   """Returns the class names TF 2.3/2.4 configs use for policies, to ours.
 
   Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
@@ -533,7 +536,7 @@ def custom_objects():
   return dict(_LEGACY_CLASSES)
 
 
-def deserialization_scope():
+def deserialization_scope() -> Any:
   """A `keras.saving.custom_object_scope` in which TF 2.3/2.4 policies load.
 
   Use it around `keras.models.model_from_json`, `keras.models.load_model` on
@@ -557,7 +560,9 @@ def deserialization_scope():
 _LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
 
 
-def model_from_config(config, custom_objects=None):  # pylint: disable=redefined-outer-name
+def model_from_config(config: dict[str, Any],
+                      custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
+                      ) -> Any:
   """Builds a Keras 3 model from a model config TF 2.3/2.4 (or Keras 3) wrote.
 
   TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an
@@ -617,7 +622,9 @@ def _with_input_layer(sequential_config):
   return dict(sequential_config, layers=[input_layer] + layers)
 
 
-def model_from_json(json_string, custom_objects=None):  # pylint: disable=redefined-outer-name
+def model_from_json(json_string: str,
+                    custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
+                    ) -> Any:
   """`keras.models.model_from_json` that also reads TF 2.3/2.4 model JSON.
 
   Args:
@@ -649,7 +656,7 @@ def _equivalent_to_dtype(policy):
           (policy.name == "_infer" or _tf_dtype_name(policy.name) is not None))
 
 
-def serialize(policy):
+def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   """Serializes a policy as TF 2.4's layers did in their configs.
 
   Args:
@@ -679,7 +686,9 @@ def serialize(policy):
 _KERAS_POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")
 
 
-def deserialize(config, custom_objects=None):  # pylint: disable=redefined-outer-name
+def deserialize(config: dict[str, Any],
+                custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
+                ) -> Policy:
   """Restores a policy from a TF 2.3/2.4 (or Keras 3) layer config's `dtype`.
 
   As in TF 2.4, `Policy` and `PolicyV1` configs restore as `Policy`, and a
@@ -767,7 +776,7 @@ def _make_compile(original):
   return compile
 
 
-def enable_compile_integration():
+def enable_compile_integration() -> None:
   """Makes `Model.compile` wrap optimizers in our `LossScaleOptimizer`.
 
   As TF 2.3/2.4's Keras did: if the model's policy is a `PolicyV1` with a loss
@@ -798,7 +807,7 @@ def enable_compile_integration():
     keras.Model.compile = _make_compile(original)
 
 
-def disable_compile_integration():
+def disable_compile_integration() -> None:
   """Undoes `enable_compile_integration()` exactly; a no-op if not enabled."""
   global _original_compile
   with _compile_lock:
@@ -812,6 +821,6 @@ def disable_compile_integration():
     _original_compile = None
 
 
-def compile_integration_enabled():
+def compile_integration_enabled() -> bool:
   """Whether `enable_compile_integration()` is in effect."""
   return _original_compile is not None
