@@ -251,7 +251,7 @@ def _patch_checkpoint_restore(journal):
                    _checkpoint_restore.patched_restore_v1(v1.restore))
 
 
-def install():
+def install() -> None:
   """Makes TF 2.3/2.4 mixed-precision code run unchanged on this TensorFlow.
 
   Grafts every registered endpoint onto `tf` and `tf.compat.v1`, registers
@@ -282,7 +282,7 @@ def install():
     _journal = journal
 
 
-def uninstall():
+def uninstall() -> None:
   """Restores exactly what `install()` changed; a no-op if not installed.
 
   Raises:
@@ -303,7 +303,7 @@ def uninstall():
     journal.undo()
 
 
-def installed():
+def installed() -> bool:
   """Whether `install()` is in effect.
 
   Returns:
