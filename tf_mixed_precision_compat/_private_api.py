@@ -101,3 +101,34 @@ def tf_keras_loss_scale_optimizer_classes():
   from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
   return (lso.LossScaleOptimizer, lso.LossScaleOptimizerV3,
           lso.LossScaleOptimizerMetaclass)
+
+
+def tf_keras_optimizer_config_in_graph(optimizer):
+  """`get_config()` of a tf_keras current-family optimizer built in a TF1 graph.
+
+  Its `get_config` reads the learning-rate variable with `.numpy()`, which a
+  TF1 graph cannot do before a session runs; the value it was created with is
+  the constant initial value in the graph. Only the private attribute holds
+  the variable, so it is read (and put back) here.
+
+  Args:
+    optimizer: A `tf_keras.optimizers.Optimizer` built in a TF1 graph.
+
+  Returns:
+    The optimizer's config, learning rate as created.
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # pylint: disable=protected-access
+  variable = optimizer._learning_rate
+  value = None
+  if hasattr(variable, "initial_value") and not callable(variable):
+    # Keras stores a learning-rate schedule unwrapped; only a variable needs
+    # its creation value.
+    value = tf.get_static_value(variable.initial_value)
+  if value is None:
+    return optimizer.get_config()
+  object.__setattr__(optimizer, "_learning_rate", float(value))
+  try:
+    return optimizer.get_config()
+  finally:
+    object.__setattr__(optimizer, "_learning_rate", variable)

@@ -35,7 +35,7 @@ _EXAMPLE = ("For example\n"
             "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
             "opt{})")
 
-LossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
+_BaseLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 Policy = tf_keras.mixed_precision.Policy
 global_policy = tf_keras.mixed_precision.global_policy
 set_global_policy = tf_keras.mixed_precision.set_global_policy
@@ -110,12 +110,77 @@ def _dynamic_arguments(loss_scale):
   return kwargs, message
 
 
-class _V1Meta(_LSO_META):
+# Config keys of tf_keras's current optimizers that OptimizerV2 lacks.
+_CURRENT_FAMILY_ONLY = ("weight_decay", "use_ema", "ema_momentum",
+                        "ema_overwrite_frequency", "jit_compile",
+                        "is_legacy_optimizer")
+
+
+def _for_session(optimizer):
+  """`optimizer`, or its OptimizerV2 counterpart in a TF1 graph.
+
+  tf_keras's current optimizer classes do nothing in a TF1 graph run by a
+  session (`minimize` returns None). A TF 2.3/2.4 job building
+  `tf.keras.optimizers.SGD` there got TF 2.4's OptimizerV2, which tf_keras
+  still has as `optimizers.legacy.SGD`: the wrapper gets that one, with the
+  same configuration, and says so.
+  """
+  if (tf.executing_eagerly() or tf.inside_function() or
+      not isinstance(optimizer, tf_keras.optimizers.Optimizer)):
+    return optimizer
+  config = _private_api.tf_keras_optimizer_config_in_graph(optimizer)
+  for key in _CURRENT_FAMILY_ONLY:
+    config.pop(key, None)
+  converted = getattr(tf_keras.optimizers.legacy,
+                      type(optimizer).__name__).from_config(config)
+  tf.get_logger().warning(
+      f"LossScaleOptimizer built in a TF1 graph: tf_keras's "
+      f"{type(optimizer).__name__} cannot run in a session, so it wraps "
+      f"{type(converted).__module__.split('.')[-1]}'s OptimizerV2 "
+      f"{type(converted).__name__} with the same configuration instead, as "
+      "TF 2.4's tf.keras.optimizers did. Use `opt.inner_optimizer` to reach "
+      "it.")
+  return converted
+
+
+class _LossScaleOptimizerMeta(_LSO_META):
+  """tf_keras's class choice, after `_for_session`."""
+
+  def __call__(cls, inner_optimizer, *args, **kwargs):
+    if cls is not LossScaleOptimizer:
+      return super().__call__(inner_optimizer, *args, **kwargs)
+    return _BaseLossScaleOptimizer(_for_session(inner_optimizer), *args,
+                                   **kwargs)
+
+  def __instancecheck__(cls, instance):
+    if cls is LossScaleOptimizer:  # Also those tf_keras builds itself.
+      return isinstance(instance, _BaseLossScaleOptimizer)
+    return super().__instancecheck__(instance)
+
+  def __subclasscheck__(cls, subclass):
+    if cls is LossScaleOptimizer:
+      return issubclass(subclass, _BaseLossScaleOptimizer)
+    return super().__subclasscheck__(subclass)
+
+
+class LossScaleOptimizer(_BaseLossScaleOptimizer,
+                         metaclass=_LossScaleOptimizerMeta):
+  """TF 2.4's `LossScaleOptimizer`: tf_keras's own, usable in sessions.
+
+  Constructing it builds tf_keras's `LossScaleOptimizer` for the wrapped
+  optimizer's family (TF 2.4's design); in a TF1 graph a current-family
+  optimizer is first replaced by its OptimizerV2 counterpart (see the
+  warning logged then). Every tf_keras loss-scale optimizer is an instance.
+  """
+
+
+class _V1Meta(_LossScaleOptimizerMeta):
   """Builds the V1 class of the wrapped optimizer's family."""
 
   def __call__(cls, optimizer, loss_scale):
     if cls is not LossScaleOptimizerV1:
       return type.__call__(cls, optimizer, loss_scale)
+    optimizer = _for_session(optimizer)
     if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
       return type.__call__(_V1OnOptimizerV2, optimizer, loss_scale)
     if isinstance(optimizer, tf_keras.optimizers.Optimizer):
@@ -126,7 +191,7 @@ class _V1Meta(_LSO_META):
                     f"{optimizer}.")
 
 
-class LossScaleOptimizerV1(LossScaleOptimizer, metaclass=_V1Meta):
+class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   """TF 2.3's experimental `LossScaleOptimizer(optimizer, loss_scale)`.
 
   A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
@@ -319,7 +384,7 @@ def custom_objects():
   """TF 2.3/2.4 config class names, for tf_keras deserialization."""
   return {
       "PolicyV1": PolicyV1,
-      "LossScaleOptimizerV1": LossScaleOptimizer,
+      "LossScaleOptimizerV1": _BaseLossScaleOptimizer,
       "FixedLossScale": loss_scale_module.FixedLossScale,
       "DynamicLossScale": loss_scale_module.DynamicLossScale,
   }

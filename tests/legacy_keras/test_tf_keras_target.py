@@ -193,7 +193,7 @@ def test_fit_dynamic_skips_non_finite_steps():
   assert int(model.optimizer.iterations) == 4
 
 
-@pytest.mark.parametrize("family", ["legacy"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_tf1_graph_session_minimize_applies(family):
   with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
     var = tf.compat.v1.Variable(10.0, use_resource=True)
@@ -229,3 +229,37 @@ def test_uninstall_removes_the_target_grafts():
   assert tf_keras.Model._get_optimizer.__name__ == "_get_optimizer"  # noqa: SLF001
   assert "PolicyV1" not in tf_keras.utils.get_custom_objects()
   mp.install()
+
+
+@pytest.mark.parametrize("experimental", [False, True])
+def test_session_gets_the_optimizer_v2_counterpart(experimental, tf_log):
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.compat.v1.Variable(10.0, use_resource=True)
+    inner = tf.keras.optimizers.SGD(0.5, momentum=0.25)
+    if experimental:
+      opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+          inner, "dynamic")
+    else:
+      opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)
+    assert isinstance(opt.inner_optimizer,
+                      tf.keras.optimizers.legacy.SGD)
+    assert opt.inner_optimizer.get_config()["momentum"] == 0.25
+    assert any("cannot run in a session" in m for m in tf_log)
+    train = opt.minimize(lambda: var * 1.0, var_list=[var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(train)
+    assert sess.run(var) == 9.5
+
+
+def test_non_experimental_class_is_tf_keras_own():
+  opt = tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.Adam(), dynamic=False, initial_scale=4)
+  assert isinstance(opt, tf_keras.mixed_precision.LossScaleOptimizer)
+  assert isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+  wrapped_by_tf_keras = tf_keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.legacy.Adam())
+  assert isinstance(wrapped_by_tf_keras,
+                    tf.keras.mixed_precision.LossScaleOptimizer)
+  with pytest.raises(TypeError, match='"dynamic" argument'):
+    tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(), "dynamic")
