@@ -33,9 +33,9 @@ def _recorded(version):
 
 def _run(name):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-  return subprocess.run([sys.executable, os.path.join(example_state.EXAMPLES, name)],
-                        capture_output=True, text=True, env=env,
-                        cwd=example_state.EXAMPLES)
+  script = os.path.join(example_state.EXAMPLES, name)
+  return subprocess.run([sys.executable, script], capture_output=True,
+                        text=True, env=env, cwd=example_state.EXAMPLES)
 
 
 @pytest.fixture(scope="module")
