@@ -103,6 +103,23 @@ def tf_keras_loss_scale_optimizer_classes():
           lso.LossScaleOptimizerMetaclass)
 
 
+def tf_keras_tf22_restoration_class():
+  """tf_keras's stand-in for the TF 2.2 `base_optimizer` checkpoint edge.
+
+  TF 2.2 checkpoints hold the wrapped optimizer's iterations and
+  hyperparameters under `optimizer/base_optimizer/`; tf_keras's stand-in
+  restores only its slots. The tf_keras target makes it hand the rest to the
+  wrapped optimizer too (`tf_keras_target.restore_tf22_dependencies`), and
+  only this class is where that edge ends.
+
+  Returns:
+    tf_keras's `FakeOptimizerForRestoration` class.
+  """
+  # pylint: disable-next=g-import-not-at-top
+  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
+  return lso.FakeOptimizerForRestoration
+
+
 def tf_keras_optimizer_config_in_graph(optimizer):
   """`get_config()` of a tf_keras current-family optimizer built in a TF1 graph.
 

@@ -234,6 +234,7 @@ def _apply_tf_keras_target(journal, target):
   custom_objects = target.tf_keras.utils.get_custom_objects()
   for name, cls in target.custom_objects().items():
     journal.set_item(custom_objects, name, cls)
+  target.restore_tf22_dependencies(journal.set_attr)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001

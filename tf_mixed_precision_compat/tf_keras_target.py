@@ -380,6 +380,33 @@ def wrap_get_optimizer(original):
   return _get_optimizer
 
 
+def restore_tf22_dependencies(journal_set_attr):
+  """Makes TF 2.2 checkpoints restore the wrapped optimizer's own variables.
+
+  TF 2.2 saved the wrapped optimizer under `optimizer/base_optimizer/`; TF
+  2.4 (and tf_keras) restore only its slots from there, leaving iterations
+  and hyperparameters behind. The stand-in tracked at that edge is taught to
+  look those up in, and defer them to, the wrapped optimizer; it still saves
+  nothing, so new checkpoints keep TF 2.4's layout.
+
+  Args:
+    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
+  """
+  cls = _private_api.tf_keras_tf22_restoration_class()
+  journal_set_attr(cls, "_lookup_dependency", _lookup_in_wrapped)
+  journal_set_attr(cls, "_deferred_dependencies",
+                   property(_deferred_in_wrapped))
+
+
+def _lookup_in_wrapped(self, name, cached_dependencies=None):
+  del cached_dependencies
+  return self._optimizer._lookup_dependency(name)  # noqa: SLF001
+
+
+def _deferred_in_wrapped(self):
+  return self._optimizer._deferred_dependencies  # noqa: SLF001
+
+
 def custom_objects():
   """TF 2.3/2.4 config class names, for tf_keras deserialization."""
   return {
