@@ -43,8 +43,8 @@ def _expected(config):
       scale = loss_scale["config"]["loss_scale_value"]
       return False, scale, None, config["optimizer"]["config"]
     ls_config = loss_scale["config"]
-    return (True, ls_config["initial_loss_scale"], ls_config["increment_period"],
-            config["optimizer"]["config"])
+    return (True, ls_config["initial_loss_scale"],
+            ls_config["increment_period"], config["optimizer"]["config"])
   steps = config["dynamic_growth_steps"] if config["dynamic"] else None
   return (config["dynamic"], config["initial_scale"], steps,
           config["inner_optimizer"]["config"])
