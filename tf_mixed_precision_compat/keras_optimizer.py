@@ -82,6 +82,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _gated_apply
+from tf_mixed_precision_compat import _v1_args
 from tf_mixed_precision_compat import _grad_checks
 from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
@@ -1198,64 +1199,9 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
       ValueError: For a `DynamicLossScale` whose multiplier is not 2, or any
         other value.
     """
-    if isinstance(loss_scale, dict):
-      loss_scale = loss_scale_module.deserialize(loss_scale)
-    logger = tf.get_logger()
-    fixed_types = (loss_scale_module.FixedLossScale,
-                   tf.compat.v1.mixed_precision.FixedLossScale)
-    dynamic_types = (loss_scale_module.DynamicLossScale,
-                     tf.compat.v1.mixed_precision.DynamicLossScale)
-    if isinstance(loss_scale, (int, float)) and not isinstance(
-        loss_scale, bool):
-      super().__init__(optimizer, dynamic=False, initial_scale=loss_scale)
-      logger.warning(
-          _V1_WARNING_PREFIX + "For example\n"
-          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
-          f"opt, dynamic=False, initial_scale={loss_scale})")
-    elif isinstance(loss_scale, fixed_types):
-      value = loss_scale._loss_scale_value  # pylint: disable=protected-access
-      super().__init__(optimizer, dynamic=False, initial_scale=value)
-      logger.warning(
-          _V1_WARNING_PREFIX + "For example\n"
-          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
-          f"opt, dynamic=False, initial_scale={value})")
-    elif isinstance(loss_scale, str) and loss_scale == "dynamic":
-      super().__init__(optimizer)
-      logger.warning(
-          _V1_WARNING_PREFIX + "For example\n"
-          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
-          "opt)")
-    elif isinstance(loss_scale, dynamic_types):
-      kwargs = {}
-      extra_arguments = ""
-      if loss_scale.initial_loss_scale != _DEFAULT_INITIAL_SCALE:
-        kwargs["initial_scale"] = loss_scale.initial_loss_scale
-        extra_arguments += f", initial_scale={loss_scale.initial_loss_scale}"
-      if loss_scale.increment_period != _DEFAULT_GROWTH_STEPS:
-        kwargs["dynamic_growth_steps"] = loss_scale.increment_period
-        extra_arguments += (
-            f", dynamic_growth_steps={loss_scale.increment_period}")
-      if loss_scale.multiplier != 2:
-        raise ValueError('When passing a DynamicLossScale to "loss_scale", '
-                         "DynamicLossScale.multiplier must be 2. Got: "
-                         f"{loss_scale}")
-      super().__init__(optimizer, **kwargs)
-      logger.warning(
-          _V1_WARNING_PREFIX +
-          "Note that the non-experimental LossScaleOptimizer does not take a "
-          "DynamicLossScale but instead takes the dynamic configuration "
-          "directly in the constructor. For example:\n"
-          "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
-          f"opt{extra_arguments})\n")
-    elif isinstance(loss_scale, loss_scale_module.LossScale):
-      raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
-                      f"DynamicLossScale is no longer supported. Got: "
-                      f"{loss_scale}")
-    else:
-      raise ValueError("Invalid value passed to loss_scale. loss_scale "
-                       'must be the string "dynamic" (recommended), an int, '
-                       "a float, a FixedLossScale, or a DynamicLossScale. Got "
-                       f"value: {loss_scale}")
+    kwargs, message = _v1_args.v1_arguments(loss_scale)
+    super().__init__(optimizer, **kwargs)
+    tf.get_logger().warning(message)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):

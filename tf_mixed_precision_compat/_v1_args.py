@@ -1,0 +1,89 @@
+"""TF 2.3's `loss_scale` argument, as the non-experimental TF 2.4 arguments.
+
+The experimental `LossScaleOptimizer(optimizer, loss_scale)` of both targets
+(Keras 3: `keras_optimizer`; tf_keras: `tf_keras_target`) is the
+non-experimental class configured from a TF 2.3 loss scale; this is that
+conversion, with the deprecation message TF 2.4 logged for each kind.
+"""
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import loss_scale as loss_scale_module
+
+_DEFAULT_INITIAL_SCALE = 2**15
+_DEFAULT_GROWTH_STEPS = 2000
+V1_WARNING_PREFIX = (
+    "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
+    "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
+_EXAMPLE = ("For example\n"
+            "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+            "opt{})")
+
+
+def _fixed_types():
+  return (loss_scale_module.FixedLossScale,
+          tf.compat.v1.mixed_precision.FixedLossScale)
+
+
+def _dynamic_types():
+  return (loss_scale_module.DynamicLossScale,
+          tf.compat.v1.mixed_precision.DynamicLossScale)
+
+
+def v1_arguments(loss_scale):
+  """The non-experimental arguments equal to a TF 2.3 `loss_scale`.
+
+  Args:
+    loss_scale: As `LossScaleOptimizerV1`'s argument.
+
+  Returns:
+    `(kwargs, message)`: the keyword arguments of the non-experimental
+    `LossScaleOptimizer` and the deprecation message TF 2.4 logged.
+
+  Raises:
+    TypeError: For a `LossScale` neither fixed nor dynamic.
+    ValueError: For a dynamic multiplier other than 2, or any other value.
+  """
+  if isinstance(loss_scale, dict):
+    loss_scale = loss_scale_module.deserialize(loss_scale)
+  if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
+    value = loss_scale
+  elif isinstance(loss_scale, _fixed_types()):
+    value = loss_scale._loss_scale_value  # noqa: SLF001  # TF exposes no getter.
+  elif isinstance(loss_scale, str) and loss_scale == "dynamic":
+    return {}, V1_WARNING_PREFIX + _EXAMPLE.format("")
+  elif isinstance(loss_scale, _dynamic_types()):
+    return _dynamic_arguments(loss_scale)
+  elif isinstance(loss_scale, (loss_scale_module.LossScale,
+                               tf.compat.v1.mixed_precision.LossScale)):
+    raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
+                    f"DynamicLossScale is no longer supported. Got: "
+                    f"{loss_scale}")
+  else:
+    raise ValueError("Invalid value passed to loss_scale. loss_scale "
+                     'must be the string "dynamic" (recommended), an int, '
+                     "a float, a FixedLossScale, or a DynamicLossScale. Got "
+                     f"value: {loss_scale}")
+  kwargs = {"dynamic": False, "initial_scale": value}
+  return kwargs, V1_WARNING_PREFIX + _EXAMPLE.format(
+      f", dynamic=False, initial_scale={value}")
+
+
+def _dynamic_arguments(loss_scale):
+  if loss_scale.multiplier != 2:
+    raise ValueError('When passing a DynamicLossScale to "loss_scale", '
+                     "DynamicLossScale.multiplier must be 2. Got: "
+                     f"{loss_scale}")
+  kwargs = {}
+  if loss_scale.initial_loss_scale != _DEFAULT_INITIAL_SCALE:
+    kwargs["initial_scale"] = loss_scale.initial_loss_scale
+  if loss_scale.increment_period != _DEFAULT_GROWTH_STEPS:
+    kwargs["dynamic_growth_steps"] = loss_scale.increment_period
+  extra = "".join(f", {k}={v}" for k, v in kwargs.items())
+  message = (V1_WARNING_PREFIX +
+             "Note that the non-experimental LossScaleOptimizer does not take "
+             "a DynamicLossScale but instead takes the dynamic configuration "
+             "directly in the constructor. For example:\n"
+             "  opt = tf.keras.mixed_precision.experimental."
+             f"LossScaleOptimizer(opt{extra})\n")
+  return kwargs, message
