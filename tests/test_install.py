@@ -56,7 +56,7 @@ def _snapshot():
         for name in ("mixed_precision", "train", "keras", "compat")}
   snap["sys.modules"] = dict(sys.modules)
   snap["custom_objects"] = dict(keras.saving.get_custom_objects())
-  snap["Model.compile"] = vars(keras.Model).get("compile")
+  snap["Model.compile"] = keras.Model.compile
   snap["compile integration"] = policy.compile_integration_enabled()
   return snap
 

@@ -182,13 +182,16 @@ class CompileIntegrationTest(parameterized.TestCase):
     patched = keras.Model.compile
     policy_module.enable_compile_integration()  # Idempotent.
     self.assertIs(keras.Model.compile, patched)
+    owner = policy_module.compile_owner()
     policy_module.disable_compile_integration()
     self.assertFalse(policy_module.compile_integration_enabled())
     self.assertNotIn("compile", vars(keras.Model))
-    self.assertIs(keras.Model.compile, keras.Model.__mro__[1].compile)
+    self.assertIsNot(keras.Model.compile, patched)
+    self.assertIs(keras.Model.compile, vars(owner)["compile"])
     policy_module.disable_compile_integration()  # No-op.
     policy_module.enable_compile_integration()
-    self.assertIn("compile", vars(keras.Model))
+    self.assertIs(vars(owner)["compile"], keras.Model.compile)
+    self.assertNotIn("compile", vars(keras.Model))
 
 
 def test_import_patches_nothing():

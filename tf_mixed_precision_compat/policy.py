@@ -731,7 +731,17 @@ def deserialize(config: dict[str, Any],
 # Model.compile integration.
 
 _compile_lock = threading.Lock()
-_original_compile = None  # (had_own_attribute, value) while patched.
+_original_compile = None  # (owning class, original function) while patched.
+
+
+def compile_owner():
+  """The class of `keras.Model`'s MRO that defines `compile` (Keras's Trainer).
+
+  The patch replaces `compile` there rather than on `keras.Model`: Keras 3
+  loading a `.keras` file skips `compile_from_config` for any class whose
+  `compile` differs from the Trainer's, taking it for a user override.
+  """
+  return next(k for k in keras.Model.__mro__ if "compile" in vars(k))
 
 
 def _loss_scale_for(model):
@@ -786,8 +796,9 @@ def enable_compile_integration() -> None:
   (ours or Keras 3's) is left alone, and Keras 3 never adds its own wrapper
   around ours. `compile(..., auto_scale_loss=False)` still disables wrapping.
 
-  This patches `keras.Model.compile` (the only way to influence Keras 3's
-  choice), so it is never done on import; `install()` calls this. Calling it
+  This patches `compile` where `keras.Model` inherits it from (the only way
+  to influence Keras 3's choice; see `compile_owner`), so it is never done on
+  import; `install()` calls this. Calling it
   again does nothing.
 
   Example:
@@ -801,10 +812,10 @@ def enable_compile_integration() -> None:
   with _compile_lock:
     if _original_compile is not None:
       return
-    had_own = "compile" in vars(keras.Model)
-    original = keras.Model.compile
-    _original_compile = (had_own, vars(keras.Model).get("compile"))
-    keras.Model.compile = _make_compile(original)
+    owner = compile_owner()
+    original = vars(owner)["compile"]
+    _original_compile = (owner, original)
+    owner.compile = _make_compile(original)
 
 
 def disable_compile_integration() -> None:
@@ -813,11 +824,8 @@ def disable_compile_integration() -> None:
   with _compile_lock:
     if _original_compile is None:
       return
-    had_own, value = _original_compile
-    if had_own:
-      keras.Model.compile = value
-    else:
-      del keras.Model.compile
+    owner, original = _original_compile
+    owner.compile = original
     _original_compile = None
 
 
