@@ -41,19 +41,6 @@ from tf_mixed_precision_compat import keras_optimizer
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-(\d+)$")
 
-# TF 2.x slot names -> Keras 3 slot names, by Keras 3 optimizer class.
-_SLOT_NAMES = {
-    "SGD": {"momentum": "momentum"},
-    "Adam": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
-    "AdamW": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
-    "RMSprop": {"rms": "velocity", "momentum": "momentum",
-                "mg": "average_gradient"},
-    "Adagrad": {"accumulator": "accumulator"},
-    "Adamax": {"m": "momentum", "v": "norm"},
-    "Adadelta": {"accum_grad": "accumulated_grad",
-                 "accum_var": "accumulated_delta_var"},
-}
-
 # Hyperparameter variables TF 2.x kept, restored as Keras 3 attributes.
 _HYPER_ATTRIBUTES = ("momentum", "beta_1", "beta_2", "rho", "epsilon")
 
@@ -665,7 +652,8 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
         plan.hyper[name] = (inner, _number(value))
         plan.hyper_keys.append(key)
 
-  slot_names = _SLOT_NAMES.get(_keras_class_name(inner), {})
+  slot_names = keras_optimizer.TF2_SLOT_NAMES.get(
+      keras_optimizer.keras_class_name(inner), {})
   for slot in graph.nodes[inner_node].slot_variables:
     info = graph.variable(slot.slot_variable_node_id)
     if info is None:
@@ -726,10 +714,3 @@ def _number(value):
 def _describe(value):
   array = np.asarray(value)
   return f"a {array.dtype} value of shape {tuple(array.shape)}"
-
-
-def _keras_class_name(inner):
-  for klass in type(inner).__mro__:
-    if getattr(keras.optimizers, klass.__name__, None) is klass:
-      return klass.__name__
-  return type(inner).__name__

@@ -15,8 +15,7 @@ import numpy as np
 
 from tf_mixed_precision_compat import _legacy_checkpoint
 from tf_mixed_precision_compat import _legacy_config
-
-_SLOTS = _legacy_checkpoint._SLOT_NAMES  # pylint: disable=protected-access
+from tf_mixed_precision_compat import keras_optimizer
 
 
 def _names(group, source, attribute="weight_names", required=True):
@@ -148,7 +147,8 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
 
 def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
   inner = _legacy_checkpoint.inner_optimizer_of(optimizer)
-  slots = _SLOTS.get(_legacy_checkpoint._keras_class_name(inner), {})  # pylint: disable=protected-access
+  slots = keras_optimizer.TF2_SLOT_NAMES.get(
+      keras_optimizer.keras_class_name(inner), {})
   # Longest names first, so "a/b/kernel" wins over "b/kernel".
   known = sorted(by_tf_name, key=len, reverse=True)
   for name in _names(group, path):

@@ -75,6 +75,7 @@ Example:
 """
 
 import contextlib
+import inspect
 import threading
 
 import keras
@@ -127,6 +128,22 @@ _KERAS2_OPTIMIZERS = {
     "ftrl": "Ftrl",
 }
 
+# TF 2.4's slot names -> Keras 3's, by Keras 3 class name: checkpoints of
+# TF 2.x jobs name their slots so, and so does their `get_slot(var, "m")`.
+TF2_SLOT_NAMES = {
+    "SGD": {"momentum": "momentum"},
+    "Adam": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
+    "AdamW": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
+    "Adamax": {"m": "momentum", "v": "norm"},
+    "Nadam": {"m": "momentum", "v": "velocity"},
+    "RMSprop": {"rms": "velocity", "momentum": "momentum",
+                "mg": "average_gradient"},
+    "Adagrad": {"accumulator": "accumulator"},
+    "Adadelta": {"accum_grad": "accumulated_grad",
+                 "accum_var": "accumulated_delta_var"},
+    "Ftrl": {"accumulator": "accumulator", "linear": "linear"},
+}
+
 _V1_WARNING_PREFIX = (
     "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
     "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
@@ -139,6 +156,14 @@ class _AlreadyWrappedError(ValueError, AttributeError):
   lacked `_hyper`); this package has always raised `ValueError`. The error is
   both, so code catching either still catches it.
   """
+
+
+def keras_class_name(optimizer):
+  """The name of the built-in Keras 3 class `optimizer` is (or derives from)."""
+  for klass in type(optimizer).__mro__:
+    if getattr(keras.optimizers, klass.__name__, None) is klass:
+      return klass.__name__
+  return type(optimizer).__name__
 
 
 def _is_legacy_optimizer(obj):
@@ -341,6 +366,33 @@ def _clip_after_sum(inner, distribution):
   finally:
     del inner.__dict__["_clip_gradients"]
     del inner.__dict__["_all_reduce_sum_gradients"]
+
+
+def _forwarded_apply_arguments(apply_gradients, name,
+                               experimental_aggregate_gradients):
+  """What of TF 2.4's `apply_gradients` arguments `apply_gradients` accepts.
+
+  Returns:
+    `(args, kwargs)`: `name` as the second positional argument where the
+    method has one, and `experimental_aggregate_gradients` where it names
+    it. Not through a bare `**kwargs`: such overrides typically pass them on
+    to Keras 3's `apply_gradients`, which takes none.
+  """
+  try:
+    parameters = list(inspect.signature(apply_gradients).parameters.values())
+  except (TypeError, ValueError):
+    return (), {}
+  positional = [p for p in parameters if p.kind in (
+      p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  takes_varargs = any(p.kind == p.VAR_POSITIONAL for p in parameters)
+  args = (name,) if len(positional) >= 2 or takes_varargs else ()
+  kwargs = {}
+  names = {p.name for p in positional[len(args) + 1:]} | {
+      p.name for p in parameters if p.kind == p.KEYWORD_ONLY}
+  if "experimental_aggregate_gradients" in names:
+    kwargs["experimental_aggregate_gradients"] = (
+        experimental_aggregate_gradients)
+  return args, kwargs
 
 
 def _deserialize_schedule(config):
@@ -661,7 +713,9 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
     Args:
       grads_and_vars: (gradient, variable) pairs; gradients unscaled, or
         scaled if the loss came from `scale_loss` in this step.
-      name: Ignored by Keras 3 inner optimizers (kept for TF 2.4 code).
+      name: Passed on, as TF 2.4 did, as the second positional argument of
+        the inner optimizer's `apply_gradients` where it takes one (Keras
+        3's own optimizers take none; their subclasses may).
       experimental_aggregate_gradients: Whether the inner optimizer sums the
         gradients over replicas. False (already summed) is only supported
         with one replica, as Keras 3 optimizers always aggregate.
@@ -810,8 +864,15 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
       self._optimizer.apply_gradients(
           pairs, name,
           experimental_aggregate_gradients=experimental_aggregate_gradients)
-    else:
-      self._optimizer.apply_gradients(pairs)
+      return
+    # TF 2.4 handed `name` on positionally: an inner optimizer subclass
+    # whose `apply_gradients` takes a second argument (a clip norm, say)
+    # received it there. Keras 3's own `apply_gradients` takes no such
+    # argument.
+    args, kwargs = _forwarded_apply_arguments(
+        self._optimizer.apply_gradients, name,
+        experimental_aggregate_gradients)
+    self._optimizer.apply_gradients(pairs, *args, **kwargs)
 
   def _iterations_variable(self):
     variable = getattr(self._optimizer, "_iterations", None)
@@ -981,22 +1042,67 @@ class LossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
   def get_slot(self, var, slot_name):
     """The inner optimizer's variable `slot_name` for `var`.
 
-    For Keras 3 inner optimizers the slot names are Keras 3's (e.g. Adam's
-    "momentum" and "velocity", SGD's "momentum").
+    For Keras 3 inner optimizers both Keras 3's slot names and the names TF
+    2.x's optimizers gave the same slots are accepted (see
+    `get_slot_names`), so `get_slot(var, "m")` of TF 2.4 code finds Adam's
+    first moment.
+
+    Args:
+      var: A variable the inner optimizer updates.
+      slot_name: A slot name, Keras 3's or TF 2.x's.
+
+    Returns:
+      The slot variable.
 
     Raises:
       KeyError: If there is no such slot.
+
+    Example:
+
+    >>> opt = LossScaleOptimizer(keras.optimizers.Adam())
+    >>> var = tf.Variable([1.0])
+    >>> _ = opt.apply_gradients([(tf.constant([0.5]), var)])
+    >>> opt.get_slot(var, "m") is opt.get_slot(var, "momentum")
+    True
     """
     if _is_legacy_optimizer(self._optimizer):
       return self._optimizer.get_slot(var, slot_name)
     slot = self._find_slot(var, slot_name)
+    if slot is None:
+      keras3_name = TF2_SLOT_NAMES.get(
+          keras_class_name(self._optimizer), {}).get(slot_name)
+      if keras3_name is not None:
+        slot = self._find_slot(var, keras3_name)
     if slot is None:
       raise KeyError(f"No slot {slot_name!r} for variable {var.name!r}; "
                      f"slots: {self.get_slot_names()}")
     return slot
 
   def get_slot_names(self):
-    """Names of the per-variable optimizer variables of the inner optimizer."""
+    """Names of the inner optimizer's per-variable variables (slots).
+
+    For a Keras 3 inner optimizer these are Keras 3's names, the names its
+    slot variables carry. `get_slot` also accepts the names TF 2.x's
+    optimizers used for the same slots:
+
+    | Optimizer | TF 2.x name -> Keras 3 name                          |
+    |-----------|------------------------------------------------------|
+    | SGD       | momentum -> momentum                                 |
+    | Adam(W)   | m -> momentum, v -> velocity, vhat -> velocity_hat   |
+    | Adamax    | m -> momentum, v -> norm                             |
+    | Nadam     | m -> momentum, v -> velocity                         |
+    | RMSprop   | rms -> velocity, momentum -> momentum,               |
+    |           | mg -> average_gradient                               |
+    | Adagrad   | accumulator -> accumulator                           |
+    | Adadelta  | accum_grad -> accumulated_grad,                      |
+    |           | accum_var -> accumulated_delta_var                   |
+    | Ftrl      | accumulator -> accumulator, linear -> linear         |
+
+    A tf_keras inner optimizer answers with its own names.
+
+    Returns:
+      A list of slot names, in the order the slots were created.
+    """
     if _is_legacy_optimizer(self._optimizer):
       return self._optimizer.get_slot_names()
     prefixes = sorted(
