@@ -19,11 +19,12 @@ unchanged:
 * `Model.compile` wraps optimizers as TF 2.3/2.4 did
   (`policy.enable_compile_integration()`);
 * plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
-  (it otherwise fails on their optimizer object; see `legacy`);
-* `tf.train.Checkpoint.restore` / `read` (so `CheckpointManager.
-  restore_or_initialize`) and `tf.compat.v1.train.Checkpoint.restore` restore
-  checkpoints TF 2.2/2.3/2.4 Keras jobs wrote into Keras 3 models and this
-  package's optimizers, exactly or loudly (see `_checkpoint_restore`).
+  (it otherwise fails on their optimizer object; see `legacy`).
+* `keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
+  `keras.Model.load_weights` (also reached through `tf.keras`) load what TF
+  2.x jobs wrote (optimizer configs, H5 models and SavedModels, TF-format and
+  H5 weights) as `legacy` does; Keras 3's own formats go to Keras 3
+  unchanged (see `_legacy_entry_points`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
@@ -59,6 +60,7 @@ import types
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _legacy_entry_points
 from tf_mixed_precision_compat import _checkpoint_restore
 from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat import endpoints
@@ -199,6 +201,43 @@ def _alias_tf_keras_imports(journal):
       journal.set_item(sys.modules, name, module)
 
 
+def _public_holders(name, original):
+  """Loaded public Keras modules whose attribute `name` is `original`."""
+  holders = []
+  for module_name, module in list(sys.modules.items()):
+    if (module is None or module_name.startswith("keras.src") or
+        not module_name.startswith(("keras.", _TF_KERAS_IMPORT_NAME))):
+      continue
+    try:
+      value = vars(module).get(name)  # Never triggers a lazy loader.
+    except TypeError:
+      continue
+    if value is original:
+      holders.append(module)
+  return holders
+
+
+def _patch_entry_points(journal):
+  """Keras 3's loading functions, taught TF 2.x files and configs.
+
+  The replacements live in `_legacy_entry_points`; every public module that
+  holds the original (`keras.optimizers`, `keras.models`, `keras.saving`,
+  the `tensorflow.keras` copies) gets the same replacement.
+  """
+  for module, name, wrap in (
+      (keras.optimizers, "deserialize",
+       _legacy_entry_points.wrap_optimizers_deserialize),
+      (keras.optimizers, "get", _legacy_entry_points.wrap_optimizers_get),
+      (keras.models, "load_model", _legacy_entry_points.wrap_load_model)):
+    original = getattr(module, name)
+    replacement = wrap(original)
+    for holder in _public_holders(name, original):
+      journal.set_attr(holder, name, replacement)
+  journal.set_attr(keras.Model, "load_weights",
+                   _legacy_entry_points.wrap_load_weights(
+                       keras.Model.load_weights))
+
+
 def _apply(journal):
   prefix = "keras.mixed_precision."
   target = targets.target_module()  # None: Keras 3; else the tf_keras target.
@@ -227,6 +266,7 @@ def _apply(journal):
   if not _legacy_saved_model.serving_enabled():
     _legacy_saved_model.enable_serving()
     journal.on_undo(_legacy_saved_model.disable_serving)
+  _patch_entry_points(journal)
 
 
 def _apply_tf_keras_target(journal, target):
