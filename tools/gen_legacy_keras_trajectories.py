@@ -5,7 +5,7 @@ Run with each reference TensorFlow:
   .ref/tf24/bin/python tools/gen_legacy_keras_trajectories.py
   .ref/tf23/bin/python tools/gen_legacy_keras_trajectories.py
 
-Runs every scenario of tests/legacy_keras/scenarios.py (TF 2.3/2.4 job code)
+Runs every scenario of tests/both_targets/scenarios.py (TF 2.3/2.4 job code)
 and writes, per step, the loss scale, the counter, whether the step was
 skipped and the optimizer's iterations to
 tests/fixtures/legacy_keras/trajectories_tf<23|24>.json. A scenario the old
@@ -25,7 +25,7 @@ def main():
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-  sys.path.insert(0, os.path.join(_ROOT, "tests", "legacy_keras"))
+  sys.path.insert(0, os.path.join(_ROOT, "tests", "both_targets"))
   import scenarios  # pylint: disable=g-import-not-at-top
   out = {"tensorflow_version": tf.__version__, "steps": scenarios.STEPS,
          "poisoned": list(scenarios.POISONED), "scenarios": {}}

@@ -1,7 +1,7 @@
-"""The examples (TF 2.3/2.4 jobs plus one line) on the tf_keras target.
+"""The examples (TF 2.3/2.4 jobs plus one line) on both targets.
 
-Each script of examples/ runs as committed with TF_USE_LEGACY_KERAS=1; the
-lines reporting loss-scale state (scale, counter, skipped steps, iterations,
+Each script of examples/ runs as committed, on the target of this run (Keras
+3 by default, tf_keras with TF_USE_LEGACY_KERAS=1); the lines reporting loss-scale state (scale, counter, skipped steps, iterations,
 restored step) must equal what real TF 2.4.4 printed for the script without
 the install line, and TF 2.3.4 too where it could run it
 (tools/gen_legacy_keras_examples.py).
@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from tests.legacy_keras import example_state
+from tests.both_targets import example_state
+from tf_mixed_precision_compat import targets
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures",
                          "legacy_keras")
@@ -32,7 +33,10 @@ def _recorded(version):
 
 
 def _run(name):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("TF_USE_LEGACY_KERAS", None)
+  if targets.active() == targets.TF_KERAS:
+    env["TF_USE_LEGACY_KERAS"] = "1"
   script = os.path.join(example_state.EXAMPLES, name)
   return subprocess.run([sys.executable, script], capture_output=True,
                         text=True, env=env, cwd=example_state.EXAMPLES)
