@@ -4,9 +4,9 @@ Each scenario is written as a TF 2.3/2.4 job writes it (`tf.keras...`,
 `tf.mixed_precision.experimental...`) and runs unchanged on the real TF 2.3.4
 / 2.4.4 (`tools/gen_legacy_keras_trajectories.py` records them into
 `tests/fixtures/legacy_keras/`) and on TF 2.21 after the one import line, on
-both targets: Keras 3 and tf_keras (`test_trajectories.py` compares). Non-finite steps are forced
-through an input multiplied by inf at the steps in `POISONED`. Kept Python 3.8
-compatible (the reference TF's interpreter).
+both targets: Keras 3 and tf_keras (`test_trajectories.py` compares).
+Non-finite steps are forced through an input multiplied by inf at the steps
+in `POISONED`. Kept Python 3.8 compatible (the reference TF's interpreter).
 """
 
 import numpy as np

@@ -1,9 +1,10 @@
 """The examples (TF 2.3/2.4 jobs plus one line) on both targets.
 
 Each script of examples/ runs as committed, on the target of this run (Keras
-3 by default, tf_keras with TF_USE_LEGACY_KERAS=1); the lines reporting loss-scale state (scale, counter, skipped steps, iterations,
-restored step) must equal what real TF 2.4.4 printed for the script without
-the install line, and TF 2.3.4 too where it could run it
+3 by default, tf_keras with TF_USE_LEGACY_KERAS=1); the lines reporting
+loss-scale state (scale, counter, skipped steps, iterations, restored step)
+must equal what real TF 2.4.4 printed for the script without the install
+line, and TF 2.3.4 too where it could run it
 (tools/gen_legacy_keras_examples.py).
 """
 
