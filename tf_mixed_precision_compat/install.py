@@ -63,6 +63,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _legacy_entry_points
 from tf_mixed_precision_compat import _checkpoint_restore
 from tf_mixed_precision_compat import _legacy_saved_model
+from tf_mixed_precision_compat import _tf_keras_restore
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import keras_optimizer
 from tf_mixed_precision_compat import loss_scale
@@ -275,6 +276,14 @@ def _apply_tf_keras_target(journal, target):
   for name, cls in target.custom_objects().items():
     journal.set_item(custom_objects, name, cls)
   target.restore_tf22_dependencies(journal.set_attr)
+  # TF 2.x optimizer checkpoints into tf_keras's current optimizer classes.
+  current = target.tf_keras.optimizers.Optimizer
+  journal.set_attr(current, "_lookup_dependency",
+                   _tf_keras_restore.wrap_lookup_dependency(
+                       current._lookup_dependency))  # noqa: SLF001
+  journal.set_attr(current, "_create_or_restore_slot_variable",
+                   _tf_keras_restore.make_create_or_restore_slot_variable(
+                       target.tf_keras))
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001

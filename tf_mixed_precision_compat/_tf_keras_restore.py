@@ -1,0 +1,200 @@
+"""TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
+
+On the tf_keras target (`TF_USE_LEGACY_KERAS=1`) an unchanged TF 2.x job that
+builds `tf.keras.optimizers.Adam()` gets tf_keras's current optimizer class,
+not the OptimizerV2 that wrote its checkpoints. The two lay their state out
+differently, and tf_keras refuses the old layout outright ("You are trying to
+restore a checkpoint from a legacy TF-Keras optimizer into a v2.11+
+Optimizer"). `install()` teaches tf_keras's `Optimizer` the old names, so the
+job's own `tf.train.Checkpoint.restore` restores everything, exactly:
+
+* `iter` -> `iterations`, `learning_rate` -> the learning-rate variable;
+* the other hyperparameter variables TF 2.x kept (`beta_1`, `momentum`,
+  `rho`, ...) set the current optimizer's attribute of that name, as TF 2.x
+  restored them; a nonzero `decay`, which current optimizers do not have, is
+  named in a warning and left unrestored (so `assert_consumed()` reports it);
+* `base_optimizer` (where TF 2.2-2.4's loss-scale optimizer kept the inner
+  one) -> the inner optimizer itself;
+* TF 2.x slots (`m`, `v`, `rms`, ...) -> the current class's (`m`, `v`,
+  `velocity`, ...), restored at once when the optimizer is built, or, as TF
+  2.x deferred them, when it builds its slots at its first step.
+
+The loss scale needs nothing: tf_keras's loss-scale optimizer keeps
+`loss_scale/current_loss_scale` and `good_steps`, TF 2.4's names.
+"""
+
+import weakref
+
+import tensorflow as tf
+
+# TF 2.x slot name -> the name tf_keras's current class gives that slot's
+# variables (`<name>/<variable name>`), by class name.
+_SLOTS = {
+    "SGD": {"momentum": "m"},
+    "Adam": {"m": "m", "v": "v", "vhat": "vhat"},
+    "AdamW": {"m": "m", "v": "v", "vhat": "vhat"},
+    "Adamax": {"m": "m", "v": "u"},
+    "Nadam": {"m": "m", "v": "v"},
+    "RMSprop": {"rms": "velocity", "momentum": "momentum",
+                "mg": "average_gradient"},
+    "Adagrad": {"accumulator": "accumulator"},
+    "Adadelta": {"accum_grad": "accumulated_grad",
+                 "accum_var": "accumulated_delta_var"},
+    "Ftrl": {"accumulator": "accumulator", "linear": "linear"},
+}
+
+# Hyperparameter variables of TF 2.x optimizers that current optimizers keep
+# as Python floats of the same name.
+_FLOAT_HYPERS = ("beta_1", "beta_2", "momentum", "rho", "learning_rate_power",
+                 "l1_regularization_strength", "l2_regularization_strength",
+                 "l2_shrinkage_regularization_strength", "beta")
+
+# Slot restorations waiting for an unbuilt optimizer, by optimizer.
+_pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The hyperparameter stand-ins handed out, by optimizer (TF may look a name
+# up more than once and must get the same object).
+_hypers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _inner(optimizer):
+  """The optimizer holding the state (a loss-scale optimizer's inner one)."""
+  return getattr(optimizer, "inner_optimizer", optimizer)
+
+
+def _class_name(optimizer, tf_keras):
+  for klass in type(optimizer).__mro__:
+    if getattr(tf_keras.optimizers, klass.__name__, None) is klass:
+      return klass.__name__
+  return type(optimizer).__name__
+
+
+def _is_built(optimizer):
+  # tf_keras's current optimizers record it only in this attribute.
+  return bool(getattr(optimizer, "_built", False))
+
+
+def _find_slot(optimizer, variable, current_name):
+  wanted = f"{current_name}/{variable.name}"
+  found = [v for v in optimizer.variables if v.name == wanted]
+  if len(found) != 1:
+    raise ValueError(
+        f"Restoring a TF 2.x checkpoint: optimizer '{optimizer.name}' has "
+        f"{len(found)} slot variables named {wanted!r}, expected one.")
+  return found[0]
+
+
+class _Hyperparameter(tf.__internal__.tracking.Trackable):
+  """Receives a TF 2.x hyperparameter variable's value from a checkpoint."""
+
+  def __init__(self, optimizer, name):
+    self._optimizer = optimizer
+    self._name = name
+    self._warned = False
+
+  def _current(self):
+    value = getattr(self._optimizer, self._name, 0.0)
+    return tf.constant(float(value) if value is not None else 0.0)
+
+  def _serialize_to_tensors(self):
+    return {"VARIABLE_VALUE": self._current()}
+
+  def _restore_from_tensors(self, restored_tensors):
+    value = float(restored_tensors["VARIABLE_VALUE"])
+    if self._name == "decay":
+      if value and not self._warned:
+        self._warned = True  # TF may hand the value over twice.
+        tf.get_logger().warning(
+            "Restoring a TF 2.x checkpoint into optimizer '%s': its decay "
+            "(%.7g) is not restored, as tf_keras's current optimizer classes "
+            "have no decay; use a learning-rate schedule, or "
+            "tf.keras.optimizers.legacy.%s, to keep it.",
+            self._optimizer.name, value, type(self._optimizer).__name__)
+      return tf.no_op()
+    setattr(self._optimizer, self._name, value)
+    return tf.no_op()
+
+
+def _stand_in(optimizer, name):
+  by_name = _hypers.setdefault(optimizer, {})
+  if name not in by_name:
+    by_name[name] = _Hyperparameter(optimizer, name)
+  return by_name[name]
+
+
+def wrap_lookup_dependency(original):
+  """tf_keras `Optimizer._lookup_dependency`, also resolving TF 2.x names."""
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    found = original(self, name, cached_dependencies)
+    if found is not None:
+      return found
+    if name == "iter":
+      return self.iterations
+    if name == "learning_rate" and isinstance(self.learning_rate,
+                                              tf.Variable):
+      return self.learning_rate
+    if name == "base_optimizer":
+      return self
+    if name == "decay" or (name in _FLOAT_HYPERS and
+                           isinstance(getattr(self, name, None),
+                                      (int, float))):
+      return _stand_in(self, name)
+    return None
+
+  return _lookup_dependency
+
+
+def make_create_or_restore_slot_variable(tf_keras):
+  """tf_keras `Optimizer._create_or_restore_slot_variable` for TF 2.x slots.
+
+  Args:
+    tf_keras: The `tf_keras` module.
+
+  Returns:
+    The method: the current optimizer's slot for a TF 2.x slot name (TF then
+    restores it), or None after arranging the restore for when the
+    optimizer builds its slots.
+  """
+
+  def _create_or_restore_slot_variable(self, slot_variable_position,
+                                       slot_name, variable, **unused_kwargs):
+    optimizer = _inner(self)
+    names = _SLOTS.get(_class_name(optimizer, tf_keras), {})
+    current_name = names.get(slot_name)
+    if current_name is None:
+      raise ValueError(
+          f"Restoring a TF 2.x checkpoint: its slot {slot_name!r} has no "
+          f"counterpart in tf_keras's {type(optimizer).__name__} (which "
+          f"keeps {sorted(set(names.values())) or 'no slots'}). Use "
+          f"tf.keras.optimizers.legacy.{type(optimizer).__name__} to "
+          "restore it.")
+    if _is_built(optimizer):
+      return _find_slot(optimizer, variable, current_name)
+    waiting = _pending.get(optimizer)
+    if waiting is None:
+      waiting = _pending[optimizer] = []
+      _restore_after_build(optimizer)
+    waiting.append((slot_variable_position, variable, current_name))
+    return None
+
+  return _create_or_restore_slot_variable
+
+
+def _restore_after_build(optimizer):
+  """Restores the waiting slots right after `optimizer.build(...)`.
+
+  Wraps the instance's own `build` attribute (the method the optimizer calls
+  on its first step), as TF 2.x restored deferred slots at their creation;
+  the attribute is removed again when it fires.
+  """
+  original = optimizer.build
+
+  def build(*args, **kwargs):
+    vars(optimizer).pop("build", None)
+    result = original(*args, **kwargs)
+    for position, variable, current_name in _pending.pop(optimizer, []):
+      position.restore(_find_slot(optimizer, variable, current_name))
+    return result
+
+  # Set in `__dict__` so that tf_keras's attribute tracking never sees it.
+  vars(optimizer)["build"] = build
