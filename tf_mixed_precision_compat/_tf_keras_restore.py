@@ -21,8 +21,13 @@ job's own `tf.train.Checkpoint.restore` restores everything, exactly:
 
 The loss scale needs nothing: tf_keras's loss-scale optimizer keeps
 `loss_scale/current_loss_scale` and `good_steps`, TF 2.4's names.
+
+`load_model` of a TF 2.x Keras SavedModel also gets its optimizer state back
+(`restore_saved_model_optimizer`), which TF 2.4 and tf_keras leave fresh.
 """
 
+import functools
+import os
 import weakref
 
 import tensorflow as tf
@@ -198,3 +203,61 @@ def _restore_after_build(optimizer):
 
   # Set in `__dict__` so that tf_keras's attribute tracking never sees it.
   vars(optimizer)["build"] = build
+
+
+def _build_slots(optimizer, variables):
+  """Creates the inner optimizer's slots for `variables` now."""
+  inner = _inner(optimizer)
+  if hasattr(inner, "_create_all_weights"):  # OptimizerV2 (legacy classes).
+    inner._create_all_weights(variables)  # noqa: SLF001  # pylint: disable=protected-access
+  else:
+    inner.build(variables)
+
+
+def restore_saved_model_optimizer(model, path):
+  """Restores the optimizer state a TF 2.x Keras SavedModel holds.
+
+  tf_keras, like TF 2.4 itself, rebuilds the optimizer of an old SavedModel
+  from its config and leaves its variables fresh: iterations 0, the initial
+  loss scale, zero slots, although `variables/` holds them all. They are
+  read back here, through the object graph rooted at the model.
+
+  Args:
+    model: The model tf_keras loaded from `path`, compiled.
+    path: The SavedModel directory.
+  """
+  optimizer = model.optimizer
+  _build_slots(optimizer, model.trainable_variables)
+  status = tf.train.Checkpoint(root=model).read(
+      os.path.join(path, "variables", "variables"))
+  # What stays unmatched is Keras bookkeeping of the file (its `keras_api`
+  # metrics); every variable of the model and optimizer must be restored.
+  status.expect_partial()
+  status.assert_existing_objects_matched()
+
+
+def wrap_load_model(original, is_tf2x_saved_model):
+  """tf_keras `load_model`, restoring TF 2.x SavedModels' optimizer state.
+
+  Args:
+    original: tf_keras's `load_model`.
+    is_tf2x_saved_model: Predicate on a path: a SavedModel TF 2.x Keras
+      wrote.
+
+  Returns:
+    The replacement, with the same signature.
+  """
+
+  @functools.wraps(original)
+  def load_model(filepath, *args, **kwargs):
+    model = original(filepath, *args, **kwargs)
+    try:
+      path = os.fsdecode(os.fspath(filepath))
+    except TypeError:
+      return model
+    if (getattr(model, "optimizer", None) is not None and
+        is_tf2x_saved_model(path)):
+      restore_saved_model_optimizer(model, path)
+    return model
+
+  return load_model

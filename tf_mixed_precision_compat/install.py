@@ -202,12 +202,13 @@ def _alias_tf_keras_imports(journal):
       journal.set_item(sys.modules, name, module)
 
 
-def _public_holders(name, original):
+def _public_holders(name, original,
+                    prefixes=("keras.", _TF_KERAS_IMPORT_NAME)):
   """Loaded public Keras modules whose attribute `name` is `original`."""
   holders = []
   for module_name, module in list(sys.modules.items()):
-    if (module is None or module_name.startswith("keras.src") or
-        not module_name.startswith(("keras.", _TF_KERAS_IMPORT_NAME))):
+    if (module is None or ".src" in module_name or
+        not module_name.startswith(prefixes)):
       continue
     try:
       value = vars(module).get(name)  # Never triggers a lazy loader.
@@ -284,6 +285,11 @@ def _apply_tf_keras_target(journal, target):
   journal.set_attr(current, "_create_or_restore_slot_variable",
                    _tf_keras_restore.make_create_or_restore_slot_variable(
                        target.tf_keras))
+  load_model = target.tf_keras.models.load_model
+  replacement = _tf_keras_restore.wrap_load_model(
+      load_model, _legacy_entry_points.is_tf2x_saved_model)
+  for module in _public_holders("load_model", load_model, ("tf_keras.",)):
+    journal.set_attr(module, "load_model", replacement)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001
