@@ -3,7 +3,8 @@
 TF 2.4 moved dynamic loss scaling out of the `tf.compat.v1` `LossScale`
 classes and into the Keras `LossScaleOptimizer`, which keeps its scale in a
 small trackable object attached to the optimizer under the checkpoint name
-`loss_scale`. `_DynamicLossScaleState` is that object:
+`loss_scale`. `_DynamicLossScaleState` is that object, and `DynamicScaleCore`
+its implementation, which TF 2.3's `DynamicLossScale` shares:
 
 * two variables, `current_loss_scale` (float32) and `good_steps` (int64,
   exposed as `counter`), created per graph through `_tracking.PerGraphWeights`
@@ -28,8 +29,8 @@ from tf_mixed_precision_compat import _scaling
 from tf_mixed_precision_compat import _tracking
 
 __all__ = [
-    "check_float32_finite", "check_growth_steps", "check_initial_scale",
-    "check_multiplier", "update_variables"
+    "DynamicScaleCore", "check_float32_finite", "check_growth_steps",
+    "check_initial_scale", "check_multiplier", "update_variables"
 ]
 
 # float32's largest finite value; values above round to inf (those a little
@@ -139,8 +140,8 @@ def check_multiplier(value, arg_name="multiplier"):
 def update_variables(scale, counter, grads, growth_steps, multiplier):
   """One step of dynamic loss scaling, applied to `scale` and `counter`.
 
-  Shared by `_DynamicLossScaleState` and the TF 2.3 `DynamicLossScale`, whose
-  variables have the same names and meaning.
+  The update of `DynamicScaleCore`, which both TF 2.3's `DynamicLossScale`
+  and TF 2.4's `_DynamicLossScaleState` are.
 
   Args:
     scale: The float32 loss scale variable.
@@ -171,49 +172,45 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
   return update_op, is_finite
 
 
-class _DynamicLossScaleState(_tracking.PerGraphWeights):
-  """A dynamic loss scale: a scale, a counter of good steps, and their update.
+class DynamicScaleCore(_tracking.PerGraphWeights):
+  """The one implementation of dynamic loss scaling, behind both TF APIs.
 
-  Every `growth_steps` consecutive steps with finite gradients the scale is
-  multiplied by `multiplier`, unless that would overflow; a step with a NaN or
-  infinite gradient divides it by `multiplier` (never below 1) and resets the
-  counter. The state checkpoints as `current_loss_scale` and `good_steps`, the
-  names TF 2.3 and TF 2.4 used.
-
-  Example:
-
-  >>> state = _DynamicLossScaleState(8., growth_steps=2, multiplier=2.)
-  >>> _, should_apply = state.update([tf.constant(float("inf"))])
-  >>> bool(should_apply), float(state())
-  (False, 4.0)
-  >>> for _ in range(2):
-  ...   _ = state.update([tf.constant(1.)])
-  >>> float(state()), int(state.counter)
-  (8.0, 0)
+  Holds the scale and its counter of good steps as the per-graph variables
+  `current_loss_scale` (float32) and `good_steps` (int64), the checkpoint
+  names TF 2.3 and TF 2.4 both used, and updates them with
+  `update_variables`. Its two faces differ only in names: TF 2.4's
+  `_DynamicLossScaleState` (below) and TF 2.3's `DynamicLossScale`
+  (`loss_scale.py`), whose growth argument is `increment_period`. Only
+  private names live here, so neither face shows the other's API.
   """
 
+  # The name of the growth-steps argument in error messages.
+  _growth_steps_arg = "growth_steps"
+
   def __init__(self, initial_loss_scale, growth_steps, multiplier):
-    """Creates the state and its two variables.
+    """Validates the arguments and creates the two variables.
 
     Args:
-      initial_loss_scale: The starting scale, a finite number at least 1.
+      initial_loss_scale: The starting scale, a finite number at least 1
+        (also as a float32).
       growth_steps: Consecutive finite steps before the scale grows, >= 1.
       multiplier: The growth and shrink factor, a finite number > 1.
 
     Raises:
+      TypeError: If `initial_loss_scale` is of a type `float()` rejects.
       ValueError: If an argument is outside the ranges above.
     """
     self._initial_loss_scale = check_initial_scale(initial_loss_scale,
                                                    "initial_loss_scale")
-    self._growth_steps = check_growth_steps(growth_steps, "growth_steps")
+    self._growth_steps = check_growth_steps(growth_steps,
+                                            self._growth_steps_arg)
     self._multiplier = check_multiplier(multiplier)
     super().__init__()
     self._current_loss_scale = self._add_weight(
         name="current_loss_scale",
         initial_value=self._initial_loss_scale,
         dtype=tf.float32)
-    # Steps with finite gradients since the last overflow or scale change;
-    # 'good_steps' is the checkpoint name TF 2.3 gave it.
+    # Steps with finite gradients since the last overflow or scale change.
     self._counter = self._add_weight(
         name="good_steps", initial_value=0, dtype=tf.int64)
 
@@ -223,24 +220,9 @@ class _DynamicLossScaleState(_tracking.PerGraphWeights):
     return self._initial_loss_scale
 
   @property
-  def growth_steps(self):
-    """Consecutive finite steps after which the scale grows, a Python int."""
-    return self._growth_steps
-
-  @property
   def multiplier(self):
     """The growth and shrink factor, a Python float."""
     return self._multiplier
-
-  @property
-  def current_loss_scale(self):
-    """The loss scale variable (float32) of the current context."""
-    return self._current_loss_scale
-
-  @property
-  def counter(self):
-    """The good-steps counter variable (int64) of the current context."""
-    return self._counter
 
   def __call__(self):
     """Returns the current loss scale as a scalar float32 tensor."""
@@ -269,14 +251,55 @@ class _DynamicLossScaleState(_tracking.PerGraphWeights):
     return update_variables(self._current_loss_scale, self._counter, grads,
                             self._growth_steps, self._multiplier)
 
-  def __repr__(self):
+  def _state_repr(self, class_name, growth_name, counter_name):
     if tf.executing_eagerly():
-      return (f"_DynamicLossScaleState(current_loss_scale="
-              f"{self._current_loss_scale.numpy()}, counter="
+      return (f"{class_name}(current_loss_scale="
+              f"{self._current_loss_scale.numpy()}, {counter_name}="
               f"{self._counter.numpy()}, "
               f"initial_loss_scale={self._initial_loss_scale}, "
-              f"growth_steps={self._growth_steps}, "
+              f"{growth_name}={self._growth_steps}, "
               f"multiplier={self._multiplier})")
-    return (f"_DynamicLossScaleState(initial_loss_scale="
-            f"{self._initial_loss_scale}, growth_steps={self._growth_steps}, "
+    return (f"{class_name}(initial_loss_scale={self._initial_loss_scale}, "
+            f"{growth_name}={self._growth_steps}, "
             f"multiplier={self._multiplier})")
+
+
+class _DynamicLossScaleState(DynamicScaleCore):
+  """A dynamic loss scale: a scale, a counter of good steps, and their update.
+
+  Every `growth_steps` consecutive steps with finite gradients the scale is
+  multiplied by `multiplier`, unless that would overflow; a step with a NaN or
+  infinite gradient divides it by `multiplier` (never below 1) and resets the
+  counter. The state checkpoints as `current_loss_scale` and `good_steps`, the
+  names TF 2.3 and TF 2.4 used.
+
+  Example:
+
+  >>> state = _DynamicLossScaleState(8., growth_steps=2, multiplier=2.)
+  >>> _, should_apply = state.update([tf.constant(float("inf"))])
+  >>> bool(should_apply), float(state())
+  (False, 4.0)
+  >>> for _ in range(2):
+  ...   _ = state.update([tf.constant(1.)])
+  >>> float(state()), int(state.counter)
+  (8.0, 0)
+  """
+
+  @property
+  def growth_steps(self):
+    """Consecutive finite steps after which the scale grows, a Python int."""
+    return self._growth_steps
+
+  @property
+  def current_loss_scale(self):
+    """The loss scale variable (float32) of the current context."""
+    return self._current_loss_scale
+
+  @property
+  def counter(self):
+    """The good-steps counter variable (int64) of the current context."""
+    return self._counter
+
+  def __repr__(self):
+    return self._state_repr("_DynamicLossScaleState", "growth_steps",
+                            "counter")

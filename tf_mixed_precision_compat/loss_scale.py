@@ -180,7 +180,7 @@ class FixedLossScale(LossScale):
     deprecated=("mixed_precision.experimental.DynamicLossScale",
                 "train.experimental.DynamicLossScale"),
     warning=_deprecation_text("DynamicLossScale"))
-class DynamicLossScale(LossScale):
+class DynamicLossScale(dynamic_state.DynamicScaleCore, LossScale):
   """A loss scale that grows while gradients are finite, shrinks on overflow.
 
   The algorithm, per call to `update`:
@@ -209,6 +209,9 @@ class DynamicLossScale(LossScale):
   8.0
   """
 
+  # TF 2.3's name for the core's growth steps, in error messages too.
+  _growth_steps_arg = "increment_period"
+
   def __init__(self,
                initial_loss_scale: float = 2**15,
                increment_period: int = 2000,
@@ -223,61 +226,29 @@ class DynamicLossScale(LossScale):
       multiplier: A Python int or float > 1: the growth and shrink factor.
 
     Raises:
+      TypeError: If `initial_loss_scale` is None or another non-number
+        `float()` rejects (as TF 2.4 raised).
       ValueError: If an argument is not a number of the accepted range.
     """
     _deprecation.warn_once(DynamicLossScale,
                            _deprecation_text("DynamicLossScale"))
-    # TF 2.3 accepted nonsense here (a NaN scale, a period of 0).
-    self._initial_loss_scale = dynamic_state.check_initial_scale(
-        initial_loss_scale, "initial_loss_scale")
-    self._increment_period = dynamic_state.check_growth_steps(
-        increment_period, "increment_period")
-    self._multiplier = dynamic_state.check_multiplier(multiplier)
-    super().__init__()
-    self._current_loss_scale = self._add_weight(
-        name="current_loss_scale",
-        initial_value=self._initial_loss_scale,
-        dtype=tf.float32)
-    # Consecutive finite steps since the last overflow or scale change.
-    self._num_good_steps = self._add_weight(
-        name="good_steps", initial_value=0, dtype=tf.int64)
-
-  @property
-  def initial_loss_scale(self) -> float:
-    """The loss scale the variable started from, a Python float."""
-    return self._initial_loss_scale
+    # TF 2.3 accepted nonsense here (a NaN scale, a period of 0); the core
+    # refuses it.
+    super().__init__(initial_loss_scale, increment_period, multiplier)
 
   @property
   def increment_period(self) -> int:
     """Consecutive finite steps after which the scale grows, an int."""
-    return self._increment_period
+    return self._growth_steps
 
   @property
-  def multiplier(self) -> float:
-    """The growth and shrink factor, a Python float."""
-    return self._multiplier
-
-  def __call__(self) -> tf.Tensor:
-    return tf.convert_to_tensor(self._current_loss_scale)
-
-  def update(self, grads: Any) -> tuple[Any, Any]:
-    """Updates the loss scale from whether all `grads` are finite."""
-    return dynamic_state.update_variables(self._current_loss_scale,
-                                          self._num_good_steps, grads,
-                                          self._increment_period,
-                                          self._multiplier)
+  def _num_good_steps(self) -> tf.Variable:
+    # TF 2.3's attribute for the counter, which TF 2.3-era code reads.
+    return self._counter
 
   def __repr__(self):
-    if tf.executing_eagerly():
-      return (f"DynamicLossScale("
-              f"current_loss_scale={self._current_loss_scale.numpy()}, "
-              f"num_good_steps={self._num_good_steps.numpy()}, "
-              f"initial_loss_scale={self.initial_loss_scale}, "
-              f"increment_period={self.increment_period}, "
-              f"multiplier={self.multiplier})")
-    return (f"DynamicLossScale(initial_loss_scale={self.initial_loss_scale}, "
-            f"increment_period={self.increment_period}, "
-            f"multiplier={self.multiplier})")
+    return self._state_repr("DynamicLossScale", "increment_period",
+                            "num_good_steps")
 
   def get_config(self) -> dict[str, Any]:
     return {
