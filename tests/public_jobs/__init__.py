@@ -1,4 +1,4 @@
-"""Real public TF 2.3/2.4-era mixed-precision jobs, shrunk, checked against real TF.
+"""Real public TF 2.3/2.4-era mixed-precision jobs, checked against real TF.
 
 Each `<name>.py` here is written as its original makes its TF/Keras calls
 (see its docstring for the original's repository, path and commit) and runs

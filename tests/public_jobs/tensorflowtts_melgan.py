@@ -1,4 +1,4 @@
-"""TensorFlowTTS's MelGAN training (GanBasedTrainer), TF 2.3/2.4 experimental API.
+"""TensorFlowTTS's MelGAN training (GanBasedTrainer), experimental API.
 
 Original: TensorSpeech/TensorFlowTTS, tensorflow_tts/trainers/base_trainer.py
 (commit 7ae5572b5f41f1a0eff0bfb6dc7544fcdcfb921c, `GanBasedTrainer`) and

@@ -20,8 +20,9 @@ functional model of two `Dense` layers with `x.dtype.name` /
 Shrunk: MNIST replaced by 40 seeded synthetic samples of 20 features (so
 one batch of 8192 holds every sample: one step per epoch), 64 units -> 8,
 `fit` epochs 5 -> 4, custom-loop epochs 5 -> 6; the initial weights are set
-from a seeded NumPy stream (TF versions draw different initial values). Non-finite steps: one input
-feature is large, so the float16 gradients overflow while the loss scale is
+from a seeded NumPy stream (TF versions draw different initial values).
+Non-finite steps: one input feature is large, so the float16 gradients
+overflow while the loss scale is
 high and the dynamic loss scale halves until they fit, as the guide describes
 for the first steps of training. The guide checkpoints nothing; this job
 saves `tf.train.Checkpoint(model=model, optimizer=optimizer)` after 3
