@@ -81,8 +81,8 @@ import keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tf_mixed_precision_compat import keras_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_mixed_precision_compat import v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.optimizers import v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat import loss_scale as loss_scale_module  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 try:  # Optional contender.
@@ -179,9 +179,9 @@ def _make_optimizer(name):
   if name == "keras3":
     return keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(_LR))
   if name == "ours_dynamic":
-    return keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(_LR))
+    return loss_scale_optimizer.LossScaleOptimizer(keras.optimizers.Adam(_LR))
   if name == "ours_fixed":
-    return keras_optimizer.LossScaleOptimizer(
+    return loss_scale_optimizer.LossScaleOptimizer(
         keras.optimizers.Adam(_LR), dynamic=False, initial_scale=_SCALE)
   if name == "tf_keras":
     if tf_keras is None:

@@ -59,7 +59,7 @@ import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-from tf_mixed_precision_compat import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.optimizers import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _apply_always(inner, grads, variables, finite):

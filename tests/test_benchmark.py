@@ -114,7 +114,7 @@ _GATE_COSTS_PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import gate_costs
-from tf_mixed_precision_compat import _gated_apply
+from tf_mixed_precision_compat.optimizers import _gated_apply
 steps = gate_costs.make_steps(3, 8)
 types = {name: sorted({op.type for op in
                        step.get_concrete_function().graph.get_operations()})

@@ -13,11 +13,17 @@ MODULES = [
     "endpoints",
     "graph_rewrite",
     "install",
-    "keras_optimizer",
     "legacy",
     "loss_scale",
+    "optimizers._delegation",
+    "optimizers._inner",
+    "optimizers._keras2_config",
+    "optimizers._step",
+    "optimizers._v1_args",
+    "optimizers.loss_scale_optimizer",
+    "optimizers.loss_scale_optimizer_v1",
+    "optimizers.v1_optimizer",
     "policy",
-    "v1_optimizer",
 ]
 
 

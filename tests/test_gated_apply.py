@@ -19,8 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _gated_apply
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _gated_apply
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 # (3, 4) and (5,) are small (written in place); (128, 128) has exactly
 # `_OUT_OF_PLACE_MIN_ELEMENTS` elements, so it is written out of place;
@@ -102,7 +102,7 @@ def _run(make_inner, mode, strategy=None, gated=True):
     rng = np.random.default_rng(42)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
                  for s in _SHAPES]
-    opt = keras_optimizer.LossScaleOptimizer(
+    opt = loss_scale_optimizer.LossScaleOptimizer(
         make_inner(), initial_scale=8., dynamic_growth_steps=2)
     opt.build(variables)
 
@@ -170,7 +170,7 @@ class GatedApplyTest(parameterized.TestCase):
     rng = np.random.default_rng(0)
     variables = [tf.Variable(rng.standard_normal(s).astype(np.float32))
                  for s in _SHAPES]
-    opt = keras_optimizer.LossScaleOptimizer(_OPTIMIZERS[name]())
+    opt = loss_scale_optimizer.LossScaleOptimizer(_OPTIMIZERS[name]())
     opt.build(variables)
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
                        jit_compile=_jit(mode))
@@ -225,7 +225,7 @@ class GatedApplyTest(parameterized.TestCase):
       variables = [
           tf.Variable(np.linspace(-1., 1., np.prod(s), dtype=np.float32)
                       .reshape(s)) for s in _SHAPES]
-      opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
+      opt = loss_scale_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.1))
       opt.build(variables)
       step = tf.function(
           lambda g, h: opt.apply_gradients(
@@ -251,7 +251,7 @@ class GatedApplyTest(parameterized.TestCase):
   def test_writes_in_place_below_the_threshold_and_out_of_place_above(self):
     small, medium = (3, 4), (128, 128)
     variables = [tf.Variable(tf.zeros(s)) for s in (small, medium)]
-    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt = loss_scale_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
     opt.build(variables)
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)))
     graph = step.get_concrete_function(
@@ -275,7 +275,7 @@ class GatedApplyTest(parameterized.TestCase):
   def test_under_xla_few_small_tensors_are_masked_many_deferred(
       self, mode, conditional):
     variables = [tf.Variable(tf.zeros(s)) for s in _SHAPES]
-    opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+    opt = loss_scale_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
     opt.build(variables)
     step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
                        jit_compile=True)
@@ -297,7 +297,7 @@ class GatedApplyTest(parameterized.TestCase):
       keras.utils.set_random_seed(3)
       model = keras.Sequential([keras.Input((300,)), keras.layers.Dense(256),
                                 keras.layers.Dense(3)])
-      opt = keras_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
+      opt = loss_scale_optimizer.LossScaleOptimizer(keras.optimizers.Adam(0.01))
       opt.build(model.trainable_variables)
       x = tf.constant(np.random.default_rng(0).standard_normal(
           (4, 300)).astype(np.float32))

@@ -11,8 +11,10 @@ import tensorflow as tf
 from tests import testing
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizerV1
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
+    LossScaleOptimizerV1)
 
 INF = testing.INF
 NAN = testing.NAN
@@ -113,13 +115,13 @@ class TestConstruction:
         strategy.run(lambda: opt.apply_gradients([(tf.constant(1.), var)]))
 
   def test_tpu_strategy_message(self, monkeypatch):
-    from tf_mixed_precision_compat import keras_optimizer  # pylint: disable=g-import-not-at-top
+    from tf_mixed_precision_compat.optimizers import _step  # pylint: disable=g-import-not-at-top
     fake = object.__new__(tf.distribute.TPUStrategy)
     monkeypatch.setattr(tf.distribute, "has_strategy", lambda: True)
     monkeypatch.setattr(tf.distribute, "get_strategy", lambda: fake)
     with pytest.raises(ValueError, match="Loss scaling is not supported with "
                        "TPUStrategy. Loss scaling is unnecessary with TPUs"):
-      keras_optimizer._raise_if_strategy_unsupported()  # pylint: disable=protected-access
+      _step.raise_if_strategy_unsupported()
 
   def test_endpoints(self):
     assert endpoints.lookup(

@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from tests import testing
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
 
 INF = testing.INF
 NAN = testing.NAN

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
 
 MAKERS = {
     "sgd_momentum": lambda: tf_keras.optimizers.legacy.SGD(0.5, momentum=0.9),

@@ -19,7 +19,8 @@ import tensorflow as tf
 from tests import testing
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy as policy_module
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
 
 CASES = sorted(
     os.path.basename(p)[:-len(".json")]

@@ -29,7 +29,8 @@ from tests import testing
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import _legacy_config
 from tf_mixed_precision_compat import legacy
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
 
 WEIGHT_CASES = sorted(
     os.path.basename(p)[:-len(".json")]

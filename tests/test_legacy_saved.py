@@ -21,7 +21,8 @@ import tensorflow as tf
 
 from tests import testing
 from tf_mixed_precision_compat import legacy
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
 
 H5 = sorted(os.path.basename(p) for p in
             glob.glob(testing.fixture_path("legacy", "h5_*.h5")))

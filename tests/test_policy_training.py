@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
+    LossScaleOptimizerV1)
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.policy import Policy
@@ -80,7 +83,7 @@ class FitUnderPolicyTest(parameterized.TestCase):
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     self.assertIsInstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     self.assertNotIsInstance(model.optimizer,
-                             keras_optimizer.LossScaleOptimizer)
+                             LossScaleOptimizer)
     self.assertFalse(policy_module.compile_integration_enabled())
 
 
@@ -93,7 +96,7 @@ class CompileIntegrationTest(parameterized.TestCase):
     sgd = keras.optimizers.SGD(0.05)
     model.compile(optimizer=sgd, loss="mse")
     opt = model.optimizer
-    self.assertIs(type(opt), keras_optimizer.LossScaleOptimizer)
+    self.assertIs(type(opt), LossScaleOptimizer)
     self.assertIs(opt.inner_optimizer, sgd)  # One wrapper, not two.
     self.assertTrue(opt.dynamic)
     _fit_and_check(self, model)
@@ -106,7 +109,7 @@ class CompileIntegrationTest(parameterized.TestCase):
     policy_module.set_global_policy("mixed_float16")
     model = _model()
     model.compile(optimizer="adam", loss="mse")
-    self.assertIs(type(model.optimizer), keras_optimizer.LossScaleOptimizer)
+    self.assertIs(type(model.optimizer), LossScaleOptimizer)
     self.assertIsInstance(model.optimizer.inner_optimizer,
                           keras.optimizers.Adam)
 
@@ -114,11 +117,11 @@ class CompileIntegrationTest(parameterized.TestCase):
     keras.config.set_dtype_policy("mixed_float16")
     model = _model()
     model.compile(optimizer="sgd", loss="mse")
-    self.assertIs(type(model.optimizer), keras_optimizer.LossScaleOptimizer)
+    self.assertIs(type(model.optimizer), LossScaleOptimizer)
 
   def test_already_wrapped_left_alone(self):
     policy_module.set_global_policy("mixed_float16")
-    for opt in (keras_optimizer.LossScaleOptimizer(keras.optimizers.SGD()),
+    for opt in (LossScaleOptimizer(keras.optimizers.SGD()),
                 keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())):
       model = _model()
       model.compile(optimizer=opt, loss="mse")
@@ -131,7 +134,7 @@ class CompileIntegrationTest(parameterized.TestCase):
     sgd = keras.optimizers.SGD(0.05)
     model.compile(optimizer=sgd, loss="mse")
     opt = model.optimizer
-    self.assertIs(type(opt), keras_optimizer.LossScaleOptimizerV1)
+    self.assertIs(type(opt), LossScaleOptimizerV1)
     self.assertIs(opt.inner_optimizer, sgd)
     self.assertFalse(opt.dynamic)
     self.assertEqual(float(opt.loss_scale), 128.0)
@@ -145,7 +148,7 @@ class CompileIntegrationTest(parameterized.TestCase):
     model = _model()
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
     opt = model.optimizer
-    self.assertIs(type(opt), keras_optimizer.LossScaleOptimizerV1)
+    self.assertIs(type(opt), LossScaleOptimizerV1)
     self.assertTrue(opt.dynamic)
     self.assertEqual(float(opt.loss_scale), 64.0)
     _fit_and_check(self, model)
@@ -162,7 +165,7 @@ class CompileIntegrationTest(parameterized.TestCase):
     policy_module.set_policy(PolicyV1("float32", loss_scale=4))
     model = _model()
     model.compile(optimizer="sgd", loss="mse")
-    self.assertIs(type(model.optimizer), keras_optimizer.LossScaleOptimizerV1)
+    self.assertIs(type(model.optimizer), LossScaleOptimizerV1)
 
   def test_float32_not_wrapped(self):
     model = _model()
@@ -210,7 +213,7 @@ def test_fit_under_mirrored_strategy(mirrored_strategy):
     sgd = keras.optimizers.SGD(0.05)
     model.compile(optimizer=sgd, loss="mse")
   opt = model.optimizer
-  assert type(opt) is keras_optimizer.LossScaleOptimizer  # pylint: disable=unidiomatic-typecheck
+  assert type(opt) is LossScaleOptimizer  # pylint: disable=unidiomatic-typecheck
   assert opt.inner_optimizer is sgd
   x, y = _data(8)
   before = [w.numpy().copy() for w in model.trainable_weights]
@@ -233,7 +236,7 @@ def test_policy_v1_fit_under_mirrored_strategy(mirrored_strategy):
     with policy_module.policy_scope(PolicyV1("mixed_float16", loss_scale=32)):
       model = _model()
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
-  assert type(model.optimizer) is keras_optimizer.LossScaleOptimizerV1  # pylint: disable=unidiomatic-typecheck
+  assert type(model.optimizer) is LossScaleOptimizerV1  # pylint: disable=unidiomatic-typecheck
   x, y = _data(8)
   history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
   assert np.isfinite(history.history["loss"][0])

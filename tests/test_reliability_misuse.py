@@ -20,7 +20,7 @@ import tensorflow as tf
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import _device_check
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _inner
 
 MODES = ["eager", "function", "mirrored_eager", "mirrored_function"]
 
@@ -574,7 +574,7 @@ def test_clipping_order_unavailable_warns_once(mirrored_strategy, monkeypatch,
   owner = next(c for c in type(opt.inner_optimizer).__mro__
                if "_all_reduce_sum_gradients" in vars(c))
   original = vars(owner)["_all_reduce_sum_gradients"]
-  monkeypatch.setattr(keras_optimizer, "_warned_clip_order", [])
+  monkeypatch.setattr(_inner, "_warned_clip_order", [])
   monkeypatch.delattr(owner, "_all_reduce_sum_gradients")
   # Keras 3 still needs the method to run the step; only our lookup fails.
   monkeypatch.setattr(type(opt.inner_optimizer), "__getattr__",

@@ -36,7 +36,8 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _keras2_config
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-(\d+)$")
@@ -344,7 +345,7 @@ class Plan:
 
 
 def inner_optimizer_of(optimizer):
-  if isinstance(optimizer, keras_optimizer.LossScaleOptimizer):
+  if isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer):
     return optimizer.inner_optimizer
   return optimizer
 
@@ -557,7 +558,7 @@ def assign(plan, optimizers):
     inner = inner_optimizer_of(optimizer)
     with tf.init_scope():
       report.iterations = int(inner.iterations.numpy())
-      if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+      if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
           optimizer.dynamic):
         report.loss_scale = float(optimizer.loss_scale.numpy())
         report.counter = int(optimizer.dynamic_counter.numpy())
@@ -597,7 +598,7 @@ def _expected_optimizer_objects(optimizer):
   inner = inner_optimizer_of(optimizer)
   for v in inner.variables:
     expected.append((v, f"optimizer/{v.name}"))
-  if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+  if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
       optimizer.dynamic):
     state = optimizer._loss_scale  # pylint: disable=protected-access
     expected.append((state.current_loss_scale, "optimizer/loss_scale"))
@@ -652,8 +653,8 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
         plan.hyper[name] = (inner, _number(value))
         plan.hyper_keys.append(key)
 
-  slot_names = keras_optimizer.TF2_SLOT_NAMES.get(
-      keras_optimizer.keras_class_name(inner), {})
+  slot_names = _keras2_config.TF2_SLOT_NAMES.get(
+      _keras2_config.keras_class_name(inner), {})
   for slot in graph.nodes[inner_node].slot_variables:
     info = graph.variable(slot.slot_variable_node_id)
     if info is None:
@@ -672,7 +673,7 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
   loss_scale_node = graph.child(optimizer_node, "loss_scale")
   if loss_scale_node is None:
     return
-  dynamic = (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+  dynamic = (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
              optimizer.dynamic)
   for name, attr in (("current_loss_scale", "current_loss_scale"),
                      ("good_steps", "counter")):

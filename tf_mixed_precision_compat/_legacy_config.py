@@ -20,14 +20,15 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _inner
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import policy as policy_module
 
 _MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 _LSO_CLASSES = {
-    "LossScaleOptimizer": keras_optimizer.LossScaleOptimizer,
+    "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
     # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
-    "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizer,
+    "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
 }
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
@@ -248,8 +249,7 @@ def build_optimizer(optimizer_config, source, custom_objects):
       # TF 2.3's keys; our `from_config` reads both formats.
       cls = _LSO_CLASSES[class_name]
       return cls.from_config(options, custom_objects=custom_objects)
-    return keras_optimizer._deserialize_optimizer(optimizer_config,  # pylint: disable=protected-access
-                                                  custom_objects)
+    return _inner.deserialize(optimizer_config, custom_objects)
   except (TypeError, ValueError, KeyError, AttributeError) as e:
     raise ValueError(f"{source!r}: cannot rebuild the optimizer "
                      f"{class_name!r}: {type(e).__name__}: {e}") from e
@@ -299,7 +299,7 @@ def _compile(model, training_config, source, custom_objects):
 
 
 def log_no_loss_scale(source, optimizer):
-  if (isinstance(optimizer, keras_optimizer.LossScaleOptimizer) and
+  if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
       optimizer.dynamic):
     tf.get_logger().warning(
         "%s does not store the dynamic loss scale or its counter (TF 2.x H5 "

@@ -37,7 +37,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _legacy_checkpoint
 from tf_mixed_precision_compat import _legacy_config
 from tf_mixed_precision_compat import _legacy_saved_model
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _keras2_config
 from tf_mixed_precision_compat import legacy
 
 # Keys only Keras 3 serialization writes; configs with them stay Keras 3's.
@@ -72,7 +72,7 @@ def is_tf2x_optimizer_config(config):
   if class_name in _legacy_config._LSO_CLASSES:  # pylint: disable=protected-access
     return ({"optimizer", "loss_scale"} <= options.keys() or
             {"inner_optimizer", "dynamic"} <= options.keys())
-  return (class_name.lower() in keras_optimizer._KERAS2_OPTIMIZERS and  # pylint: disable=protected-access
+  return (class_name.lower() in _keras2_config.KERAS2_OPTIMIZERS and
           any(k in options for k in _KERAS2_OPTIMIZER_KEYS))
 
 

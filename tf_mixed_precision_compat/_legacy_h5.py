@@ -15,7 +15,7 @@ import numpy as np
 
 from tf_mixed_precision_compat import _legacy_checkpoint
 from tf_mixed_precision_compat import _legacy_config
-from tf_mixed_precision_compat import keras_optimizer
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
 
 def _names(group, source, attribute="weight_names", required=True):
@@ -147,8 +147,8 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
 
 def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
   inner = _legacy_checkpoint.inner_optimizer_of(optimizer)
-  slots = keras_optimizer.TF2_SLOT_NAMES.get(
-      keras_optimizer.keras_class_name(inner), {})
+  slots = _keras2_config.TF2_SLOT_NAMES.get(
+      _keras2_config.keras_class_name(inner), {})
   # Longest names first, so "a/b/kernel" wins over "b/kernel".
   known = sorted(by_tf_name, key=len, reverse=True)
   for name in _names(group, path):

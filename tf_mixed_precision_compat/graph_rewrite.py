@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import v1_optimizer
+from tf_mixed_precision_compat.optimizers import v1_optimizer
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -116,12 +116,13 @@ def _mixed_keras_policy_name():
 def _keras_wrapper_classes():
   """Keras loss-scale optimizer classes that must not be wrapped again."""
   classes = []
-  ours = sys.modules.get(f"{__package__}.keras_optimizer")
-  if ours is not None:
-    for attr in ("LossScaleOptimizer", "LossScaleOptimizerV1"):
-      cls = getattr(ours, attr, None)
-      if isinstance(cls, type):
-        classes.append(cls)
+  for module_name, attr in (
+      ("optimizers.loss_scale_optimizer", "LossScaleOptimizer"),
+      ("optimizers.loss_scale_optimizer_v1", "LossScaleOptimizerV1")):
+    ours = sys.modules.get(f"{__package__}.{module_name}")
+    cls = getattr(ours, attr, None)
+    if isinstance(cls, type):
+      classes.append(cls)
   for module_name in ("keras", "tf_keras"):
     module = sys.modules.get(module_name)
     cls = getattr(getattr(module, "mixed_precision", None),
@@ -140,8 +141,8 @@ def _keras_loss_scale_optimizer():
   if target is not None:
     return target.LossScaleOptimizerV1
   # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat import keras_optimizer
-  return keras_optimizer.LossScaleOptimizerV1
+  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
+  return loss_scale_optimizer_v1.LossScaleOptimizerV1
 
 
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):

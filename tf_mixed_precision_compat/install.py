@@ -65,10 +65,10 @@ from tf_mixed_precision_compat import _checkpoint_restore
 from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat import _tf_keras_restore
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat import keras_optimizer
 from tf_mixed_precision_compat import loss_scale
 from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 __all__ = ["install", "installed", "uninstall"]
 
@@ -88,9 +88,9 @@ def _legacy_custom_objects():
   """Class names TF 2.3/2.4 wrote into configs, mapped to ours."""
   objects = policy.custom_objects()  # Policy and PolicyV1, as TF 2.4 loaded.
   objects.update({
-      "LossScaleOptimizer": keras_optimizer.LossScaleOptimizer,
+      "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
       # TF 2.4.4 deserialized its V1 configs as LossScaleOptimizer.
-      "LossScaleOptimizerV1": keras_optimizer.LossScaleOptimizer,
+      "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
       "FixedLossScale": loss_scale.FixedLossScale,
       "DynamicLossScale": loss_scale.DynamicLossScale,
   })

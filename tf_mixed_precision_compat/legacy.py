@@ -45,7 +45,8 @@ from tf_mixed_precision_compat import _legacy_h5
 from tf_mixed_precision_compat import _legacy_saved_model
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
 from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
-from tf_mixed_precision_compat.keras_optimizer import LossScaleOptimizer  # noqa: F401  # pylint: disable=unused-import
+from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
+    LossScaleOptimizer)  # noqa: F401  # pylint: disable=unused-import
 
 # A file or directory path, as TF 2.4's loaders took it.
 _PathLike = Union[str, bytes, "os.PathLike[str]"]

@@ -756,16 +756,17 @@ def _loss_scale_for(model):
 
 def _wrap_optimizer(optimizer, loss_scale):
   # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat import keras_optimizer
+  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
   # pylint: enable=g-import-not-at-top
   optimizer = keras.optimizers.get(optimizer)
-  already_wrapped = (keras_optimizer.LossScaleOptimizer,
+  already_wrapped = (loss_scale_optimizer.LossScaleOptimizer,
                      keras.optimizers.LossScaleOptimizer)
   if isinstance(optimizer, already_wrapped):
     return optimizer
   if isinstance(loss_scale, str) and loss_scale == "dynamic":
-    return keras_optimizer.LossScaleOptimizer(optimizer)
-  return keras_optimizer.LossScaleOptimizerV1(optimizer, loss_scale)
+    return loss_scale_optimizer.LossScaleOptimizer(optimizer)
+  return loss_scale_optimizer_v1.LossScaleOptimizerV1(optimizer, loss_scale)
 
 
 def _make_compile(original):

@@ -3,7 +3,7 @@
 Two targets share one code base:
 
 * `KERAS3` (the default on TF 2.16+): `tf.keras` is Keras 3; the Keras
-  classes are those of `keras_optimizer` and `policy`.
+  classes are those of `optimizers/` and `policy`.
 * `TF_KERAS` (`TF_USE_LEGACY_KERAS=1` with `tf_keras` installed): `tf.keras`
   is tf_keras 2.x, which still has TF 2.4's mixed-precision design; the Keras
   classes are the thin ones of `tf_keras_target`, built on tf_keras's own.

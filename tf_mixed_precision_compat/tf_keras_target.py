@@ -21,8 +21,8 @@ import tensorflow as tf
 import tf_keras
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import _v1_args
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.optimizers import _v1_args
 
 _LSO_V2, _LSO_V3, _LSO_META = (
     _private_api.tf_keras_loss_scale_optimizer_classes())
@@ -341,8 +341,8 @@ def custom_objects():
 
 
 REPLACEMENTS = {
-    "keras_optimizer.LossScaleOptimizer": LossScaleOptimizer,
-    "keras_optimizer.LossScaleOptimizerV1": LossScaleOptimizerV1,
+    "loss_scale_optimizer.LossScaleOptimizer": LossScaleOptimizer,
+    "loss_scale_optimizer_v1.LossScaleOptimizerV1": LossScaleOptimizerV1,
     "policy.Policy": Policy,
     "policy.PolicyV1": PolicyV1,
     "policy.global_policy": global_policy,

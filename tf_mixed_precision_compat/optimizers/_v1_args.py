@@ -1,17 +1,25 @@
 """TF 2.3's `loss_scale` argument, as the non-experimental TF 2.4 arguments.
 
 The experimental `LossScaleOptimizer(optimizer, loss_scale)` of both targets
-(Keras 3: `keras_optimizer`; tf_keras: `tf_keras_target`) is the
+(Keras 3: `loss_scale_optimizer_v1`; tf_keras: `tf_keras_target`) is the
 non-experimental class configured from a TF 2.3 loss scale; this is that
-conversion, with the deprecation message TF 2.4 logged for each kind.
+conversion, with the deprecation message TF 2.4 logged for each kind, and the
+conversion of a TF 2.3 config's serialized loss scale (`tf23_config_arguments`).
+
+Example:
+
+>>> tf23_config_arguments({"class_name": "FixedLossScale",
+...                        "config": {"loss_scale_value": 128.0}})
+{'dynamic': False, 'initial_scale': 128.0}
 """
 
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 
-_DEFAULT_INITIAL_SCALE = 2**15
-_DEFAULT_GROWTH_STEPS = 2000
+# TF 2.4's LossScaleOptimizer defaults.
+DEFAULT_INITIAL_SCALE = 2**15
+DEFAULT_GROWTH_STEPS = 2000
 V1_WARNING_PREFIX = (
     "tf.keras.mixed_precision.experimental.LossScaleOptimizer is deprecated. "
     "Please use tf.keras.mixed_precision.LossScaleOptimizer instead. ")
@@ -75,9 +83,9 @@ def _dynamic_arguments(loss_scale):
                      "DynamicLossScale.multiplier must be 2. Got: "
                      f"{loss_scale}")
   kwargs = {}
-  if loss_scale.initial_loss_scale != _DEFAULT_INITIAL_SCALE:
+  if loss_scale.initial_loss_scale != DEFAULT_INITIAL_SCALE:
     kwargs["initial_scale"] = loss_scale.initial_loss_scale
-  if loss_scale.increment_period != _DEFAULT_GROWTH_STEPS:
+  if loss_scale.increment_period != DEFAULT_GROWTH_STEPS:
     kwargs["dynamic_growth_steps"] = loss_scale.increment_period
   extra = "".join(f", {k}={v}" for k, v in kwargs.items())
   message = (V1_WARNING_PREFIX +
@@ -87,3 +95,39 @@ def _dynamic_arguments(loss_scale):
              "  opt = tf.keras.mixed_precision.experimental."
              f"LossScaleOptimizer(opt{extra})\n")
   return kwargs, message
+
+
+def tf23_config_arguments(serialized):
+  """TF 2.4 constructor arguments equivalent to a TF 2.3 config's loss scale.
+
+  Args:
+    serialized: The `loss_scale` entry of a TF 2.3 `LossScaleOptimizer`
+      config.
+
+  Returns:
+    `{"dynamic", "initial_scale"}`, plus `"dynamic_growth_steps"` when
+    dynamic.
+
+  Raises:
+    ValueError: For a dynamic multiplier other than 2, or a loss scale
+      neither fixed nor dynamic.
+  """
+  loss_scale = loss_scale_module.deserialize(serialized)
+  if isinstance(loss_scale, _fixed_types()):
+    return {
+        "dynamic": False,
+        "initial_scale": loss_scale._loss_scale_value  # noqa: SLF001  # TF exposes no getter.
+    }
+  if isinstance(loss_scale, _dynamic_types()):
+    if loss_scale.multiplier != 2:
+      raise ValueError("Cannot deserialize LossScaleOptimizer with a "
+                       "DynamicLossScale whose multiplier is not 2. Got "
+                       f"DynamicLossScale: {loss_scale}")
+    return {
+        "dynamic": True,
+        "initial_scale": loss_scale.initial_loss_scale,
+        "dynamic_growth_steps": loss_scale.increment_period,
+    }
+  raise ValueError(
+      "Serialized LossScaleOptimizers with a LossScale that is neither a "
+      "FixedLossScale nor a DynamicLossScale can no longer be deserialized")

@@ -1,0 +1,235 @@
+"""What a loss-scale wrapper hands to the optimizer it wraps, as TF 2.4 did.
+
+`InnerDelegation` is the part of TF 2.4's `LossScaleOptimizer` that is the
+inner optimizer seen through the wrapper:
+
+* hyperparameters: reading or setting one of the inner optimizer's
+  hyperparameters through the wrapper reaches the inner optimizer; other
+  attributes (Adam's `epsilon`) do not. `learning_rate` (`lr`), the clipping
+  options and `iterations` are properties that read and write the inner
+  optimizer's;
+* variables and slots: `variables`, `weights`, `add_weight`, `add_slot`,
+  `get_slot` (also under TF 2.x's slot names for a Keras 3 inner optimizer),
+  `get_slot_names`;
+* checkpoints: the wrapper is invisible to `tf.train.Checkpoint`; its
+  children are the inner optimizer's plus its own (`_wrapper_children`), and
+  restorations waiting for variables the inner optimizer creates later are
+  queued on the inner optimizer. So a bare optimizer's checkpoint restores
+  into a wrapped one and back.
+
+The class using it sets `_optimizer` (the inner optimizer) and `_adapter` (its
+`_inner.InnerOptimizer`) and defines `_wrapper_children()`.
+
+Example:
+
+>>> from tf_mixed_precision_compat import LossScaleOptimizer
+>>> opt = LossScaleOptimizer(tf.keras.optimizers.Adam(beta_1=0.8))
+>>> opt.beta_1 = 0.7
+>>> opt.inner_optimizer.beta_1
+0.7
+"""
+
+import tensorflow as tf
+
+
+def _delegated_property(name):
+  """A property reading and writing the inner optimizer's `name`."""
+
+  def getter(self):
+    return getattr(self._optimizer, name)
+
+  def setter(self, value):
+    inner = self.__dict__.get("_optimizer")
+    # Keras 3's constructor sets these on the wrapper before it wraps.
+    if inner is not None:
+      setattr(inner, name, value)
+
+  return property(getter, setter, doc=f"The inner optimizer's {name}.")
+
+
+class InnerDelegation:
+  """Mixin: the inner optimizer's hyperparameters, variables and trackables.
+
+  See the module docstring.
+  """
+
+  # ------------------------------------------------- hyperparameters --
+
+  def __getattr__(self, name):
+    # Only reached when normal lookup fails: TF 2.4 then tried the inner
+    # optimizer's hyperparameters.
+    adapter = self.__dict__.get("_adapter")
+    if (adapter is not None and not name.startswith("__") and
+        name in adapter.hyperparameter_names()):
+      return getattr(adapter.optimizer, name)
+    raise AttributeError(
+        f"'{type(self).__name__}' object has no attribute '{name}'")
+
+  def __setattr__(self, name, value):
+    adapter = self.__dict__.get("_adapter")
+    if (adapter is not None and name not in ("_optimizer", "_adapter") and
+        name in adapter.hyperparameter_names() and
+        name not in self.__dict__ and not hasattr(type(self), name)):
+      setattr(adapter.optimizer, name, value)
+      return
+    super().__setattr__(name, value)
+
+  def __dir__(self):
+    result = set(super().__dir__())
+    adapter = self.__dict__.get("_adapter")
+    if adapter is not None:
+      result |= adapter.hyperparameter_names()
+      result -= adapter.dir_hidden
+    return sorted(result)
+
+  @property
+  def iterations(self):
+    """The inner optimizer's step counter (settable, as in TF 2.4)."""
+    return self._optimizer.iterations
+
+  @iterations.setter
+  def iterations(self, value):
+    adapter = self.__dict__.get("_adapter")
+    if adapter is None:  # Keras 3's constructor, before there is an inner one.
+      return
+    adapter.set_iterations(value)
+
+  @property
+  def learning_rate(self):
+    """The inner optimizer's learning rate (settable)."""
+    return self._optimizer.learning_rate
+
+  @learning_rate.setter
+  def learning_rate(self, value):
+    inner = self.__dict__.get("_optimizer")
+    if inner is not None:
+      inner.learning_rate = value
+
+  lr = learning_rate
+  clipnorm = _delegated_property("clipnorm")
+  clipvalue = _delegated_property("clipvalue")
+  global_clipnorm = _delegated_property("global_clipnorm")
+
+  # ---------------------------------------------- variables and slots --
+
+  @property
+  def variables(self):
+    """The inner optimizer's variables; also callable, as TF 2.4's method."""
+    return self._adapter.variables()
+
+  @property
+  def weights(self):
+    """The inner optimizer's variables."""
+    return list(self.variables)
+
+  def get_weights(self):
+    """The inner optimizer's variable values, as NumPy arrays."""
+    return [v.numpy() for v in self.variables]
+
+  def set_weights(self, weights):
+    """Sets the inner optimizer's variable values."""
+    return self._optimizer.set_weights(weights)
+
+  def finalize_variable_values(self, var_list):
+    self._optimizer.finalize_variable_values(var_list)
+
+  def add_weight(self, name, shape, dtype=None, initializer="zeros",
+                 trainable=None,
+                 synchronization=tf.VariableSynchronization.AUTO,
+                 aggregation=tf.VariableAggregation.NONE):
+    """Adds a non-trainable variable to the inner optimizer.
+
+    Keras 3 optimizer variables are never trainable and always synchronized
+    on write; `trainable` and `synchronization` are accepted for TF 2.4 code.
+    """
+    del trainable, synchronization
+    return self._adapter.add_weight(name, shape, dtype, initializer,
+                                    aggregation)
+
+  def add_slot(self, var, slot_name, initializer="zeros"):
+    """Adds a per-variable optimizer variable named after `var`."""
+    return self._adapter.add_slot(var, slot_name, initializer)
+
+  def get_slot(self, var, slot_name):
+    """The inner optimizer's variable `slot_name` for `var`.
+
+    For Keras 3 inner optimizers both Keras 3's slot names and the names TF
+    2.x's optimizers gave the same slots are accepted (see
+    `get_slot_names`), so `get_slot(var, "m")` of TF 2.4 code finds Adam's
+    first moment.
+
+    Args:
+      var: A variable the inner optimizer updates.
+      slot_name: A slot name, Keras 3's or TF 2.x's.
+
+    Returns:
+      The slot variable.
+
+    Raises:
+      KeyError: If there is no such slot.
+
+    Example:
+
+    >>> from tf_mixed_precision_compat import LossScaleOptimizer
+    >>> opt = LossScaleOptimizer(tf.keras.optimizers.Adam())
+    >>> var = tf.Variable([1.0])
+    >>> _ = opt.apply_gradients([(tf.constant([0.5]), var)])
+    >>> opt.get_slot(var, "m") is opt.get_slot(var, "momentum")
+    True
+    """
+    return self._adapter.get_slot(var, slot_name)
+
+  def get_slot_names(self):
+    """Names of the inner optimizer's per-variable variables (slots).
+
+    For a Keras 3 inner optimizer these are Keras 3's names, the names its
+    slot variables carry. `get_slot` also accepts the names TF 2.x's
+    optimizers used for the same slots:
+
+    | Optimizer | TF 2.x name -> Keras 3 name                          |
+    |-----------|------------------------------------------------------|
+    | SGD       | momentum -> momentum                                 |
+    | Adam(W)   | m -> momentum, v -> velocity, vhat -> velocity_hat   |
+    | Adamax    | m -> momentum, v -> norm                             |
+    | Nadam     | m -> momentum, v -> velocity                         |
+    | RMSprop   | rms -> velocity, momentum -> momentum,               |
+    |           | mg -> average_gradient                               |
+    | Adagrad   | accumulator -> accumulator                           |
+    | Adadelta  | accum_grad -> accumulated_grad,                      |
+    |           | accum_var -> accumulated_delta_var                   |
+    | Ftrl      | accumulator -> accumulator, linear -> linear         |
+
+    A tf_keras inner optimizer answers with its own names.
+
+    Returns:
+      A list of slot names, in the order the slots were created.
+    """
+    return self._adapter.get_slot_names()
+
+  # ------------------------------------------------------ checkpoints --
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = dict(self._adapter.trackable_children(save_type, **kwargs))
+    children.update(self._wrapper_children())
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    if cached_dependencies:
+      return cached_dependencies.get(name)
+    own = self._wrapper_children()
+    if name in own:
+      return own[name]
+    return self._adapter.lookup_dependency(name)
+
+  @property
+  def _deferred_dependencies(self):
+    # Restorations waiting for variables the inner optimizer creates later
+    # (Keras 3 builds lazily) must be found by the inner optimizer.
+    adapter = self.__dict__.get("_adapter")
+    if adapter is None:
+      return self._self_unconditional_deferred_dependencies
+    return adapter.deferred_dependencies()
+
+  def _wrapper_children(self):
+    """The wrapper's own checkpoint children, by name."""
+    return {}

@@ -1,0 +1,440 @@
+"""The wrapped (inner) optimizer, one adapter per kind.
+
+`LossScaleOptimizer` wraps two kinds of optimizer, which differ in how they
+apply gradients, count steps, create and name their variables, and serialize:
+
+* a Keras 3 optimizer (`keras.optimizers.*`, which is `tf.keras.optimizers`
+  on the default target): `Keras3Inner`;
+* a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy.*`, TF 2.4's own class,
+  when tf_keras is installed): `OptimizerV2Inner`.
+
+Every difference between them lives here: the wrapper asks its adapter
+(`adapt(inner_optimizer)`) and has no per-kind branch. tf_keras's current
+optimizers (`tf_keras.optimizers.Adam`, ...) are the third kind a TF 2.x job
+may hold; tf_keras's own `LossScaleOptimizer` wraps them on the tf_keras
+target (`tf_keras_target`), and this wrapper refuses them.
+
+Example:
+
+>>> adapt(tf.keras.optimizers.SGD(0.1)).hyperparameter_names() == {
+...     "learning_rate", "momentum"}
+True
+"""
+
+import contextlib
+import inspect
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_mixed_precision_compat.optimizers import _keras2_config
+
+try:  # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
+  import tf_keras as _tf_keras  # pylint: disable=g-import-not-at-top
+except ImportError:  # pragma: no cover - tf_keras is optional
+  _tf_keras = None
+
+
+class AlreadyWrappedError(ValueError, AttributeError):
+  """A LossScaleOptimizer was given another one to wrap.
+
+  TF 2.4 failed on this with an `AttributeError` (the wrapped optimizer
+  lacked `_hyper`); this package has always raised `ValueError`. The error is
+  both, so code catching either still catches it.
+  """
+
+
+class VariableList(list):
+  """A list of variables that can also be called, returning itself.
+
+  TF 2.4's optimizers had a `variables()` method; Keras 3's have a
+  `variables` property. Both spellings work on this list.
+  """
+
+  def __call__(self):
+    return list(self)
+
+
+def _as_iterations(value):
+  """`value` as the int64 value of a step counter.
+
+  Raises:
+    ValueError: If `value` is not a known non-negative integer scalar.
+  """
+  if isinstance(value, (tf.Variable, keras.Variable)):
+    value = tf.convert_to_tensor(value)
+  try:
+    static = None if isinstance(value, bool) else tf.get_static_value(value)
+  except (TypeError, ValueError):  # Not convertible to a tensor.
+    static = None
+  array = None if static is None else np.asarray(static)
+  if (array is None or array.ndim != 0 or
+      not np.issubdtype(array.dtype, np.integer) or array < 0):
+    raise ValueError('"iterations" must be set to a non-negative integer '
+                     f"scalar, but got: {value!r}")
+  return np.int64(array)
+
+
+class InnerOptimizer:
+  """What the wrapper needs of its inner optimizer; the common part.
+
+  Attributes:
+    optimizer: The inner optimizer itself.
+  """
+
+  # Names the wrapper's dir() leaves out (see `Keras3Inner`).
+  dir_hidden: frozenset = frozenset()
+
+  def __init__(self, optimizer):
+    self.optimizer = optimizer
+
+  @classmethod
+  def holds(cls, optimizer):
+    """Whether `optimizer` is of this adapter's kind."""
+    raise NotImplementedError
+
+  @classmethod
+  def is_loss_scale_optimizer(cls, optimizer):
+    """Whether `optimizer` (of this kind) already scales losses."""
+    raise NotImplementedError
+
+  def hyperparameter_names(self):
+    """Attributes the wrapper reads and sets on the inner optimizer."""
+    raise NotImplementedError
+
+  def build(self, var_list):
+    if not getattr(self.optimizer, "built", True):
+      self.optimizer.build(var_list)
+
+  def check_variables_are_known(self, variables):
+    """Raises, as the inner optimizer would, for variables it lacks.
+
+    Only optimizers that are built with their variables (Keras 3's) check.
+    """
+    check = getattr(self.optimizer, "_check_variables_are_known", None)
+    if check is not None:
+      check(variables)
+
+  def built_variables(self):
+    """The variables the inner optimizer was built with."""
+    return self.optimizer._trainable_variables
+
+  def iterations_variable(self):
+    """The step counter, which a skipped step increments."""
+    variable = getattr(self.optimizer, "_iterations", None)
+    return variable if variable is not None else self.optimizer.iterations
+
+  def trackable_children(self, save_type, **kwargs):
+    return self.optimizer._trackable_children(save_type, **kwargs)
+
+  def lookup_dependency(self, name):
+    return self.optimizer._lookup_dependency(name)
+
+  def deferred_dependencies(self):
+    return self.optimizer._deferred_dependencies
+
+
+class Keras3Inner(InnerOptimizer):
+  """A Keras 3 optimizer, given TF 2.4's optimizer API."""
+
+  # tf.train.Checkpoint saves the slots of objects whose dir() has
+  # `get_slot_names` a second time, as `.OPTIMIZER_SLOT` entries; Keras 3
+  # optimizers already checkpoint them as their own children.
+  dir_hidden = frozenset({"get_slot_names"})
+
+  @classmethod
+  def holds(cls, optimizer):
+    return isinstance(optimizer, keras.optimizers.Optimizer)
+
+  @classmethod
+  def is_loss_scale_optimizer(cls, optimizer):
+    return isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+  def hyperparameter_names(self):
+    return _keras2_config.hyperparameter_names(self.optimizer)
+
+  def check_aggregation(self, experimental_aggregate_gradients):
+    """Refuses unaggregated gradients under several replicas.
+
+    Raises:
+      ValueError: For `experimental_aggregate_gradients=False` with replicas.
+    """
+    if (not experimental_aggregate_gradients and
+        tf.distribute.get_strategy().num_replicas_in_sync > 1):
+      raise ValueError(
+          "experimental_aggregate_gradients=False is not supported with "
+          "Keras 3 inner optimizers under several replicas: they always sum "
+          "gradients across replicas. Pass unaggregated gradients instead.")
+
+  def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
+    # TF 2.4 handed `name` on positionally: an inner optimizer subclass
+    # whose `apply_gradients` takes a second argument (a clip norm, say)
+    # received it there. Keras 3's own `apply_gradients` takes no such
+    # argument.
+    args, kwargs = _forwarded_apply_arguments(
+        self.optimizer.apply_gradients, name, experimental_aggregate_gradients)
+    self.optimizer.apply_gradients(pairs, *args, **kwargs)
+
+  def clip_after_sum(self, distribution):
+    return _clip_after_sum(self.optimizer, distribution)
+
+  def set_iterations(self, value):
+    # Keras 3 optimizers create their counter with themselves and cannot
+    # replace it; TF 2.4 code setting it means its value.
+    self.iterations_variable().assign(_as_iterations(value))
+
+  def variables(self):
+    return VariableList(self.optimizer.variables)
+
+  def add_weight(self, name, shape, dtype, initializer, aggregation):
+    aggregation = {
+        tf.VariableAggregation.NONE: "none",
+        tf.VariableAggregation.SUM: "sum",
+        tf.VariableAggregation.MEAN: "mean",
+        tf.VariableAggregation.ONLY_FIRST_REPLICA: "only_first_replica",
+    }.get(aggregation, aggregation)
+    return self.optimizer.add_variable(
+        shape, initializer=initializer, dtype=dtype, aggregation=aggregation,
+        name=name)
+
+  def add_slot(self, var, slot_name, initializer):
+    existing = self._find_slot(var, slot_name)
+    if existing is not None:
+      return existing
+    return self.optimizer.add_variable_from_reference(
+        var, name=slot_name, initializer=initializer)
+
+  @staticmethod
+  def _slot_prefix(var):
+    if hasattr(var, "path"):
+      return var.path.replace("/", "_") + "_"
+    return str(var.name).replace("/", "_").replace(":", "_") + "_"
+
+  def _find_slot(self, var, slot_name):
+    wanted = self._slot_prefix(var) + slot_name
+    for v in self.optimizer.variables:
+      if v.name == wanted:
+        return v
+    return None
+
+  def get_slot(self, var, slot_name):
+    """The slot, under its Keras 3 name or its TF 2.x one."""
+    slot = self._find_slot(var, slot_name)
+    if slot is None:
+      keras3_name = _keras2_config.TF2_SLOT_NAMES.get(
+          _keras2_config.keras_class_name(self.optimizer), {}).get(slot_name)
+      if keras3_name is not None:
+        slot = self._find_slot(var, keras3_name)
+    if slot is None:
+      raise KeyError(f"No slot {slot_name!r} for variable {var.name!r}; "
+                     f"slots: {self.get_slot_names()}")
+    return slot
+
+  def get_slot_names(self):
+    """Keras 3's slot names, in the order the slots were created."""
+    prefixes = sorted(
+        (self._slot_prefix(v)
+         for v in getattr(self.optimizer, "_trainable_variables", [])),
+        key=len, reverse=True)
+    names = []
+    for v in self.optimizer.variables:
+      for prefix in prefixes:
+        if v.name.startswith(prefix):
+          suffix = v.name[len(prefix):]
+          if suffix not in names:
+            names.append(suffix)
+          break
+    return names
+
+  def serialize(self):
+    return keras.optimizers.serialize(self.optimizer)
+
+
+class OptimizerV2Inner(InnerOptimizer):
+  """A tf_keras OptimizerV2: TF 2.4's own optimizer, which has its API."""
+
+  @classmethod
+  def holds(cls, optimizer):
+    return _tf_keras is not None and isinstance(
+        optimizer, _tf_keras.optimizers.legacy.Optimizer)
+
+  @classmethod
+  def is_loss_scale_optimizer(cls, optimizer):
+    return "LossScaleOptimizer" in type(optimizer).__name__
+
+  def hyperparameter_names(self):
+    return frozenset(self.optimizer._hyper)
+
+  def check_aggregation(self, experimental_aggregate_gradients):
+    del experimental_aggregate_gradients  # OptimizerV2 takes either.
+
+  def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
+    self.optimizer.apply_gradients(
+        pairs, name,
+        experimental_aggregate_gradients=experimental_aggregate_gradients)
+
+  def clip_after_sum(self, distribution):
+    del distribution  # OptimizerV2 sums the replicas' gradients, then clips.
+    return contextlib.nullcontext()
+
+  def set_iterations(self, value):
+    self.optimizer.iterations = value  # TF 2.4's rules, which tf_keras keeps.
+
+  def variables(self):
+    return VariableList(self.optimizer.variables())
+
+  def add_weight(self, name, shape, dtype, initializer, aggregation):
+    del aggregation  # As TF 2.4's wrapper, which passed on the first four.
+    return self.optimizer.add_weight(name, shape, dtype, initializer)
+
+  def add_slot(self, var, slot_name, initializer):
+    return self.optimizer.add_slot(var, slot_name, initializer)
+
+  def get_slot(self, var, slot_name):
+    return self.optimizer.get_slot(var, slot_name)
+
+  def get_slot_names(self):
+    return self.optimizer.get_slot_names()
+
+  def serialize(self):
+    return _tf_keras.optimizers.serialize(self.optimizer)
+
+
+_KINDS = (Keras3Inner, OptimizerV2Inner)
+
+
+def kind_of(optimizer):
+  """The adapter class for `optimizer`; None for what the wrapper refuses."""
+  for kind in _KINDS:
+    if kind.holds(optimizer):
+      return kind
+  return None
+
+
+def adapt(optimizer):
+  """The adapter for `optimizer`.
+
+  Args:
+    optimizer: The optimizer to wrap.
+
+  Returns:
+    An `InnerOptimizer`.
+
+  Raises:
+    AlreadyWrappedError: If `optimizer` already scales losses.
+    TypeError: If it is neither a Keras 3 optimizer nor an OptimizerV2.
+  """
+  kind = kind_of(optimizer)
+  if kind is not None and kind.is_loss_scale_optimizer(optimizer):
+    name = type(optimizer).__name__
+    raise AlreadyWrappedError(
+        f'"inner_optimizer" is already a LossScaleOptimizer ({name}); '
+        "wrapping it again would scale the loss twice. Pass its "
+        "inner_optimizer instead. (TF 2.4 failed here with AttributeError: "
+        f"'{name}' object has no attribute '_hyper'.)")
+  if kind is None:
+    raise TypeError(
+        '"inner_optimizer" must be an instance of '
+        "`tf.keras.optimizers.Optimizer` (a Keras 3 optimizer) or of a "
+        f"legacy tf_keras OptimizerV2, but got: {optimizer}")
+  return kind(optimizer)
+
+
+def deserialize(config, custom_objects=None):
+  """An inner optimizer from what a config holds: itself or its config.
+
+  Args:
+    config: An optimizer of a kind the wrapper takes, or what
+      `_keras2_config.deserialize_serialized_optimizer` takes.
+    custom_objects: Optional dict of user classes, by name.
+
+  Returns:
+    The optimizer.
+
+  Raises:
+    ValueError: For a config Keras 3 cannot honour, or anything else.
+  """
+  if kind_of(config) is not None:
+    return config
+  return _keras2_config.deserialize_serialized_optimizer(config,
+                                                         custom_objects)
+
+
+def _clips(inner):
+  return any(getattr(inner, attr, None)
+             for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
+
+
+_warned_clip_order: list[bool] = []
+
+
+@contextlib.contextmanager
+def _clip_after_sum(inner, distribution):
+  """Makes a Keras 3 `inner` clip the replicas' sum, as TF 2.4 did.
+
+  TF 2.4's optimizers summed the gradients over replicas, then clipped the
+  sum; Keras 3's clip each replica's gradients, then sum them, so with
+  several replicas a clipped step moves further (TF 2.4's own clipping test
+  gives [-3.] instead of [1.] on two replicas). For the duration of the
+  apply, the inner optimizer's clipping is moved after its all-reduce by
+  shadowing, on the instance, the two Keras 3 methods that do them (the
+  technique `_gated_apply` uses for writes). With one replica nothing
+  changes. If this Keras lacks the methods, the order cannot be had: a
+  warning says so, once.
+  """
+  if distribution.num_replicas_in_sync == 1 or not _clips(inner):
+    yield
+    return
+  clip = getattr(type(inner), "_clip_gradients", None)
+  all_reduce = getattr(type(inner), "_all_reduce_sum_gradients", None)
+  if clip is None or all_reduce is None:
+    if not _warned_clip_order:
+      _warned_clip_order.append(True)
+      tf.get_logger().warning(
+          "LossScaleOptimizer: this Keras version clips each replica's "
+          "gradients before summing them, where TF 2.4 clipped their sum; "
+          "with clipnorm, clipvalue or global_clipnorm the steps differ "
+          "from TF 2.4's under several replicas.")
+    yield
+    return
+
+  def sum_then_clip(grads_and_vars):
+    summed = list(all_reduce(inner, grads_and_vars))
+    clipped = clip(inner, [g for g, _ in summed])
+    return list(zip(clipped, [v for _, v in summed]))
+
+  inner.__dict__["_clip_gradients"] = lambda grads: grads
+  inner.__dict__["_all_reduce_sum_gradients"] = sum_then_clip
+  try:
+    yield
+  finally:
+    del inner.__dict__["_clip_gradients"]
+    del inner.__dict__["_all_reduce_sum_gradients"]
+
+
+def _forwarded_apply_arguments(apply_gradients, name,
+                               experimental_aggregate_gradients):
+  """What of TF 2.4's `apply_gradients` arguments `apply_gradients` accepts.
+
+  Returns:
+    `(args, kwargs)`: `name` as the second positional argument where the
+    method has one, and `experimental_aggregate_gradients` where it names
+    it. Not through a bare `**kwargs`: such overrides typically pass them on
+    to Keras 3's `apply_gradients`, which takes none.
+  """
+  try:
+    parameters = list(inspect.signature(apply_gradients).parameters.values())
+  except (TypeError, ValueError):
+    return (), {}
+  positional = [p for p in parameters if p.kind in (
+      p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  takes_varargs = any(p.kind == p.VAR_POSITIONAL for p in parameters)
+  args = (name,) if len(positional) >= 2 or takes_varargs else ()
+  kwargs = {}
+  names = {p.name for p in positional[len(args) + 1:]} | {
+      p.name for p in parameters if p.kind == p.KEYWORD_ONLY}
+  if "experimental_aggregate_gradients" in names:
+    kwargs["experimental_aggregate_gradients"] = (
+        experimental_aggregate_gradients)
+  return args, kwargs

@@ -1,0 +1,181 @@
+"""TF 2.3/2.4's optimizer names and configs, as Keras 3 spells them.
+
+TF 2.3/2.4 serialized Keras 2 optimizers (`{"class_name": "Adam", "config":
+{"lr": ..., "decay": ...}}`), registered their hyperparameters with
+`_set_hyper` and named their slots `m`, `v`, `rms`... This module holds those
+names, by Keras 3 class, and the conversion of a Keras 2 optimizer config to
+the equivalent Keras 3 optimizer (`decay` becomes an `InverseTimeDecay`
+schedule). The legacy loaders use the same tables.
+
+Example:
+
+>>> opt = keras2_optimizer_to_keras3(
+...     {"class_name": "Adam", "config": {"lr": 0.5, "beta_1": 0.8}}, None)
+>>> type(opt).__name__, float(opt.learning_rate), opt.beta_1
+('Adam', 0.5, 0.8)
+"""
+
+import keras
+
+# Hyperparameters (besides `learning_rate`) that TF 2.4's optimizers
+# registered with `_set_hyper`, by Keras 3 class name. `decay` has no Keras 3
+# counterpart.
+HYPERPARAMETERS = {
+    "SGD": ("momentum",),
+    "Adam": ("beta_1", "beta_2"),
+    "Adamax": ("beta_1", "beta_2"),
+    "Nadam": ("beta_1", "beta_2"),
+    "RMSprop": ("rho", "momentum"),
+    "Adadelta": ("rho",),
+    "Adagrad": (),
+    "Ftrl": ("learning_rate_power", "l1_regularization_strength",
+             "l2_regularization_strength", "beta"),
+}
+
+# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them) and the Keras
+# 3 classes they become.
+KERAS2_OPTIMIZERS = {
+    "sgd": "SGD",
+    "adam": "Adam",
+    "adamax": "Adamax",
+    "nadam": "Nadam",
+    "rmsprop": "RMSprop",
+    "adadelta": "Adadelta",
+    "adagrad": "Adagrad",
+    "ftrl": "Ftrl",
+}
+
+# TF 2.4's slot names -> Keras 3's, by Keras 3 class name: checkpoints of
+# TF 2.x jobs name their slots so, and so does their `get_slot(var, "m")`.
+TF2_SLOT_NAMES = {
+    "SGD": {"momentum": "momentum"},
+    "Adam": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
+    "AdamW": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
+    "Adamax": {"m": "momentum", "v": "norm"},
+    "Nadam": {"m": "momentum", "v": "velocity"},
+    "RMSprop": {"rms": "velocity", "momentum": "momentum",
+                "mg": "average_gradient"},
+    "Adagrad": {"accumulator": "accumulator"},
+    "Adadelta": {"accum_grad": "accumulated_grad",
+                 "accum_var": "accumulated_delta_var"},
+    "Ftrl": {"accumulator": "accumulator", "linear": "linear"},
+}
+
+
+def keras_class_name(optimizer):
+  """The name of the built-in Keras 3 class `optimizer` is (or derives from).
+
+  Args:
+    optimizer: A Keras 3 optimizer.
+
+  Returns:
+    The class name the tables above are keyed by; a class deriving from no
+    built-in optimizer gives its own name.
+  """
+  for klass in type(optimizer).__mro__:
+    if getattr(keras.optimizers, klass.__name__, None) is klass:
+      return klass.__name__
+  return type(optimizer).__name__
+
+
+def hyperparameter_names(optimizer):
+  """`learning_rate` and what TF 2.4's counterpart of `optimizer` registered.
+
+  Returns:
+    A frozenset of attribute names.
+  """
+  return frozenset({"learning_rate"}) | frozenset(
+      HYPERPARAMETERS.get(keras_class_name(optimizer), ()))
+
+
+def deserialize_schedule(config):
+  """A learning-rate schedule from its Keras 2 or Keras 3 serialized form."""
+  if isinstance(config, dict) and "module" not in config:
+    return keras.optimizers.schedules.deserialize(config)
+  return keras.saving.deserialize_keras_object(config)
+
+
+def _keras2_options(class_name, options):
+  """Keras 2 `options` as Keras 3 constructor arguments.
+
+  Raises:
+    ValueError: For a nonzero `decay` together with a schedule.
+  """
+  if "lr" in options:
+    options.setdefault("learning_rate", options.pop("lr"))
+    options.pop("lr", None)
+  learning_rate = options.get("learning_rate", None)
+  if isinstance(learning_rate, dict):
+    learning_rate = deserialize_schedule(learning_rate)
+    options["learning_rate"] = learning_rate
+  decay = options.pop("decay", 0.0) or 0.0
+  if decay:
+    if not isinstance(learning_rate, (int, float)):
+      raise ValueError(
+          f"Cannot convert the Keras 2 {class_name} config: it combines "
+          f"decay={decay} with a learning-rate schedule, which Keras 3 "
+          "optimizers cannot honour. Fold the decay into the schedule.")
+    # Keras 2 used lr / (1 + decay * iterations): an inverse time decay.
+    options["learning_rate"] = keras.optimizers.schedules.InverseTimeDecay(
+        float(learning_rate), decay_steps=1, decay_rate=float(decay))
+  return options
+
+
+def keras2_optimizer_to_keras3(config, custom_objects):
+  """Builds the Keras 3 optimizer equivalent to a Keras 2 optimizer config.
+
+  Args:
+    config: `{"class_name": ..., "config": {...}}` as TF 2.3/2.4 serialized
+      optimizers.
+    custom_objects: Optional dict of user classes, by name.
+
+  Returns:
+    A Keras 3 optimizer.
+
+  Raises:
+    ValueError: For an unknown class or options Keras 3 cannot honour.
+  """
+  class_name = config["class_name"]
+  options = dict(config.get("config") or {})
+  if custom_objects and class_name in custom_objects:
+    return custom_objects[class_name].from_config(options)
+  keras3_name = KERAS2_OPTIMIZERS.get(class_name.lower())
+  if keras3_name is None:
+    raise ValueError(
+        f"Unknown optimizer in a TF 2.3/2.4 config: {class_name!r}. Known: "
+        f"{sorted(KERAS2_OPTIMIZERS.values())}, or pass the class in "
+        "custom_objects.")
+  options = _keras2_options(class_name, options)
+  cls = getattr(keras.optimizers, keras3_name)
+  try:
+    return cls.from_config(options)
+  except (TypeError, ValueError) as e:
+    raise ValueError(
+        f"Keras 3's {keras3_name} cannot honour the TF 2.3/2.4 {class_name} "
+        f"config {config.get('config')!r}: {e}") from e
+
+
+def deserialize_serialized_optimizer(config, custom_objects=None):
+  """An optimizer from its name, or its Keras 3 or Keras 2 config dict.
+
+  Args:
+    config: An optimizer name (`"adam"`), a dict Keras 3 serialized, or a
+      dict TF 2.3/2.4's Keras 2 serialized.
+    custom_objects: Optional dict of user classes, by name.
+
+  Returns:
+    A Keras 3 optimizer.
+
+  Raises:
+    ValueError: For anything else, or what `keras2_optimizer_to_keras3`
+      refuses.
+  """
+  if isinstance(config, str):
+    return keras.optimizers.get(config)
+  if not isinstance(config, dict) or "class_name" not in config:
+    raise ValueError("inner_optimizer must be an optimizer or a serialized "
+                     f"optimizer dict, got {config!r}.")
+  if "module" in config or "registered_name" in config:
+    return keras.optimizers.deserialize(
+        dict(config), custom_objects=custom_objects)
+  return keras2_optimizer_to_keras3(config, custom_objects)

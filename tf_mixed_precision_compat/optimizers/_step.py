@@ -1,0 +1,187 @@
+"""The parts of a loss-scaled step that do not depend on the wrapper's state.
+
+Which `tf.distribute` strategies support loss scaling, which graph a
+`scale_loss` mark belongs to, the checks `apply_gradients` makes before the
+loss scale changes, multiplying a (possibly sparse) gradient, and the
+apply-or-skip conditional that runs without `tf.cond` when the verdict is
+already known.
+
+Example:
+
+>>> strategy_supports_loss_scaling()
+True
+>>> smart_cond(True, lambda: print("applied"), lambda: print("skipped"))
+applied
+"""
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _grad_checks
+
+
+def _supported_strategy_types():
+  return (tf.distribute.MirroredStrategy,
+          tf.compat.v1.distribute.MirroredStrategy,
+          tf.distribute.OneDeviceStrategy,
+          tf.compat.v1.distribute.OneDeviceStrategy,
+          tf.distribute.MultiWorkerMirroredStrategy,
+          tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)
+
+
+def _tpu_strategy_types():
+  return (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy,
+          tf.compat.v1.distribute.experimental.TPUStrategy)
+
+
+def strategy_supports_loss_scaling():
+  """Whether the current `tf.distribute.Strategy` supports loss scaling.
+
+  Loss scaling needs one variable copy per compute replica (gradients are
+  unscaled once per replica), so only the default strategy, OneDevice,
+  Mirrored and MultiWorkerMirrored strategies are supported, as in TF 2.4.
+
+  Returns:
+    A Python bool.
+  """
+  if not tf.distribute.has_strategy():
+    return True
+  return isinstance(tf.distribute.get_strategy(), _supported_strategy_types())
+
+
+def raise_if_strategy_unsupported():
+  """Raises TF 2.4's error unless the current strategy supports loss scaling.
+
+  Raises:
+    ValueError: Under a TPU strategy, or any other unsupported one.
+  """
+  if strategy_supports_loss_scaling():
+    return
+  strategy = tf.distribute.get_strategy()
+  if isinstance(strategy, _tpu_strategy_types()):
+    raise ValueError(
+        "Loss scaling is not supported with TPUStrategy. Loss scaling is "
+        "unnecessary with TPUs, since they support bfloat16 instead of "
+        "float16 and bfloat16 does not require loss scaling. You should "
+        "remove the use of the LossScaleOptimizer when TPUs are used.")
+  raise ValueError("Loss scaling is not supported with the "
+                   f"tf.distribute.Strategy: {type(strategy).__name__}. Try "
+                   "using a different Strategy, e.g. a MirroredStrategy")
+
+
+def multiply_gradient(gradient, factor):
+  """Multiplies a dense or `tf.IndexedSlices` gradient, keeping it sparse."""
+  factor = tf.cast(factor, gradient.dtype)
+  if isinstance(gradient, tf.IndexedSlices):
+    return tf.IndexedSlices(gradient.values * factor, gradient.indices,
+                            dense_shape=gradient.dense_shape)
+  return gradient * factor
+
+
+def _is_func_graph(graph):
+  return graph is not None and hasattr(graph, "outer_graph")
+
+
+def graph_token():
+  """What a `scale_loss` mark belongs to: None eagerly, else a graph.
+
+  Nested graphs (a `tf.while_loop` body inside a step function) belong to the
+  outermost `tf.function` graph being traced, so a loss scaled in one and
+  gradients applied in another of the same step still pair up.
+  """
+  if tf.executing_eagerly():
+    return None
+  graph = tf.compat.v1.get_default_graph()
+  while _is_func_graph(getattr(graph, "outer_graph", None)):
+    graph = graph.outer_graph
+  return graph
+
+
+class Holder:
+  """Hides a list from `tf.distribute` so it passes through unchanged.
+
+  `call_for_each_replica` would replace distributed variables by their
+  per-replica components; Keras 3 optimizers expect the distributed ones.
+  """
+
+  __slots__ = ["value"]
+
+  def __init__(self, value):
+    self.value = value
+
+
+def smart_cond(pred, true_fn, false_fn):
+  """`tf.cond` unless `pred` is known now (a bool, or eager)."""
+  if isinstance(pred, bool):
+    return true_fn() if pred else false_fn()
+  static = tf.get_static_value(pred)
+  if static is not None:
+    return true_fn() if bool(static) else false_fn()
+
+  def branch(fn):
+    def wrapped():
+      fn()
+      return tf.constant(True)
+    return wrapped
+
+  return tf.cond(pred, branch(true_fn), branch(false_fn))
+
+
+def _check_pair(pair):
+  """One checked (gradient, variable) pair.
+
+  Raises:
+    TypeError: If `pair` is no pair, or its variable no variable.
+    ValueError: For a gradient the variable cannot take.
+  """
+  if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+    raise TypeError('"grads_and_vars" must be (gradient, variable) pairs, '
+                    f"but got the element: {pair!r}")
+  grad, var = pair
+  if not isinstance(var, (tf.Variable, keras.Variable)):
+    raise TypeError('"grads_and_vars" must pair each gradient with a '
+                    "tf.Variable or keras.Variable, but got: "
+                    f"{var!r}")
+  if grad is None:
+    return grad, var
+  # Keras 3 optimizers would cast a gradient of another dtype, which can
+  # overflow after the finite check; TF 2.4 refused it.
+  _grad_checks.check_dtype(grad, var)
+  grad = _grad_checks.check_sparse(grad, var)
+  shape = getattr(grad, "shape", None)
+  if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
+      not tf.TensorShape(shape).is_compatible_with(var.shape)):
+    raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
+                     f"shape {tf.TensorShape(shape)}, but the variable "
+                     f"has shape {tf.TensorShape(var.shape)}.")
+  return grad, var
+
+
+def check_grads_and_vars(grads_and_vars, built_inner=None):
+  """Raises what the inner optimizer would, before the loss scale changes.
+
+  The loss scale is updated before the inner optimizer sees the gradients,
+  so malformed input must be rejected first or it would leave a changed
+  scale or counter behind.
+
+  Args:
+    grads_and_vars: A tuple of (gradient, variable) pairs.
+    built_inner: The adapter (`_inner.InnerOptimizer`) of the inner optimizer
+      once built, which then checks that it knows the variables; else None.
+
+  Returns:
+    `grads_and_vars`, where in a graph an `IndexedSlices` gradient's values
+    wait for the check of its indices (see `_grad_checks.check_sparse`).
+
+  Raises:
+    TypeError, ValueError: For malformed pairs, or no gradient at all.
+  """
+  checked = tuple(_check_pair(pair) for pair in grads_and_vars)
+  present = [v for g, v in grads_and_vars if g is not None]
+  if not present:
+    # TF 2.4's message (raised there by the inner optimizer).
+    raise ValueError("No gradients provided for any variable: %s." %
+                     ([v.name for _, v in grads_and_vars],))
+  if built_inner is not None:
+    built_inner.check_variables_are_known(present)
+  return checked

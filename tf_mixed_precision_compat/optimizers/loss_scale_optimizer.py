@@ -1,0 +1,557 @@
+"""TF 2.4's Keras `LossScaleOptimizer`, wrapping Keras 3 optimizers.
+
+`LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
+dynamic_growth_steps=None)` is TF 2.4's class; `loss_scale_optimizer_v1` has
+the experimental one of TF 2.3 (a subclass, as in TF 2.4). Both run on TF
+2.21, where `tf.keras` is Keras 3. The class holds the loss scaling and the
+step; what it hands to the inner optimizer is `_delegation.InnerDelegation`,
+and how each kind of inner optimizer (Keras 3, or tf_keras's OptimizerV2) is
+driven is `_inner`.
+
+Design
+------
+
+*Two conventions, one cross-replica step.* TF 2.4 code scales the loss with
+`get_scaled_loss`, unscales the gradients with `get_unscaled_gradients` and
+passes UNSCALED gradients to `apply_gradients`. Keras 3's trainer
+(`Model.fit`) instead calls `optimizer.scale_loss(loss)` and passes the SCALED
+gradients to `apply_gradients` / `apply`. The two are told apart explicitly,
+never guessed from the gradient values:
+
+* `scale_loss(loss)` is Keras 3's entry point. Besides scaling, it leaves a
+  mark for the calling thread and graph (the outermost `tf.function` graph
+  being traced, or eager). MirroredStrategy runs each replica in its own
+  thread, so the mark is per replica.
+* The next `apply_gradients` / `apply` on the same thread and graph consumes
+  the mark and unscales the gradients (in the replica, exactly as
+  `get_unscaled_gradients` would) before anything else happens.
+* `get_unscaled_gradients` clears the mark: gradients that went through it
+  are unscaled, so mixing `scale_loss` with it still unscales once.
+* `get_scaled_loss` leaves no mark: TF 2.4 code keeps its exact meaning.
+
+From there both conventions share TF 2.4's path: `apply_gradients` (replica
+context only) builds the inner optimizer if needed and enters
+`merge_call`; in cross-replica context the dynamic loss scale is updated from
+the gradients of all replicas (`_distribute.all_finite`: one overflowing
+replica skips the step everywhere), then either the inner optimizer applies
+the gradients in every replica, or, on a non-finite step, nothing is applied
+and only the inner optimizer's `iterations` is incremented, as TF 2.4.4 did.
+In a `tf.function` step without a strategy or XLA, `_gated_apply` gets the
+same result without making every update wait for the verdict.
+
+*Clipping.* Under several replicas an inner Keras 3 optimizer's `clipnorm`,
+`clipvalue` or `global_clipnorm` applies to the replicas' summed gradients,
+as TF 2.4's did (Keras 3 alone clips each replica's part; see
+`_inner._clip_after_sum`).
+
+*Not wrapped twice.* The class derives from `keras.optimizers.
+LossScaleOptimizer` (without using its implementation), because Keras 3's
+`compile()` wraps every optimizer that is not an instance of it when the
+model's dtype policy is `mixed_float16`.
+
+*Checkpoints.* As in TF 2.4, the wrapper is invisible to `tf.train.Checkpoint`:
+its children are the inner optimizer's children plus `loss_scale` (holding
+`current_loss_scale` and `good_steps`) when dynamic; restorations that must
+wait for the inner optimizer's variables are queued on the inner optimizer.
+So a bare optimizer's checkpoint restores into a wrapped one and back, and
+TF 2.3.4/2.4.4 checkpoints restore the loss scale and counter exactly.
+
+*Hyperparameters.* As TF 2.4, reading or setting a hyperparameter of the inner
+optimizer through the wrapper reaches the inner optimizer; other attributes
+(Adam's `epsilon`) do not (`_delegation`). The hyperparameters of each Keras 3
+optimizer are the ones its TF 2.4 counterpart registered with `_set_hyper`
+(`_keras2_config`).
+
+*Configs.* `get_config()` returns TF 2.4's format; `from_config` also reads
+TF 2.3's (`optimizer` + `loss_scale`) and Keras 2 inner optimizer configs,
+converting `decay` to an equivalent `InverseTimeDecay` schedule
+(`_keras2_config`).
+
+Example:
+
+>>> opt = LossScaleOptimizer(tf.keras.optimizers.SGD(0.25))
+>>> var = tf.Variable(1.)
+>>> with tf.GradientTape() as tape:
+...   scaled_loss = opt.get_scaled_loss(var ** 2)
+>>> (grad,) = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+>>> _ = opt.apply_gradients([(grad, var)])
+>>> float(var.numpy())
+0.5
+"""
+
+import threading
+
+import keras
+import tensorflow as tf
+
+from tf_mixed_precision_compat import dynamic_state
+from tf_mixed_precision_compat.endpoints import export
+from tf_mixed_precision_compat.optimizers import _delegation
+from tf_mixed_precision_compat.optimizers import _gated_apply
+from tf_mixed_precision_compat.optimizers import _inner
+from tf_mixed_precision_compat.optimizers import _step
+from tf_mixed_precision_compat.optimizers import _v1_args
+
+__all__ = ["LossScaleOptimizer"]
+
+SERIALIZATION_PACKAGE = "tf_mixed_precision_compat"
+
+
+def serializable(cls):
+  """Registers `cls` with Keras as "tf_mixed_precision_compat>ClassName"."""
+  return keras.saving.register_keras_serializable(
+      package=SERIALIZATION_PACKAGE)(cls)
+
+
+def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
+  """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in.
+
+  Raises:
+    ValueError: As `LossScaleOptimizer.__init__` says.
+  """
+  if dynamic:
+    return (dynamic_state.check_initial_scale(
+        _v1_args.DEFAULT_INITIAL_SCALE
+        if initial_scale is None else initial_scale, "initial_scale"),
+            dynamic_state.check_growth_steps(
+                _v1_args.DEFAULT_GROWTH_STEPS
+                if dynamic_growth_steps is None else dynamic_growth_steps,
+                "dynamic_growth_steps"))
+  if initial_scale is None:
+    raise ValueError('"initial_scale" must be specified if "dynamic" is '
+                     "False")
+  if dynamic_growth_steps is not None:
+    raise ValueError('"dynamic_growth_steps" must be None if "dynamic" '
+                     f"is False, but got: {dynamic_growth_steps}")
+  return dynamic_state.check_initial_scale(initial_scale,
+                                           "initial_scale"), None
+
+
+@export("keras.mixed_precision.LossScaleOptimizer",
+        v1=("keras.mixed_precision.LossScaleOptimizer",))
+@serializable
+class LossScaleOptimizer(_delegation.InnerDelegation,
+                         keras.optimizers.LossScaleOptimizer):
+  """An optimizer that applies loss scaling to prevent numeric underflow.
+
+  Wraps a Keras 3 optimizer (`tf.keras.optimizers.*`, which on TF 2.21 is
+  `keras.optimizers.*`) with TF 2.4's API. The loss is multiplied by the loss
+  scale before differentiation and the gradients are divided by it before
+  they are applied. With `dynamic=True` the scale halves (never below 1) on a
+  step with a NaN or infinite gradient, which is then skipped, and doubles
+  after `dynamic_growth_steps` consecutive finite steps.
+
+  Custom loops use TF 2.4's convention: `get_scaled_loss`, then
+  `get_unscaled_gradients`, then `apply_gradients` with unscaled gradients.
+  `model.compile(optimizer=LossScaleOptimizer(...))` works too: Keras 3's
+  `fit` uses `scale_loss` and passes scaled gradients, which the wrapper
+  recognises and unscales (see the module docstring).
+
+  Hyperparameters of the inner optimizer can be read and set through the
+  wrapper (`opt.beta_1`); other attributes (Adam's `epsilon`) cannot.
+
+  Example:
+
+  >>> opt = LossScaleOptimizer(tf.keras.optimizers.SGD(0.25))
+  >>> var = tf.Variable(1.)
+  >>> _ = opt.minimize(lambda: var ** 2, var_list=[var])
+  >>> float(var.numpy()), float(opt.loss_scale), int(opt.dynamic_counter)
+  (0.5, 32768.0, 1)
+  """
+
+  def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
+               dynamic_growth_steps=None):
+    """Wraps `inner_optimizer`.
+
+    Args:
+      inner_optimizer: The Keras 3 optimizer to wrap (or a legacy `tf_keras`
+        one when `tf_keras` is installed).
+      dynamic: Python bool, whether the loss scale changes over time.
+      initial_scale: The initial loss scale; defaults to 2**15 when dynamic
+        and is required (as the fixed scale) when not. Finite and >= 1.
+      dynamic_growth_steps: Consecutive finite steps before the scale
+        doubles; defaults to 2000. Only with `dynamic=True`. At least 1.
+
+    Raises:
+      TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
+        a bool.
+      ValueError: If `inner_optimizer` is already a loss scale optimizer
+        (also an `AttributeError` as in TF 2.4) or
+        scales losses itself, `initial_scale` is missing with
+        `dynamic=False`, `dynamic_growth_steps` is given with
+        `dynamic=False`, a number is out of range, or the current strategy
+        does not support loss scaling.
+    """
+    adapter = _inner.adapt(inner_optimizer)
+    if not isinstance(dynamic, bool):
+      raise TypeError('"dynamic" argument to LossScaleOptimizer.__init__ must '
+                      f"be a bool, but got: {dynamic!r}")
+    if getattr(inner_optimizer, "loss_scale_factor", None) is not None:
+      raise ValueError(
+          '"inner_optimizer" has loss_scale_factor='
+          f"{inner_optimizer.loss_scale_factor}; the LossScaleOptimizer does "
+          "the loss scaling, so create the inner optimizer without "
+          "loss_scale_factor.")
+    initial_scale, dynamic_growth_steps = _scale_arguments(
+        dynamic, initial_scale, dynamic_growth_steps)
+    _step.raise_if_strategy_unsupported()
+
+    # The wrapper's own attributes are no checkpoint dependencies: to
+    # `tf.train.Checkpoint` it looks like the inner optimizer (see
+    # `_delegation`).
+    object.__setattr__(self, "_self_setattr_tracking", False)
+    # Keras 3's Optimizer constructor, not keras.optimizers.
+    # LossScaleOptimizer's: only the isinstance relation is wanted from it.
+    keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
+    self._optimizer = inner_optimizer
+    self._adapter = adapter
+    self._marks = threading.local()
+    if dynamic:
+      self._loss_scale = dynamic_state._DynamicLossScaleState(  # pylint: disable=protected-access
+          initial_scale, dynamic_growth_steps, multiplier=2)
+    else:
+      self._loss_scale = initial_scale
+    self.built = bool(getattr(inner_optimizer, "built", False))
+
+  # ---------------------------------------------------------------- state --
+
+  @property
+  def dynamic(self):
+    """Bool indicating whether dynamic loss scaling is used."""
+    return not isinstance(self._loss_scale, float)
+
+  @property
+  def loss_scale(self):
+    """The current loss scale as a float32 scalar tensor."""
+    if self.dynamic:
+      return tf.convert_to_tensor(self._loss_scale.current_loss_scale)
+    return tf.convert_to_tensor(self._loss_scale, dtype=tf.float32)
+
+  @property
+  def dynamic_counter(self):
+    """Finite steps since the scale last changed (int64 variable), or None."""
+    return self._loss_scale.counter if self.dynamic else None
+
+  @property
+  def initial_scale(self):
+    """The initial loss scale (the fixed scale when not dynamic)."""
+    if self.dynamic:
+      return self._loss_scale.initial_loss_scale
+    return self._loss_scale
+
+  @property
+  def dynamic_growth_steps(self):
+    """Finite steps before the scale doubles, or None when not dynamic."""
+    return self._loss_scale.growth_steps if self.dynamic else None
+
+  @property
+  def inner_optimizer(self):
+    """The optimizer this LossScaleOptimizer wraps."""
+    return self._optimizer
+
+  # ------------------------------------------------------- loss scaling --
+  #
+  # The step-path methods are exempt from AutoGraph: they have no
+  # tensor-dependent Python control flow (the apply-or-skip decision is an
+  # explicit `tf.cond`), and converting them made tracing a step with many
+  # variables markedly slower than tracing the bare optimizer's.
+
+  @tf.autograph.experimental.do_not_convert
+  def get_scaled_loss(self, loss):
+    """Multiplies `loss` by the loss scale.
+
+    Args:
+      loss: A tensor, or a callable returning one.
+
+    Returns:
+      `loss * loss_scale` (the scale cast to the loss's dtype), or a callable
+      returning it when `loss` is callable.
+    """
+    if callable(loss):
+
+      def scaled_loss():
+        value = loss()
+        return value * tf.cast(self.loss_scale, value.dtype)
+
+      return scaled_loss
+    return loss * tf.cast(self.loss_scale, loss.dtype)
+
+  @tf.autograph.experimental.do_not_convert
+  def get_unscaled_gradients(self, grads):
+    """Divides gradients by the loss scale (multiplying by its reciprocal).
+
+    Args:
+      grads: A list of tensors, `tf.IndexedSlices` (kept sparse) or None
+        (kept None).
+
+    Returns:
+      A new list of the same length.
+    """
+    self._marks.pending = False
+    reciprocal = 1. / self.loss_scale
+    return [
+        None if g is None else _step.multiply_gradient(g, reciprocal)
+        for g in grads
+    ]
+
+  @tf.autograph.experimental.do_not_convert
+  def scale_loss(self, loss):
+    """Keras 3's hook: scales `loss`; gradients then arrive scaled.
+
+    Keras 3's `Model.fit` calls this and passes the gradients of the result,
+    still scaled, to `apply_gradients`. The call marks the current thread
+    (replica) and graph so that the next `apply_gradients` / `apply` there
+    unscales them. Custom loops should use `get_scaled_loss` and
+    `get_unscaled_gradients` instead.
+
+    Args:
+      loss: The loss tensor.
+
+    Returns:
+      `loss` multiplied by the loss scale.
+    """
+    scaled = self.get_scaled_loss(loss)
+    self._marks.pending = True
+    self._marks.graph = _step.graph_token()
+    return scaled
+
+  def _take_mark(self):
+    pending = getattr(self._marks, "pending", False)
+    self._marks.pending = False
+    graph = getattr(self._marks, "graph", None)
+    return pending and graph is _step.graph_token()
+
+  # ---------------------------------------------------------- applying --
+
+  def build(self, var_list):
+    """Creates the inner optimizer's variables for `var_list`."""
+    self._adapter.build(var_list)
+    self.built = True
+
+  @tf.autograph.experimental.do_not_convert
+  def apply_gradients(self, grads_and_vars, name=None,
+                      experimental_aggregate_gradients=True):
+    """Updates the loss scale and applies the gradients if all are finite.
+
+    Must be called in a replica context (eagerly, in a `tf.function`, or in
+    `strategy.run`). On a step with a NaN or infinite gradient on any replica
+    no variable changes, the dynamic scale halves, the counter resets and
+    `iterations` still advances.
+
+    Args:
+      grads_and_vars: (gradient, variable) pairs; gradients unscaled, or
+        scaled if the loss came from `scale_loss` in this step.
+      name: Passed on, as TF 2.4 did, as the second positional argument of
+        the inner optimizer's `apply_gradients` where it takes one (Keras
+        3's own optimizers take none; their subclasses may).
+      experimental_aggregate_gradients: Whether the inner optimizer sums the
+        gradients over replicas. False (already summed) is only supported
+        with one replica, as Keras 3 optimizers always aggregate.
+
+    Returns:
+      The inner optimizer's `iterations` variable.
+
+    Raises:
+      ValueError: In cross-replica context, under an unsupported strategy,
+        or for `experimental_aggregate_gradients=False` with replicas.
+    """
+    if tf.distribute.in_cross_replica_context():
+      raise ValueError("apply_gradients() must be called in a replica context.")
+    # The optimizer is often created outside the strategy's scope.
+    _step.raise_if_strategy_unsupported()
+    grads_and_vars = _step.check_grads_and_vars(
+        tuple(grads_and_vars), self._adapter if self.built else None)
+    grads = [g for g, _ in grads_and_vars]
+    variables = [v for _, v in grads_and_vars]
+    if self._take_mark():
+      grads = self.get_unscaled_gradients(grads)
+    self._adapter.check_aggregation(experimental_aggregate_gradients)
+    if not self.built:
+      # Lifted out of any tf.function being traced, as TF 2.4 created its
+      # slots: Keras 3 optimizers otherwise fail to build on their first
+      # distributed tf.function step (initial values inside the trace).
+      with tf.init_scope():
+        self.build(variables)
+    tf.distribute.get_replica_context().merge_call(
+        self._apply_cross_replica,
+        args=(grads, variables, name, experimental_aggregate_gradients))
+    return self.iterations
+
+  @tf.autograph.experimental.do_not_convert
+  def apply(self, grads, trainable_variables=None):
+    """Keras 3's spelling of `apply_gradients` (gradients and variables).
+
+    Args:
+      grads: Gradients, in the order of `trainable_variables`.
+      trainable_variables: The variables; defaults to those the inner
+        optimizer was built with.
+
+    Raises:
+      ValueError: If there are more or fewer gradients than variables, or as
+        `apply_gradients`.
+    """
+    if trainable_variables is None:
+      if not self.built:
+        raise ValueError(
+            "apply(grads) without trainable_variables needs a built "
+            "optimizer; call build(variables) or pass trainable_variables.")
+      trainable_variables = self._adapter.built_variables()
+    grads = list(grads)
+    trainable_variables = list(trainable_variables)
+    # zip() would silently drop the unmatched tail.
+    if len(grads) != len(trainable_variables):
+      raise ValueError(
+          f'"grads" has {len(grads)} gradients but there are '
+          f"{len(trainable_variables)} trainable_variables; apply() needs one "
+          "gradient (or None) per variable, in the same order.")
+    self.apply_gradients(zip(grads, trainable_variables))
+
+  def _apply_cross_replica(self, distribution, grads, variables, name,
+                           experimental_aggregate_gradients):
+    if self.dynamic:
+      update_op, should_apply = self._loss_scale.update(grads)
+    else:
+      update_op, should_apply = None, True
+    if (self.dynamic and not isinstance(should_apply, bool) and
+        _gated_apply.supported(self._optimizer, grads, variables)):
+      # Same result as the conditional below, without making every update
+      # wait for the verdict (see _gated_apply).
+      _gated_apply.apply_when_finite(self._optimizer, grads, variables,
+                                     should_apply)
+      return update_op
+
+    def apply_fn():
+      with self._adapter.clip_after_sum(distribution):
+        distribution.extended.call_for_each_replica(
+            self._apply_in_replica,
+            args=(grads, _step.Holder(variables), name,
+                  experimental_aggregate_gradients))
+
+    def skip_fn():
+      # The inner optimizer would have counted the step; TF 2.4.4 counts
+      # skipped steps too.
+      self._adapter.iterations_variable().assign_add(1)
+
+    _step.smart_cond(should_apply, apply_fn, skip_fn)
+    if update_op is not None and not tf.executing_eagerly():
+      return update_op
+    return None
+
+  def _apply_in_replica(self, grads, holder, name,
+                        experimental_aggregate_gradients):
+    self._adapter.apply_in_replica(list(zip(grads, holder.value)), name,
+                                   experimental_aggregate_gradients)
+
+  def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+    """Scales `loss`, differentiates, unscales and applies, as TF 2.4.
+
+    Args:
+      loss: A callable returning the loss, or a tensor (then `tape` must be
+        the tape that recorded it).
+      var_list: Variables (a list, a single variable, or a callable returning
+        them) to minimize over.
+      grad_loss: Optional gradient of the loss (passed to `tape.gradient`).
+      name: Ignored by Keras 3 inner optimizers.
+      tape: A `tf.GradientTape`; required when `loss` is a tensor.
+
+    Returns:
+      The inner optimizer's `iterations` variable.
+
+    Raises:
+      ValueError: If `loss` is a tensor and no `tape` is given.
+    """
+    if not callable(loss) and tape is None:
+      raise ValueError("`tape` is required when a `Tensor` loss is passed.")
+    tape = tape if tape is not None else tf.GradientTape()
+    if callable(loss):
+      with tape:
+        if not callable(var_list):
+          tape.watch(tf.nest.flatten(var_list))
+        loss = loss()
+    if callable(var_list):
+      var_list = var_list()
+    var_list = tf.nest.flatten(var_list)
+    with tape:
+      scaled_loss = self.get_scaled_loss(loss)
+    grads = tape.gradient(scaled_loss, var_list, output_gradients=grad_loss)
+    grads = self.get_unscaled_gradients(grads)
+    return self.apply_gradients(zip(grads, var_list), name=name)
+
+  def get_gradients(self, loss, params):
+    """Graph-mode gradients of the scaled `loss`, unscaled (`tf.gradients`)."""
+    scaled_loss = self.get_scaled_loss(loss)
+    grads = tf.gradients(scaled_loss, params)
+    return self.get_unscaled_gradients(grads)
+
+  def get_updates(self, loss, params):
+    """Graph-mode update ops, as TF 2.4's `get_updates`."""
+    grads = self.get_gradients(loss, params)
+    return [self.apply_gradients(zip(grads, params))]
+
+  # ------------------------------------------ checkpoints and configs --
+
+  def _wrapper_children(self):
+    # TF 2.4's checkpoint name for the loss scale state.
+    return {"loss_scale": self._loss_scale} if self.dynamic else {}
+
+  def save_own_variables(self, store):
+    """Saves the loss scale and counter for Keras 3 `.keras` files."""
+    if self.dynamic:
+      store["0"] = self._loss_scale.current_loss_scale.numpy()
+      store["1"] = self._loss_scale.counter.numpy()
+
+  def load_own_variables(self, store):
+    """Restores what `save_own_variables` saved."""
+    if not self.dynamic:
+      return
+    if len(store.keys()) != 2:
+      raise ValueError(
+          f"Cannot load the loss scale of '{self.name}': expected 2 saved "
+          f"values (loss scale, counter), got {len(store.keys())}.")
+    self._loss_scale.current_loss_scale.assign(store["0"])
+    self._loss_scale.counter.assign(store["1"])
+
+  def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+    raise ValueError(
+        "stateless_apply is not supported by the TF 2.4 LossScaleOptimizer "
+        "(nor by the TensorFlow backend of Keras 3).")
+
+  def get_config(self):
+    """Returns the config in TF 2.4's format.
+
+    Returns:
+      `{"inner_optimizer", "dynamic", "initial_scale",
+      "dynamic_growth_steps"}`, the inner optimizer serialized by Keras 3.
+    """
+    return {
+        "inner_optimizer": self._adapter.serialize(),
+        "dynamic": self.dynamic,
+        "initial_scale": self.initial_scale,
+        "dynamic_growth_steps": self.dynamic_growth_steps,
+    }
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the optimizer from a TF 2.4 or TF 2.3 config.
+
+    Args:
+      config: A `get_config` dict; or TF 2.3's `{"optimizer", "loss_scale"}`.
+        The inner optimizer may be serialized by Keras 3 or by TF 2.3/2.4's
+        Keras 2.
+      custom_objects: Optional dict of user classes, by name.
+
+    Returns:
+      A `LossScaleOptimizer`.
+
+    Raises:
+      ValueError: If a TF 2.3 loss scale cannot be converted (multiplier not
+        2, or neither fixed nor dynamic), or the inner optimizer config
+        cannot be honoured by Keras 3.
+    """
+    config = dict(config)
+    if "loss_scale" in config:
+      config.update(_v1_args.tf23_config_arguments(config.pop("loss_scale")))
+      config["inner_optimizer"] = config.pop("optimizer")
+    config["inner_optimizer"] = _inner.deserialize(
+        config["inner_optimizer"], custom_objects)
+    return cls(**config)
