@@ -97,7 +97,7 @@ def graph_token():
   return graph
 
 
-class Holder:
+class _Holder:
   """Hides a list from `tf.distribute` so it passes through unchanged.
 
   `call_for_each_replica` would replace distributed variables by their
@@ -185,3 +185,35 @@ def check_grads_and_vars(grads_and_vars, built_inner=None):
   if built_inner is not None:
     built_inner.check_variables_are_known(present)
   return checked
+
+
+def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
+                  experimental_aggregate_gradients):
+  """Applies the step in every replica if `should_apply`, else counts it.
+
+  Args:
+    distribution: The strategy, in its cross-replica context.
+    inner: The inner optimizer's adapter (`_inner.InnerOptimizer`).
+    should_apply: Whether the step's gradients are all finite (a bool or a
+      boolean tensor).
+    grads: The unscaled gradients, as the replicas hold them.
+    variables: Their variables.
+    name: `apply_gradients`' `name`, handed on as TF 2.4 did.
+    experimental_aggregate_gradients: Handed on likewise.
+  """
+
+  def in_replica(replica_grads, holder):
+    inner.apply_in_replica(list(zip(replica_grads, holder.value)), name,
+                           experimental_aggregate_gradients)
+
+  def apply_fn():
+    with inner.clip_after_sum(distribution):
+      distribution.extended.call_for_each_replica(
+          in_replica, args=(grads, _Holder(variables)))
+
+  def skip_fn():
+    # The inner optimizer would have counted the step; TF 2.4.4 counts
+    # skipped steps too.
+    inner.iterations_variable().assign_add(1)
+
+  smart_cond(should_apply, apply_fn, skip_fn)

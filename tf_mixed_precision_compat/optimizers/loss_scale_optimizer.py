@@ -414,33 +414,16 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       update_op, should_apply = None, True
     if (self.dynamic and not isinstance(should_apply, bool) and
         _gated_apply.supported(self._optimizer, grads, variables)):
-      # Same result as the conditional below, without making every update
-      # wait for the verdict (see _gated_apply).
+      # Same result as `_step.apply_or_skip`'s conditional, without making
+      # every update wait for the verdict (see _gated_apply).
       _gated_apply.apply_when_finite(self._optimizer, grads, variables,
                                      should_apply)
       return update_op
-
-    def apply_fn():
-      with self._adapter.clip_after_sum(distribution):
-        distribution.extended.call_for_each_replica(
-            self._apply_in_replica,
-            args=(grads, _step.Holder(variables), name,
-                  experimental_aggregate_gradients))
-
-    def skip_fn():
-      # The inner optimizer would have counted the step; TF 2.4.4 counts
-      # skipped steps too.
-      self._adapter.iterations_variable().assign_add(1)
-
-    _step.smart_cond(should_apply, apply_fn, skip_fn)
+    _step.apply_or_skip(distribution, self._adapter, should_apply, grads,
+                        variables, name, experimental_aggregate_gradients)
     if update_op is not None and not tf.executing_eagerly():
       return update_op
     return None
-
-  def _apply_in_replica(self, grads, holder, name,
-                        experimental_aggregate_gradients):
-    self._adapter.apply_in_replica(list(zip(grads, holder.value)), name,
-                                   experimental_aggregate_gradients)
 
   def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
     """Scales `loss`, differentiates, unscales and applies, as TF 2.4.
