@@ -2,13 +2,15 @@
 
 Run with each reference TensorFlow:
 
-  .ref/tf24/bin/python tools/gen_public_job_records.py
-  .ref/tf23/bin/python tools/gen_public_job_records.py
+  .ref/tf24/bin/python tools/gen_public_job_records.py [JOB ...]
+  .ref/tf23/bin/python tools/gen_public_job_records.py [JOB ...]
 
-Runs every job (as written, without the install line) twice: from the start
-with `--out`, which writes its midway checkpoint with the job's own code,
-and then with `--resume` from that checkpoint. Keeps the per-step lines (loss
-scale, counter, skipped, iterations) of both runs in
+Runs every job (or only the named ones, keeping the others' records as they
+are) as written, without the install line, twice: from the start with
+`--out`, which writes its midway checkpoint with the job's own code, and then
+with `--resume` from a copy of that checkpoint (a job may write on in the
+folder it resumes from; the fixture stays as the old TF wrote it). Keeps the
+per-step lines (loss scale, counter, skipped, iterations) of both runs in
 tests/fixtures/public_jobs/records_tf<23|24>.json and the checkpoint files in
 tests/fixtures/public_jobs/tf<23|24>/<job>/. A job the old TF cannot run (TF
 2.3 lacks the non-experimental API) is recorded with the end of its error.
@@ -52,14 +54,36 @@ def _run(name, *args):
       universal_newlines=True, env=env, cwd=JOBS)
 
 
-def main():
+def _resume(name, target):
+  """The job resumed from a copy of its recorded checkpoint folder."""
+  work = tempfile.mkdtemp()
+  try:
+    folder = os.path.join(work, name)
+    shutil.copytree(target, folder)
+    return _run(name, "--resume", folder)
+  finally:
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def main(names):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   version = "".join(tf.__version__.split(".")[:2])
   fixtures = os.path.join(_ROOT, "tests", "fixtures", "public_jobs")
   ckpt_root = os.path.join(fixtures, "tf" + version)
-  shutil.rmtree(ckpt_root, ignore_errors=True)
+  path = os.path.join(fixtures, "records_tf%s.json" % version)
   out = {"tensorflow_version": tf.__version__, "jobs": {}}
-  for name in job_names():
+  if names:
+    unknown = sorted(set(names) - set(job_names()))
+    if unknown:
+      raise SystemExit("no such job: %s" % ", ".join(unknown))
+    with open(path) as f:
+      out["jobs"] = json.load(f)["jobs"]
+    for name in names:
+      shutil.rmtree(os.path.join(ckpt_root, name), ignore_errors=True)
+  else:
+    names = job_names()
+    shutil.rmtree(ckpt_root, ignore_errors=True)
+  for name in names:
     work = tempfile.mkdtemp()
     result = _run(name, "--out", work)
     if result.returncode != 0:
@@ -77,7 +101,7 @@ def main():
         text = f.read().replace(os.path.join(folder, ""), "")
       with open(state, "w") as f:
         f.write(text)
-    resumed = _run(name, "--resume", target)
+    resumed = _resume(name, target)
     if resumed.returncode != 0:
       raise RuntimeError(name + " does not resume: " + resumed.stderr[-2000:])
     out["jobs"][name] = {"steps": steps,
@@ -85,11 +109,10 @@ def main():
                          "resumed": parse(resumed.stdout)[0]}
     shutil.rmtree(work)
     print(name, "recorded", flush=True)
-  path = os.path.join(fixtures, "records_tf%s.json" % version)
   with open(path, "w") as f:
     json.dump(out, f, indent=1, sort_keys=True)
   print("wrote", path)
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv[1:])
