@@ -414,18 +414,18 @@ def test_installed_endpoint_trains_eagerly_in_function_and_mirrored(
 
 def test_plain_saved_model_load_serves_tf24_keras_saved_models_installed():
   # pylint: disable=g-import-not-at-top,protected-access
-  from tf_mixed_precision_compat import _legacy_saved_model
+  from tf_mixed_precision_compat.legacy import _saved_model
   from tf_mixed_precision_compat import _private_api
   from tests import testing
   path = testing.fixture_path("legacy", "sm_tf24_func_adam")
   revived = _private_api.revived_types
   saved = (dict(revived._REVIVED_TYPE_REGISTRY),
            list(revived._TYPE_IDENTIFIERS),
-           list(_legacy_saved_model._registered))
+           list(_saved_model._registered))
   # Start from a TF where nothing revives Keras 2 optimizers: without
   # tf_keras, and before this package registered anything.
   _private_api.unregister_revived_type("optimizer")
-  _legacy_saved_model._registered.clear()
+  _saved_model._registered.clear()
   try:
     with pytest.raises(Exception, match="add_slot"):
       tf.saved_model.load(path)
@@ -442,7 +442,7 @@ def test_plain_saved_model_load_serves_tf24_keras_saved_models_installed():
     revived._REVIVED_TYPE_REGISTRY.clear()
     revived._REVIVED_TYPE_REGISTRY.update(saved[0])
     revived._TYPE_IDENTIFIERS[:] = saved[1]
-    _legacy_saved_model._registered[:] = saved[2]
+    _saved_model._registered[:] = saved[2]
 
 
 def test_install_keeps_another_librarys_optimizer_registration():

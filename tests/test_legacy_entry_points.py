@@ -27,7 +27,7 @@ import tensorflow as tf
 from tests import test_legacy_checkpoint as ckpt_tests
 from tests import testing
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import _legacy_config
+from tf_mixed_precision_compat.legacy import _config
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
@@ -196,7 +196,7 @@ def test_tf2x_optimizer_configs_deserialize_as_legacy_does(version, name,
                                                            entry):
   serialized = _tf_configs(version)[name]["serialize"]
   try:
-    expected = _legacy_config.build_optimizer(serialized, "config", {})
+    expected = _config.build_optimizer(serialized, "config", {})
   except ValueError as e:
     with pytest.raises(ValueError, match="cannot rebuild"):
       getattr(tf.keras.optimizers, entry)(serialized)

@@ -26,8 +26,8 @@ from tests.test_legacy_checkpoint import _location
 from tests.test_legacy_checkpoint import _model
 from tests.test_legacy_checkpoint import _optimizer
 from tests.test_legacy_checkpoint import check_restored
-from tf_mixed_precision_compat import _legacy_config
-from tf_mixed_precision_compat import _legacy_saved_model
+from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import legacy
 
@@ -333,7 +333,7 @@ class SafeModeTest(parameterized.TestCase):
     # on for the load, still refuses it.
     config = hostile_model_configs()["time_distributed_lambda"]
     path = write_h5(os.path.join(self.tmp, "td.h5"), config)
-    with mock.patch.object(_legacy_config, "_code_in", return_value=None), \
+    with mock.patch.object(_config, "_code_in", return_value=None), \
         mock.patch("marshal.loads", wraps=marshal.loads) as loads:
       with self.assertRaisesRegex(ValueError, "td.h5.*lambda"):
         legacy.load_model(path)
@@ -455,7 +455,7 @@ class SavedModelLoadTimeCodeTest(parameterized.TestCase):
   def test_keras_saved_models_have_no_load_time_code(self):
     for name in ("sm_tf23_seq_sgd", "sm_tf24_func_adam"):
       path = testing.fixture_path("legacy", name)
-      self.assertEqual(_legacy_saved_model.load_time_code(path), [])
+      self.assertEqual(_saved_model.load_time_code(path), [])
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ unchanged:
   `keras.Model.load_weights` (also reached through `tf.keras`) load what TF
   2.x jobs wrote (optimizer configs, H5 models and SavedModels, TF-format and
   H5 weights) as `legacy` does; Keras 3's own formats go to Keras 3
-  unchanged (see `_legacy_entry_points`).
+  unchanged (see `legacy/_entry_points.py`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
@@ -60,15 +60,15 @@ import types
 import keras
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _legacy_entry_points
-from tf_mixed_precision_compat import _checkpoint_restore
-from tf_mixed_precision_compat import _legacy_saved_model
-from tf_mixed_precision_compat import _tf_keras_restore
 from tf_mixed_precision_compat import endpoints
+from tf_mixed_precision_compat.legacy import _checkpoint_restore
+from tf_mixed_precision_compat.legacy import _entry_points
+from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.legacy import _tf_keras_restore
 from tf_mixed_precision_compat import loss_scale
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat import targets
-from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 __all__ = ["install", "installed", "uninstall"]
 
@@ -222,21 +222,21 @@ def _public_holders(name, original,
 def _patch_entry_points(journal):
   """Keras 3's loading functions, taught TF 2.x files and configs.
 
-  The replacements live in `_legacy_entry_points`; every public module that
+  The replacements live in `legacy/_entry_points.py`; every public module that
   holds the original (`keras.optimizers`, `keras.models`, `keras.saving`,
   the `tensorflow.keras` copies) gets the same replacement.
   """
   for module, name, wrap in (
       (keras.optimizers, "deserialize",
-       _legacy_entry_points.wrap_optimizers_deserialize),
-      (keras.optimizers, "get", _legacy_entry_points.wrap_optimizers_get),
-      (keras.models, "load_model", _legacy_entry_points.wrap_load_model)):
+       _entry_points.wrap_optimizers_deserialize),
+      (keras.optimizers, "get", _entry_points.wrap_optimizers_get),
+      (keras.models, "load_model", _entry_points.wrap_load_model)):
     original = getattr(module, name)
     replacement = wrap(original)
     for holder in _public_holders(name, original):
       journal.set_attr(holder, name, replacement)
   journal.set_attr(keras.Model, "load_weights",
-                   _legacy_entry_points.wrap_load_weights(
+                   _entry_points.wrap_load_weights(
                        keras.Model.load_weights))
 
 
@@ -265,9 +265,9 @@ def _apply(journal):
     policy.enable_compile_integration()
     journal.on_undo(policy.disable_compile_integration)
   _patch_checkpoint_restore(journal)
-  if not _legacy_saved_model.serving_enabled():
-    _legacy_saved_model.enable_serving()
-    journal.on_undo(_legacy_saved_model.disable_serving)
+  if not _saved_model.serving_enabled():
+    _saved_model.enable_serving()
+    journal.on_undo(_saved_model.disable_serving)
   _patch_entry_points(journal)
 
 
@@ -287,7 +287,7 @@ def _apply_tf_keras_target(journal, target):
                        target.tf_keras))
   load_model = target.tf_keras.models.load_model
   replacement = _tf_keras_restore.wrap_load_model(
-      load_model, _legacy_entry_points.is_tf2x_saved_model)
+      load_model, _entry_points.is_tf2x_saved_model)
   for module in _public_holders("load_model", load_model, ("tf_keras.",)):
     journal.set_attr(module, "load_model", replacement)
   model = target.tf_keras.Model

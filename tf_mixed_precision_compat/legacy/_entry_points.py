@@ -34,11 +34,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _legacy_checkpoint
-from tf_mixed_precision_compat import _legacy_config
-from tf_mixed_precision_compat import _legacy_saved_model
-from tf_mixed_precision_compat.optimizers import _keras2_config
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Keys only Keras 3 serialization writes; configs with them stay Keras 3's.
 _KERAS3_KEYS = ("module", "registered_name")
@@ -69,7 +69,7 @@ def is_tf2x_optimizer_config(config):
   class_name, options = config.get("class_name"), config.get("config")
   if not isinstance(class_name, str) or not isinstance(options, dict):
     return False
-  if class_name in _legacy_config._LSO_CLASSES:  # pylint: disable=protected-access
+  if class_name in _config._LSO_CLASSES:  # pylint: disable=protected-access
     return ({"optimizer", "loss_scale"} <= options.keys() or
             {"inner_optimizer", "dynamic"} <= options.keys())
   return (class_name.lower() in _keras2_config.KERAS2_OPTIMIZERS and
@@ -94,8 +94,8 @@ def deserialize_tf2x_optimizer(config, custom_objects=None):
   """
   objects = dict(keras.saving.get_custom_objects())
   objects.update(custom_objects or {})
-  return _legacy_config.build_optimizer(config, "the optimizer config",
-                                        objects)
+  return _config.build_optimizer(config, "the optimizer config",
+                                 objects)
 
 
 def wrap_optimizers_deserialize(original):
@@ -157,10 +157,10 @@ def is_tf2x_h5(path):
 
 def is_tf2x_saved_model(path):
   """Whether `path` is a TF 2.3/2.4 Keras SavedModel directory."""
-  if not _legacy_saved_model.is_saved_model(path):
+  if not _saved_model.is_saved_model(path):
     return False
   try:
-    _legacy_saved_model._root_metadata(path)  # pylint: disable=protected-access
+    _saved_model._root_metadata(path)  # pylint: disable=protected-access
   except ValueError:
     return False
   return True
@@ -320,7 +320,7 @@ def load_tf_format_weights(model, path):
   """
   prefix = legacy.checkpoint_prefix(path)
   reader = legacy.open_checkpoint(prefix)
-  graph = _legacy_checkpoint.read_object_graph(reader, prefix)
+  graph = _checkpoint.read_object_graph(reader, prefix)
   optimizer_node = graph.child(0, "optimizer")
   optimizer = None
   ignored = []
@@ -330,8 +330,8 @@ def load_tf_format_weights(model, path):
       ignored.append(optimizer_node)
       optimizer_node = None
     elif model.weights:
-      _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
-  report = _legacy_checkpoint.restore(
+      _checkpoint.ensure_optimizer_built(model, optimizer)
+  report = _checkpoint.restore(
       reader, graph, prefix, model, optimizer, 0, optimizer_node,
       allow_partial=False, ignored_nodes=ignored)
   unrestored = []
@@ -469,12 +469,12 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
         "not created its variables yet. Call the Model first, then load the "
         "weights.")
   saved_layers = _read_h5_layers(path)
-  plan = _legacy_checkpoint.Plan(path)
+  plan = _checkpoint.Plan(path)
   if by_name:
     _plan_by_name(model, path, saved_layers, skip_mismatch, plan)
   else:
     _plan_topological(model, path, saved_layers, plan)
   if plan.problems:
-    raise _legacy_checkpoint.RestoreError(path, problems=plan.problems)
+    raise _checkpoint.RestoreError(path, problems=plan.problems)
   for _, target, value, _ in plan.assignments:
     target.assign(value)

@@ -16,9 +16,9 @@ import os
 from google.protobuf import text_format
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _legacy_checkpoint
-from tf_mixed_precision_compat import _legacy_config
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _config
 
 
 class _RevivedOptimizer(tf.Module):
@@ -120,8 +120,8 @@ def _root_metadata(path):
     raise ValueError(
         f"{path!r} is a SavedModel without Keras metadata (not written by "
         "a Keras model.save()); serve it with tf.saved_model.load.")
-  return _legacy_config.expect_dict(
-      _legacy_config.parse_json(metadata, "Keras metadata", path),
+  return _config.expect_dict(
+      _config.parse_json(metadata, "Keras metadata", path),
       "Keras metadata", path)
 
 
@@ -200,7 +200,7 @@ def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: di
   metadata = _decode_tuples(_root_metadata(path))
   config = {"class_name": metadata.get("class_name"),
             "config": metadata.get("config")}
-  training_config = _legacy_config.expect_dict(
+  training_config = _config.expect_dict(
       metadata.get("training_config"), "training_config", path,
       allow_none=True)
   prefix = os.path.join(path, "variables", "variables")
@@ -212,19 +212,19 @@ def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: di
   except (tf.errors.OpError, ValueError) as e:
     raise ValueError(f"Cannot read the variables of {path!r} (truncated or "
                      f"corrupted?): {e}") from None
-  graph = _legacy_checkpoint.read_object_graph(reader, prefix)
-  model = _legacy_config.build_model(config, path, safe_mode, custom_objects)
+  graph = _checkpoint.read_object_graph(reader, prefix)
+  model = _config.build_model(config, path, safe_mode, custom_objects)
   optimizer = None
   optimizer_node = graph.child(0, "optimizer")
   if compile and training_config:
-    optimizer = _legacy_config.compile_model(model, training_config, path,
-                                             custom_objects, safe_mode)
-    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+    optimizer = _config.compile_model(model, training_config, path,
+                                      custom_objects, safe_mode)
+    _checkpoint.ensure_optimizer_built(model, optimizer)
   ignored = []
   if optimizer is None and optimizer_node is not None:
     ignored.append(optimizer_node)
     optimizer_node = None
-  report = _legacy_checkpoint.restore(
+  report = _checkpoint.restore(
       reader, graph, path, model, optimizer, 0, optimizer_node, allow_partial,
       ignored_nodes=ignored)
   return model, report

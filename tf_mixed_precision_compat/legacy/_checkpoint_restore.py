@@ -17,10 +17,10 @@ After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
   or an optimizer) faces an entry written by Keras 2: an optimizer entry with
   `iter` / `base_optimizer` children or slot variables; a model entry with
   `layer_with_weights-N` / `layer-N` children; or, for a subclassed model,
-  an entry that `_legacy_checkpoint` maps completely onto the model. Anything
+  an entry that `_checkpoint` maps completely onto the model. Anything
   else is restored by TF unchanged.
 * The Keras objects of a legacy checkpoint are restored by
-  `_legacy_checkpoint`'s object-graph matching (what `legacy.
+  `_checkpoint`'s object-graph matching (what `legacy.
   restore_checkpoint` does); every other entry of the root (a step counter,
   a `tf.Variable`, a `tf.Module`) and `save_counter` are restored by TF.
 * Everything is matched and checked before anything is assigned. Shape,
@@ -42,8 +42,8 @@ import re
 import keras
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _legacy_checkpoint
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _checkpoint
 
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-\d+$")
 _SAVE_COUNTER = "save_counter"
@@ -62,7 +62,7 @@ def _model_built(model):
 
 
 def _optimizer_built(optimizer):
-  return bool(getattr(_legacy_checkpoint.inner_optimizer_of(optimizer),
+  return bool(getattr(_checkpoint.inner_optimizer_of(optimizer),
                       "built", True))
 
 
@@ -101,9 +101,9 @@ def _maps_completely(reader, graph, source, node_id, model):
   if not _model_built(model):
     return False
   try:
-    plan = _legacy_checkpoint.plan_restore(reader, graph, source,
-                                           [(node_id, model)], [],
-                                           scope=[node_id])
+    plan = _checkpoint.plan_restore(reader, graph, source,
+                                    [(node_id, model)], [],
+                                    scope=[node_id])
   except ValueError:
     return False
   matched = {id(target) for _, target, _, _ in plan.assignments}
@@ -200,7 +200,7 @@ class LegacyRestore:
   # Planning.
 
   def _plan(self):
-    plan = _legacy_checkpoint.plan_restore(
+    plan = _checkpoint.plan_restore(
         self._reader, self._graph, self.source, self._parts.models,
         self._parts.optimizers, scope=self._parts.legacy_nodes)
     waiting_slots = any(not _optimizer_built(opt)
@@ -210,9 +210,9 @@ class LegacyRestore:
                                    if k not in self._slot_keys]
     expected = []
     for _, model in self._parts.models:
-      expected += _legacy_checkpoint._expected_model_objects(model)  # pylint: disable=protected-access
+      expected += _checkpoint._expected_model_objects(model)  # pylint: disable=protected-access
     for _, optimizer in self._parts.optimizers:
-      expected += _legacy_checkpoint._expected_optimizer_objects(optimizer)  # pylint: disable=protected-access
+      expected += _checkpoint._expected_optimizer_objects(optimizer)  # pylint: disable=protected-access
     plan.unmatched_objects = [d for obj, d in expected
                               if id(obj) not in plan.targets]
     self._check(plan)
@@ -231,7 +231,7 @@ class LegacyRestore:
             "optimizer's step or loss scale) is restored; is it the same "
             "architecture?")
     if problems:
-      raise _legacy_checkpoint.RestoreError(
+      raise _checkpoint.RestoreError(
           self.source, plan.unmatched_checkpoint, plan.unmatched_objects,
           problems)
 
@@ -269,7 +269,7 @@ class LegacyRestore:
       self.pending.add("slots")
       for _, optimizer in self._parts.optimizers:
         if not _optimizer_built(optimizer):
-          _on_build(_legacy_checkpoint.inner_optimizer_of(optimizer),
+          _on_build(_checkpoint.inner_optimizer_of(optimizer),
                     self._optimizer_built)
 
   def _optimizer_built(self):
@@ -283,7 +283,7 @@ class LegacyRestore:
     if only is not None:
       plan.assignments = [a for a in plan.assignments if a[0] in only]
       plan.hyper = {}
-    self.report = _legacy_checkpoint.assign(
+    self.report = _checkpoint.assign(
         plan, [o for _, o in self._parts.optimizers])
     self._unmatched_checkpoint = list(plan.unmatched_checkpoint)
     self._unmatched_objects = list(plan.unmatched_objects)
@@ -473,7 +473,7 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
     return original(checkpoint, save_path, *args, **kwargs)
   try:
     reader = tf.train.load_checkpoint(prefix)
-    graph = _legacy_checkpoint.read_object_graph(reader, prefix)
+    graph = _checkpoint.read_object_graph(reader, prefix)
   except ValueError:
     return original(checkpoint, save_path, *args, **kwargs)
   parts = _split(checkpoint, reader, graph, prefix)

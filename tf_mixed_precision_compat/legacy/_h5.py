@@ -13,8 +13,8 @@ was never stored.
 import h5py
 import numpy as np
 
-from tf_mixed_precision_compat import _legacy_checkpoint
-from tf_mixed_precision_compat import _legacy_config
+from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _config
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 
@@ -78,10 +78,10 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
   if "model_config" not in f.attrs:
     raise ValueError(f"{path!r} has no model_config: it holds weights only "
                      "(use model.load_weights) or is not a Keras H5 file.")
-  config = _legacy_config.parse_json(f.attrs["model_config"], "model_config",
-                                     path)
-  model = _legacy_config.build_model(config, path, safe_mode, custom_objects)
-  plan = _legacy_checkpoint.Plan(path)
+  config = _config.parse_json(f.attrs["model_config"], "model_config",
+                              path)
+  model = _config.build_model(config, path, safe_mode, custom_objects)
+  plan = _checkpoint.Plan(path)
 
   # Model weights, by layer name then weight name.
   weights_group = f["model_weights"] if "model_weights" in f else f
@@ -105,7 +105,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
       continue
     for name in names:
       short = _strip(name).split("/")[-1]
-      target = _legacy_checkpoint._own_variable(layer, short)  # pylint: disable=protected-access
+      target = _checkpoint._own_variable(layer, short)  # pylint: disable=protected-access
       key = f"model_weights/{layer_name}/{name}"
       if target is None:
         plan.unmatched_checkpoint.append(key)
@@ -115,16 +115,16 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
 
   optimizer = None
   if compile and "training_config" in f.attrs:
-    training_config = _legacy_config.parse_json(
+    training_config = _config.parse_json(
         f.attrs["training_config"], "training_config", path)
-    optimizer = _legacy_config.compile_model(model, training_config, path,
-                                             custom_objects, safe_mode)
-    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+    optimizer = _config.compile_model(model, training_config, path,
+                                      custom_objects, safe_mode)
+    _checkpoint.ensure_optimizer_built(model, optimizer)
     if "optimizer_weights" in f:
       _plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,
                       plan)
 
-  expected = _legacy_checkpoint._expected_objects(model, optimizer)  # pylint: disable=protected-access
+  expected = _checkpoint._expected_objects(model, optimizer)  # pylint: disable=protected-access
   unmatched_objects = []
   for obj, description in expected:
     if id(obj) in plan.targets:
@@ -136,17 +136,17 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
     unmatched_objects.append(description)
   if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
                                               unmatched_objects)):
-    raise _legacy_checkpoint.RestoreError(
+    raise _checkpoint.RestoreError(
         path, plan.unmatched_checkpoint, unmatched_objects, plan.problems)
   for _, target, value, _ in plan.assignments:
     target.assign(value)
   if optimizer is not None:
-    _legacy_config.log_no_loss_scale(path, optimizer)
+    _config.log_no_loss_scale(path, optimizer)
   return model
 
 
 def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
-  inner = _legacy_checkpoint.inner_optimizer_of(optimizer)
+  inner = _checkpoint.inner_optimizer_of(optimizer)
   slots = _keras2_config.TF2_SLOT_NAMES.get(
       _keras2_config.keras_class_name(inner), {})
   # Longest names first, so "a/b/kernel" wins over "b/kernel".
@@ -165,7 +165,7 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     keras3_slot = slots.get(slot)
     target = None
     if owner is not None and keras3_slot is not None:
-      target = _legacy_checkpoint._slot_variable(  # pylint: disable=protected-access
+      target = _checkpoint._slot_variable(  # pylint: disable=protected-access
           inner, by_tf_name[owner], keras3_slot)
     if target is None:
       plan.unmatched_checkpoint.append(key)

@@ -39,12 +39,12 @@ from typing import Any, Optional, Union
 import keras  # noqa: F401 (the docstring examples use it)
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _legacy_args
-from tf_mixed_precision_compat import _legacy_checkpoint
-from tf_mixed_precision_compat import _legacy_h5
-from tf_mixed_precision_compat import _legacy_saved_model
-from tf_mixed_precision_compat._legacy_checkpoint import RestoreError
-from tf_mixed_precision_compat._legacy_checkpoint import RestoreReport
+from tf_mixed_precision_compat.legacy import _args
+from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _h5
+from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.legacy._checkpoint import RestoreError
+from tf_mixed_precision_compat.legacy._checkpoint import RestoreReport
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)  # noqa: F401  # pylint: disable=unused-import
 
@@ -69,7 +69,7 @@ def checkpoint_prefix(path: _PathLike) -> str:
   Raises:
     OSError: (`FileNotFoundError`) if there is no such checkpoint.
   """
-  path = _legacy_args.path_arg(path)
+  path = _args.path_arg(path)
   if os.path.isdir(path):
     prefix = tf.train.latest_checkpoint(path)
     if prefix is None:
@@ -170,13 +170,13 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
   >>> restore_checkpoint(path, other)
   Traceback (most recent call last):
   ...
-  tf_mixed_precision_compat._legacy_checkpoint.RestoreError: Cannot restore ...
+  tf_mixed_precision_compat.legacy._checkpoint.RestoreError: Cannot restore ...
   """
-  _legacy_args.restore_targets_arg(model, optimizer)
-  _legacy_args.bool_arg(allow_partial, "allow_partial")
+  _args.restore_targets_arg(model, optimizer)
+  _args.bool_arg(allow_partial, "allow_partial")
   prefix = checkpoint_prefix(path)
   reader = open_checkpoint(prefix)
-  graph = _legacy_checkpoint.read_object_graph(reader, prefix)
+  graph = _checkpoint.read_object_graph(reader, prefix)
   model_node = graph.child(0, "model")
   optimizer_node = graph.child(0, "optimizer")
   if model_node is None and optimizer_node is None:
@@ -185,10 +185,10 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
         "not written by tf.train.Checkpoint(model=..., optimizer=...). "
         f"Children of its root: {[name for name, _ in graph.children(0)]}")
   if model is not None:
-    _legacy_checkpoint.check_built(model, prefix)
-    _legacy_checkpoint.ensure_optimizer_built(model, optimizer)
+    _checkpoint.check_built(model, prefix)
+    _checkpoint.ensure_optimizer_built(model, optimizer)
   ignored = [node for name, node in graph.children(0) if name == "save_counter"]
-  return _legacy_checkpoint.restore(
+  return _checkpoint.restore(
       reader, graph, prefix, model, optimizer, model_node, optimizer_node,
       allow_partial, ignored_nodes=ignored)
 
@@ -251,27 +251,27 @@ def load_model(path: _PathLike,
   ...
   FileNotFoundError: No such file or directory: '...missing.h5'
   """
-  path = _legacy_args.path_arg(path)
+  path = _args.path_arg(path)
   if custom_objects is not None and not isinstance(custom_objects, dict):
     raise TypeError(f"custom_objects must be a dict or None, got "
                     f"{type(custom_objects).__name__}.")
   for name, flag in (("compile", compile), ("safe_mode", safe_mode),
                      ("allow_partial", allow_partial),
                      ("return_report", return_report)):
-    _legacy_args.bool_arg(flag, name)
+    _args.bool_arg(flag, name)
   if not os.path.exists(path):
     raise FileNotFoundError(f"No such file or directory: {path!r}")
   report = None
   if os.path.isdir(path):
-    if not _legacy_saved_model.is_saved_model(path):
+    if not _saved_model.is_saved_model(path):
       raise ValueError(f"{path!r} is a directory but not a SavedModel (no "
                        "saved_model.pb); for a checkpoint directory use "
                        "restore_checkpoint.")
-    model, report = _legacy_saved_model.load(
+    model, report = _saved_model.load(
         path, safe_mode, custom_objects, compile, allow_partial)
   else:
-    model = _legacy_h5.load(path, safe_mode, custom_objects, compile,
-                            allow_partial)
+    model = _h5.load(path, safe_mode, custom_objects, compile,
+                     allow_partial)
   return (model, report) if return_report else model
 
 
@@ -326,9 +326,9 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
   >>> load_saved_model(path)(tf.constant([1.5])).numpy()
   array([3.], dtype=float32)
   """
-  path = _legacy_args.path_arg(path)
-  _legacy_args.bool_arg(safe_mode, "safe_mode")
-  if safe_mode and _legacy_saved_model.is_saved_model(path):
-    _legacy_saved_model.check_load_time_code(path)
-  _legacy_saved_model.enable_serving()
+  path = _args.path_arg(path)
+  _args.bool_arg(safe_mode, "safe_mode")
+  if safe_mode and _saved_model.is_saved_model(path):
+    _saved_model.check_load_time_code(path)
+  _saved_model.enable_serving()
   return tf.saved_model.load(path, tags=tags, options=options)
