@@ -157,6 +157,13 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
     step was finite and reached `growth_steps`, i.e. the scale was due to
     grow. `is_finite` is a scalar bool tensor.
   """
+  if not tf.executing_eagerly():
+    # TF 2.3/2.4 made this update a `tf.cond`, which took the op name "cond"
+    # of the current name scope. Reserving it keeps the names of what is built
+    # next as TF's: a v1 optimizer's conditional apply is then "cond_1", so
+    # Adam's `cond_1/beta1_power`, which old `tf.compat.v1.train.Saver`
+    # checkpoints name, is found again.
+    tf.compat.v1.get_default_graph().unique_name("cond")
   is_finite = _distribute.all_finite(grads)
   new_scale, new_counter = _scaling.dynamic_update(
       scale, counter, is_finite, growth_steps, multiplier)

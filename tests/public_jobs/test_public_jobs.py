@@ -48,18 +48,7 @@ KERAS3 = {
 # shows). Strict: the test must fail with that error (any other failure is
 # reported as one) and an unexpected pass fails, so a mark goes when its bug
 # is fixed.
-BUGS = {
-    # TF 2.3/2.4's v1 MixedPrecisionLossScaleOptimizer builds the inner
-    # AdamOptimizer's beta1_power/beta2_power under the name scope `cond_1/`;
-    # ours builds them under `cond/`, so a tf.compat.v1 Saver checkpoint
-    # written by the old TF does not restore: "Key cond/beta1_power not found
-    # in checkpoint" (loud, but the job cannot resume).
-    "deepspeech_graph_rewrite": {
-        "resume": ("v1 loss-scale optimizer: Adam's beta1_power/beta2_power "
-                   "under cond/ instead of TF 2.4's cond_1/; old Saver "
-                   "checkpoints do not restore",
-                   "cond/beta1_power not found in checkpoint")},
-}
+BUGS = {}
 # The same, for bugs of the tf_keras target only (TF_USE_LEGACY_KERAS=1).
 LEGACY_BUGS = {
     # TF 2.3/2.4's LossScaleOptimizer (experimental or not) has
