@@ -45,6 +45,15 @@ def _fresh_collective_keys():
   yield
 
 
+@pytest.fixture(autouse=True)
+def _keras_global_dtype_policy_restored():
+  """Keeps one test's global policy from deciding another's layer dtypes."""
+  import keras  # pylint: disable=g-import-not-at-top
+  previous = keras.config.dtype_policy()
+  yield
+  keras.config.set_dtype_policy(previous)
+
+
 @pytest.fixture
 def mirrored_strategy():
   """A MirroredStrategy over the two logical CPUs."""

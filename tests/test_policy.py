@@ -153,6 +153,24 @@ class PolicyTest(parameterized.TestCase):
     self.assertEqual(restored.compute_dtype, "float16")
     self.assertEqual(restored.variable_dtype, "float32")
 
+  @parameterized.parameters("float32", "mixed_float16")
+  def test_keras_file_of_a_model_under_our_global_policy_loads(self, name):
+    # Without install() or custom objects: Keras 3 finds our classes by their
+    # registered names ("Could not locate"/AttributeError before).
+    policy_module.set_global_policy(name)
+    inputs = keras.Input((3,))
+    hidden = keras.layers.Dense(4, dtype=PolicyV1(name, loss_scale=8))(inputs)
+    model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    path = self.create_tempfile("m.keras").full_path
+    model.save(path)
+    keras.config.set_dtype_policy("float32")
+    loaded = keras.models.load_model(path)
+    for layer, original in zip(loaded.layers[1:], model.layers[1:]):
+      self.assertEqual(layer.compute_dtype, original.compute_dtype)
+      self.assertEqual(layer.variable_dtype, original.variable_dtype)
+    for a, b in zip(loaded.get_weights(), model.get_weights()):
+      np.testing.assert_array_equal(a, b)
+
 
 # --------------------------------------------------------------------------
 # PolicyV1

@@ -105,7 +105,14 @@ def _removed_policy_error(name):
   return ValueError(f"{message} Got policy name: '{name}'")
 
 
+# Registered so that a Keras 3 `.keras` file of a model whose layers hold one
+# of our policies loads again (Keras 3 looks a policy class up by this name).
+_register = keras.saving.register_keras_serializable(
+    package="tf_mixed_precision_compat")
+
+
 @export("keras.mixed_precision.Policy")
+@_register
 class Policy(keras.DTypePolicy):
   """A Keras layer's dtype policy (TF 2.4's `tf.keras.mixed_precision.Policy`).
 
@@ -216,6 +223,7 @@ def _warning(message):
 
 
 @export("keras.mixed_precision.experimental.Policy")
+@_register
 class PolicyV1(Policy):
   """The experimental dtype policy of TF 2.3, which also holds a loss scale.
 
