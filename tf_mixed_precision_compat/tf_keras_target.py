@@ -321,6 +321,40 @@ def restore_tf22_dependencies(journal_set_attr):
                    property(_deferred_in_wrapped))
 
 
+def restore_get_gradients(journal_set_attr):
+  """Gives the loss-scale optimizer of current optimizers `get_gradients`.
+
+  TF 2.3/2.4's `LossScaleOptimizer` (experimental or not) had
+  `get_gradients(loss, params)`, which graph-mode trainers call; tf_keras
+  kept it only on the class wrapping an OptimizerV2, not on the one wrapping
+  its current optimizers (which have no `get_gradients` of their own).
+
+  Args:
+    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
+  """
+  if not hasattr(_LSO_V3, "get_gradients"):
+    journal_set_attr(_LSO_V3, "get_gradients", _get_gradients)
+
+
+def _get_gradients(self, loss, params):
+  """TF 2.4's `LossScaleOptimizer.get_gradients`, on a current optimizer.
+
+  The gradients of the scaled loss, unscaled; as TF 2.4's OptimizerV2, a
+  variable without a gradient is refused by name. Clipping stays where the
+  current optimizers do it, in `apply_gradients`.
+  """
+  params = tf.nest.flatten(params)
+  grads = tf.gradients(self.get_scaled_loss(loss), params)
+  for grad, param in zip(grads, params):
+    if grad is None:
+      raise ValueError(
+          f"Variable {param} has `None` for gradient. Please make sure that "
+          "all of your ops have a gradient defined (i.e. are "
+          "differentiable). Common ops without gradient: K.argmax, K.round, "
+          "K.eval.")
+  return self.get_unscaled_gradients(grads)
+
+
 def _lookup_in_wrapped(self, name, cached_dependencies=None):
   del cached_dependencies
   return self._optimizer._lookup_dependency(name)  # noqa: SLF001

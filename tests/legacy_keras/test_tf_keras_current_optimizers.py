@@ -205,3 +205,29 @@ def test_slot_without_counterpart_is_refused(tmp_path):
   opt = tf.keras.optimizers.Adam()  # Not what wrote it: no "rms" slot.
   with pytest.raises(ValueError, match="slot 'rms' has no counterpart"):
     tf.train.Checkpoint(model=twin, optimizer=opt).restore(path)
+
+
+def test_slots_first_built_in_a_loop_of_a_function_are_restored():
+  # Model Garden's first step runs in a `tf.range` loop of a `tf.function`:
+  # the slots are then created under the loop's name scope ("while/m/...").
+  meta = _meta("tf24_func_adam_dynamic")
+  model = tf.keras.models.model_from_json(meta["model_json"])
+  opt = _optimizer(meta)
+  status = tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      _prefix(meta))
+
+  @tf.function
+  def first_steps():
+    for _ in tf.range(1):
+      opt.inner_optimizer.build(model.trainable_variables)
+
+  first_steps()
+  names = [v.name for v in opt.inner_optimizer.variables]
+  assert any(name.startswith("while/m/") for name in names), names
+  status.assert_consumed()
+  for var in model.trainable_variables:
+    name = var.name.split(":")[0]
+    for slot, value in meta["slots"][name].items():
+      (found,) = [v for v in opt.inner_optimizer.variables
+                  if v.name.endswith(f"/{_SLOT[slot]}/{var.name}")]
+      np.testing.assert_array_equal(found.numpy(), value)

@@ -223,9 +223,49 @@ def test_tf1_loss_scales_graph_rewrite_and_v1_optimizer():
   assert var.numpy() == 2.0
 
 
+def _lso(experimental, family):
+  if experimental:
+    return _dynamic_v1(family)
+  return tf.keras.mixed_precision.LossScaleOptimizer(
+      FAMILIES[family](1.0), initial_scale=8.0)
+
+
+@pytest.mark.parametrize("experimental", [False, True])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_get_gradients_in_a_function(family, experimental):
+  # TF 2.4: the scaled loss's gradients (tf.gradients), unscaled.
+  opt = _lso(experimental, family)
+  var = tf.Variable([1.0, -2.0])
+
+  @tf.function
+  def grads():
+    loss = tf.reduce_sum(var * var) * 3.0
+    scaled = tf.gradients(opt.get_scaled_loss(loss), [var])[0]
+    return opt.get_gradients(loss, [var])[0], scaled
+
+  grad, scaled = grads()
+  np.testing.assert_array_equal(grad.numpy(), [6.0, -12.0])
+  np.testing.assert_array_equal(scaled.numpy(), [48.0, -96.0])
+  with pytest.raises(ValueError, match="has `None` for gradient"):
+    tf.function(lambda: opt.get_gradients(tf.constant(1.0), [var]))()
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_get_gradients_in_a_session(family):
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.compat.v1.Variable([2.0], use_resource=True)
+    opt = _lso(True, family)
+    grads = opt.get_gradients(var * var, [var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    np.testing.assert_array_equal(sess.run(grads)[0], [4.0])
+
+
 def test_uninstall_removes_the_target_grafts():
   mp.uninstall()
   assert not hasattr(tf.keras.mixed_precision, "experimental")
+  lso_v3 = type(tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.SGD()))
+  assert not hasattr(lso_v3, "get_gradients")
   assert tf_keras.Model._get_optimizer.__name__ == "_get_optimizer"  # noqa: SLF001
   assert "PolicyV1" not in tf_keras.utils.get_custom_objects()
   mp.install()

@@ -50,33 +50,7 @@ KERAS3 = {
 # is fixed.
 BUGS = {}
 # The same, for bugs of the tf_keras target only (TF_USE_LEGACY_KERAS=1).
-LEGACY_BUGS = {
-    # TF 2.3/2.4's LossScaleOptimizer (experimental or not) has
-    # `get_gradients(loss, params)` (scaled loss, the inner optimizer's
-    # `get_gradients`, unscaled gradients); the tf_keras target's class
-    # derives from tf_keras's LossScaleOptimizerV3 and has none:
-    # "AttributeError: 'LossScaleOptimizerV1' object has no attribute
-    # 'get_gradients'" in OpenNMT-tf's graph-mode gradient branch. (Keras 3's
-    # class has it.) With the method added as TF 2.4 defines it, both runs
-    # equal TF 2.4.4's records.
-    "opennmt_mirrored_trainer": dict.fromkeys(
-        ("steps", "resume"),
-        ("tf_keras target: LossScaleOptimizer has no get_gradients()",
-         "object has no attribute 'get_gradients'")),
-    # A TF 2.x checkpoint restored before the first step defers the Adam
-    # slots until tf_keras builds them; the package then looks them up by
-    # exact name ("m/pooler/kernel:0"), but Model Garden's first step runs in
-    # a `tf.range` loop inside a `tf.function`, so they are named
-    # "while/m/pooler/kernel:0": "ValueError: Restoring a TF 2.x checkpoint:
-    # optimizer 'Adam' has 0 slot variables named 'm/pooler/kernel:0',
-    # expected one." (_tf_keras_restore._find_slot). TF 2.4 restored them.
-    # Matching the name below a name scope, the resumed run equals TF 2.4.4's.
-    "model_garden_bert_ctl": {
-        "resume": ("tf_keras target: deferred slot restore looks slots up by "
-                   "exact name; slots built in a name scope (while/m/...) "
-                   "are not found",
-                   "has 0 slot variables named 'm/pooler/kernel:0'")},
-}
+LEGACY_BUGS = {}
 _LAUNCH = ("import sys, runpy; import tf_mixed_precision_compat.auto; "
            "sys.argv = sys.argv[1:]; "
            "runpy.run_path(sys.argv[0], run_name='__main__')")

@@ -81,6 +81,11 @@ def _is_built(optimizer):
 def _find_slot(optimizer, variable, current_name):
   wanted = f"{current_name}/{variable.name}"
   found = [v for v in optimizer.variables if v.name == wanted]
+  if not found:
+    # Built under a name scope, e.g. "while/m/..." when the first step runs in
+    # a `tf.range` loop of a `tf.function`.
+    found = [v for v in optimizer.variables
+             if v.name.endswith("/" + wanted) and v.shape == variable.shape]
   if len(found) != 1:
     raise ValueError(
         f"Restoring a TF 2.x checkpoint: optimizer '{optimizer.name}' has "
