@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from tests import testing
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import policy as policy_module
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy._checkpoint import RestoreError
 
 BATCH = 8
@@ -99,7 +99,7 @@ class Net(keras.Model):
 def _model(record):
   if record["model"] == "subclassed":
     return Net()  # Not built: restored values wait for its first call.
-  return policy_module.model_from_json(record["model_json"])
+  return legacy.model_from_json(record["model_json"])
 
 
 def _optimizer(record):
@@ -505,7 +505,7 @@ def test_a_model_with_an_extra_layer_is_reported_not_silent(tmp_path,
                                                             tf_log):
   record, job = _fresh("tf24_func_sgd_save", tmp_path)
   config = json.loads(record["model_json"])
-  job.model = policy_module.model_from_json(json.dumps(config))
+  job.model = legacy.model_from_json(json.dumps(config))
   extra = keras.layers.Dense(2, name="extra")
   extra.build((None, 1))
   job.model.extra = extra

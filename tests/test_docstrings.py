@@ -14,6 +14,7 @@ MODULES = [
     "graph_rewrite",
     "install",
     "legacy",
+    "legacy._model_config",
     "loss_scale",
     "optimizers._delegation",
     "optimizers._inner",
@@ -36,5 +37,6 @@ def test_examples_run(name):
   assert result.failed == 0
   # Examples that change global state put it back.
   assert not mp.installed()
-  assert not mp.policy.compile_integration_enabled()
+  assert not importlib.import_module(
+      "tf_mixed_precision_compat.install").compile_integration_enabled()
   assert keras.config.dtype_policy().name == "float32"

@@ -1,5 +1,6 @@
 """install() / uninstall(): every endpoint resolves, everything comes back."""
 
+import importlib
 import subprocess
 import tempfile
 import sys
@@ -12,7 +13,9 @@ import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat import policy
+
+# The module (the package's `install` attribute is the function).
+install_module = importlib.import_module("tf_mixed_precision_compat.install")
 
 _LEGACY_NAMES = ("Policy", "PolicyV1", "LossScaleOptimizer",
                  "LossScaleOptimizerV1", "FixedLossScale", "DynamicLossScale")
@@ -57,7 +60,7 @@ def _snapshot():
   snap["sys.modules"] = dict(sys.modules)
   snap["custom_objects"] = dict(keras.saving.get_custom_objects())
   snap["Model.compile"] = keras.Model.compile
-  snap["compile integration"] = policy.compile_integration_enabled()
+  snap["compile integration"] = install_module.compile_integration_enabled()
   return snap
 
 
@@ -300,10 +303,10 @@ def test_keras_3_configs_still_load_as_keras_3_while_installed(installed):
 
 
 def test_compile_integration_follows_install():
-  assert not policy.compile_integration_enabled()
+  assert not install_module.compile_integration_enabled()
   mp.install()
   try:
-    assert policy.compile_integration_enabled()
+    assert install_module.compile_integration_enabled()
     with mp.policy_scope(mp.PolicyV1("mixed_float16", loss_scale=16)):
       model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(0.1), "mse")
@@ -311,28 +314,44 @@ def test_compile_integration_follows_install():
     assert float(model.optimizer.loss_scale) == 16.
   finally:
     mp.uninstall()
-  assert not policy.compile_integration_enabled()
+  assert not install_module.compile_integration_enabled()
 
 
 def test_compile_integration_enabled_before_install_stays():
-  policy.enable_compile_integration()
+  install_module.enable_compile_integration()
   try:
     patched = keras.Model.compile
     mp.install()
     mp.uninstall()
-    assert policy.compile_integration_enabled()
+    assert install_module.compile_integration_enabled()
     assert keras.Model.compile is patched
   finally:
-    policy.disable_compile_integration()
+    install_module.disable_compile_integration()
+
+
+def test_compile_integration_disabled_while_installed():
+  original = keras.Model.compile
+  mp.install()
+  try:
+    assert keras.Model.compile is not original
+    install_module.disable_compile_integration()
+    assert not install_module.compile_integration_enabled()
+    assert keras.Model.compile is original
+  finally:
+    mp.uninstall()
+  assert not install_module.compile_integration_enabled()
+  assert keras.Model.compile is original
 
 
 def test_failed_install_changes_nothing(monkeypatch):
   before = _snapshot()
 
-  def fail():
+  def fail(*args):
+    del args
     raise RuntimeError("boom")
 
-  monkeypatch.setattr(policy, "enable_compile_integration", fail)
+  # One of the last changes install() makes: all before it are undone.
+  monkeypatch.setattr(install_module, "_patch_compile", fail)
   with pytest.raises(RuntimeError, match="boom"):
     mp.install()
   assert not mp.installed()

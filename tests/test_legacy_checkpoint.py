@@ -18,7 +18,6 @@ import tensorflow as tf
 
 from tests import testing
 from tf_mixed_precision_compat import legacy
-from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
 
@@ -62,7 +61,7 @@ def _model(record):
     model = Net()
     model(tf.zeros((1, 4)))
     return model
-  return policy_module.model_from_json(record["model_json"])
+  return legacy.model_from_json(record["model_json"])
 
 
 def _optimizer(record):

@@ -1,5 +1,6 @@
 """Tests of the dtype policies: classes, global policy, get_layer_policy."""
 
+import importlib
 import json
 
 from absl.testing import parameterized
@@ -12,6 +13,7 @@ from tests import testing
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.policy import Policy
@@ -148,7 +150,7 @@ class PolicyTest(parameterized.TestCase):
     layer = keras.layers.Dense(2, dtype=Policy("mixed_float16"), name="d")
     config = layer.get_config()
     self.assertEqual(config["dtype"]["class_name"], "Policy")
-    with policy_module.deserialization_scope():
+    with legacy.deserialization_scope():
       restored = keras.layers.Dense.from_config(config)
     self.assertEqual(restored.compute_dtype, "float16")
     self.assertEqual(restored.variable_dtype, "float32")
@@ -530,11 +532,25 @@ class SerializationTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, message):
       policy_module.deserialize(config)
 
+  def test_moved_names_still_reachable_through_policy(self):
+    # They moved to `legacy` and `install`; code written before still works.
+    # The package's `install` attribute is the function, not the module.
+    install_module = importlib.import_module(
+        "tf_mixed_precision_compat.install")
+    for name in ("custom_objects", "deserialization_scope",
+                 "model_from_config", "model_from_json"):
+      self.assertIs(getattr(policy_module, name), getattr(legacy, name))
+    for name in ("enable_compile_integration", "disable_compile_integration",
+                 "compile_integration_enabled"):
+      self.assertIs(getattr(policy_module, name),
+                    getattr(install_module, name))
+    self.assertFalse(hasattr(policy_module, "no_such_name"))
+
   def test_custom_objects_is_a_fresh_dict(self):
-    objects = policy_module.custom_objects()
+    objects = legacy.custom_objects()
     objects["Policy"] = None
-    self.assertIs(policy_module.custom_objects()["Policy"], Policy)
-    self.assertIs(policy_module.custom_objects()["PolicyV1"], Policy)
+    self.assertIs(legacy.custom_objects()["Policy"], Policy)
+    self.assertIs(legacy.custom_objects()["PolicyV1"], Policy)
 
   def test_keras3_model_round_trip(self):
     inputs = keras.Input((3,))
@@ -542,7 +558,7 @@ class SerializationTest(parameterized.TestCase):
     out = keras.layers.Dense(
         1, dtype=PolicyV1("mixed_float16", loss_scale=8), name="b")(h)
     model = keras.Model(inputs, out)
-    restored = policy_module.model_from_json(model.to_json())
+    restored = legacy.model_from_json(model.to_json())
     for name in ("a", "b"):
       layer = restored.get_layer(name)
       self.assertEqual(layer.compute_dtype, "float16")
@@ -551,9 +567,9 @@ class SerializationTest(parameterized.TestCase):
 
   def test_model_from_json_errors(self):
     with self.assertRaisesRegex(ValueError, "not valid JSON"):
-      policy_module.model_from_json("{nope")
+      legacy.model_from_json("{nope")
     with self.assertRaisesRegex(ValueError, "must be a dict"):
-      policy_module.model_from_json("[1]")
+      legacy.model_from_json("[1]")
 
   def test_without_our_objects_keras_rejects(self):
     config = {"name": "d", "units": 1,
@@ -561,7 +577,7 @@ class SerializationTest(parameterized.TestCase):
                         "config": {"name": "mixed_float16"}}}
     with self.assertRaisesRegex(Exception, "quantization_mode|Policy"):
       keras.layers.Dense.from_config(config)
-    with policy_module.deserialization_scope():
+    with legacy.deserialization_scope():
       self.assertEqual(keras.layers.Dense.from_config(config).compute_dtype,
                        "float16")
 

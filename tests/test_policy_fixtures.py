@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests import testing
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.policy import Policy
 
@@ -53,7 +54,7 @@ class ModelJsonTest(parameterized.TestCase):
       testing.named_product(version=VERSIONS, model=MODELS))
   def test_model_from_json(self, version, model):
     recorded = _load("models", version)["models"][model]
-    restored = policy_module.model_from_json(recorded["json"])
+    restored = legacy.model_from_json(recorded["json"])
     _check_layers(self, restored, recorded["layers"])
     # The restored model computes each layer in the recorded dtype.
     first = restored.layers[0]
@@ -76,13 +77,13 @@ class ModelJsonTest(parameterized.TestCase):
     cls = keras.Sequential if config["class_name"] == "Sequential" else (
         keras.Model)
     restored = cls.from_config(config["config"],
-                               custom_objects=policy_module.custom_objects())
+                               custom_objects=legacy.custom_objects())
     _check_layers(self, restored, recorded["layers"])
 
   @parameterized.parameters(*VERSIONS)
   def test_mixed_model_trains(self, version):
     recorded = _load("models", version)["models"]["functional_mixed"]
-    model = policy_module.model_from_json(recorded["json"])
+    model = legacy.model_from_json(recorded["json"])
     model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     before = [w.numpy().copy() for w in model.trainable_weights]
     model.fit(np.ones((4, 4), "float32"), np.zeros((4, 1), "float32"),
@@ -103,7 +104,7 @@ class LayerConfigTest(parameterized.TestCase):
     count = 0
     for version, key, record in self._cases():
       with self.subTest(version=version, form=key):
-        with policy_module.deserialization_scope():
+        with legacy.deserialization_scope():
           layer = keras.layers.Dense.from_config(record["config"])
         self.assertEqual(layer.compute_dtype, record["compute_dtype"])
         self.assertEqual(layer.variable_dtype, record["variable_dtype"])
@@ -141,7 +142,7 @@ class H5Test(parameterized.TestCase):
     recorded = _load("models", version)["h5_layers"]
     path = testing.fixture_path("policy", f"model_{version}.h5")
     model = keras.models.load_model(path,
-                                    custom_objects=policy_module.custom_objects())
+                                    custom_objects=legacy.custom_objects())
     _check_layers(self, model, [recorded[layer.name] for layer in model.layers])
     self.assertEqual(model(tf.ones((1, 3))).dtype, tf.float32)
     self.assertEqual(model.get_layer("dense").output.dtype, "float16")
@@ -154,5 +155,5 @@ class H5Test(parameterized.TestCase):
       model_config = f.attrs["model_config"]
     if isinstance(model_config, bytes):
       model_config = model_config.decode("utf-8")
-    model = policy_module.model_from_json(model_config)
+    model = legacy.model_from_json(model_config)
     _check_layers(self, model, [recorded[layer.name] for layer in model.layers])

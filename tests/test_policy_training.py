@@ -1,11 +1,14 @@
 """Training Keras 3 models under our policies, and the Model.compile hook."""
 
+import importlib
+
 from absl.testing import parameterized
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _compile
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
@@ -15,20 +18,23 @@ from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.policy import Policy
 from tf_mixed_precision_compat.policy import PolicyV1
 
+# The module (the package's `install` attribute is the function).
+install_module = importlib.import_module("tf_mixed_precision_compat.install")
+
 
 @pytest.fixture(autouse=True)
 def _clean_state():
   previous = keras.config.dtype_policy()
   yield
   keras.config.set_dtype_policy(previous)
-  policy_module.disable_compile_integration()
+  install_module.disable_compile_integration()
 
 
 @pytest.fixture
 def integration():
-  policy_module.enable_compile_integration()
+  install_module.enable_compile_integration()
   yield
-  policy_module.disable_compile_integration()
+  install_module.disable_compile_integration()
 
 
 def _data(n=8):
@@ -84,7 +90,7 @@ class FitUnderPolicyTest(parameterized.TestCase):
     self.assertIsInstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     self.assertNotIsInstance(model.optimizer,
                              LossScaleOptimizer)
-    self.assertFalse(policy_module.compile_integration_enabled())
+    self.assertFalse(install_module.compile_integration_enabled())
 
 
 @pytest.mark.usefixtures("integration")
@@ -181,18 +187,18 @@ class CompileIntegrationTest(parameterized.TestCase):
     self.assertIs(model.optimizer, sgd)
 
   def test_enable_disable(self):
-    self.assertTrue(policy_module.compile_integration_enabled())
+    self.assertTrue(install_module.compile_integration_enabled())
     patched = keras.Model.compile
-    policy_module.enable_compile_integration()  # Idempotent.
+    install_module.enable_compile_integration()  # Idempotent.
     self.assertIs(keras.Model.compile, patched)
-    owner = policy_module.compile_owner()
-    policy_module.disable_compile_integration()
-    self.assertFalse(policy_module.compile_integration_enabled())
+    owner = _compile.compile_owner()
+    install_module.disable_compile_integration()
+    self.assertFalse(install_module.compile_integration_enabled())
     self.assertNotIn("compile", vars(keras.Model))
     self.assertIsNot(keras.Model.compile, patched)
     self.assertIs(keras.Model.compile, vars(owner)["compile"])
-    policy_module.disable_compile_integration()  # No-op.
-    policy_module.enable_compile_integration()
+    install_module.disable_compile_integration()  # No-op.
+    install_module.enable_compile_integration()
     self.assertIs(vars(owner)["compile"], keras.Model.compile)
     self.assertNotIn("compile", vars(keras.Model))
 
@@ -201,7 +207,7 @@ def test_import_patches_nothing():
   # The autouse fixture disabled any integration; importing the package again
   # must not turn it on.
   import tf_mixed_precision_compat.policy  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import,reimported
-  assert not policy_module.compile_integration_enabled()
+  assert not install_module.compile_integration_enabled()
   assert "compile" not in vars(keras.Model)
 
 
@@ -231,7 +237,7 @@ def test_fit_under_mirrored_strategy(mirrored_strategy):
 
 
 def test_policy_v1_fit_under_mirrored_strategy(mirrored_strategy):
-  policy_module.enable_compile_integration()
+  install_module.enable_compile_integration()
   with mirrored_strategy.scope():
     with policy_module.policy_scope(PolicyV1("mixed_float16", loss_scale=32)):
       model = _model()

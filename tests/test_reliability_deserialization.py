@@ -20,6 +20,7 @@ import keras
 import pytest
 
 import tf_mixed_precision_compat as mp
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy as policy_module
 
 _EVIL_SOURCE = '''
@@ -137,10 +138,10 @@ ENTRY_POINTS = {
     "policy_v1_constructor_loss_scale":
         lambda e: mp.PolicyV1("mixed_float16", loss_scale=e.config()),
     "model_from_config_layer_dtype":
-        lambda e: policy_module.model_from_config(
+        lambda e: legacy.model_from_config(
             _model_config(e.config(name="float32"))),
     "model_from_json_layer_dtype":
-        lambda e: policy_module.model_from_json(
+        lambda e: legacy.model_from_json(
             json.dumps(_model_config(e.dotted(name="float32")))),
 }
 

@@ -111,10 +111,10 @@ def _restore(job: dict[str, Any], checkpoint: str,
   the Keras 2 layout TF 2.3.4 wrote.
   """
   # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat import policy
+  from tf_mixed_precision_compat import legacy
   spec = job["data"]
   with strategy.scope():
-    model = policy.model_from_json(job["model_json"])
+    model = legacy.model_from_json(job["model_json"])
     opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
         tf.keras.optimizers.SGD(spec["learning_rate"],
                                 momentum=spec["momentum"]), "dynamic")

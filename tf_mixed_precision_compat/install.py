@@ -16,8 +16,8 @@ unchanged:
   `LossScaleOptimizer`, `LossScaleOptimizerV1`, `FixedLossScale`,
   `DynamicLossScale`) are registered with Keras 3 deserialization
   (`keras.saving.get_custom_objects()`);
-* `Model.compile` wraps optimizers as TF 2.3/2.4 did
-  (`policy.enable_compile_integration()`);
+* `Model.compile` wraps optimizers as TF 2.3/2.4 did (see `_compile`;
+  `enable_compile_integration()` makes only this change);
 * plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
   (it otherwise fails on their optimizer object; see `legacy`).
 * `keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
@@ -56,21 +56,24 @@ False
 import sys
 import threading
 import types
+from typing import Any
 
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _compile
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
+from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.legacy import _tf_keras_restore
 from tf_mixed_precision_compat import loss_scale
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
-from tf_mixed_precision_compat import policy
 from tf_mixed_precision_compat import targets
 
-__all__ = ["install", "installed", "uninstall"]
+__all__ = ["compile_integration_enabled", "disable_compile_integration",
+           "enable_compile_integration", "install", "installed", "uninstall"]
 
 _MISSING = object()
 
@@ -86,7 +89,8 @@ _journal = None  # The undo log while installed, else None.
 
 def _legacy_custom_objects():
   """Class names TF 2.3/2.4 wrote into configs, mapped to ours."""
-  objects = policy.custom_objects()  # Policy and PolicyV1, as TF 2.4 loaded.
+  # Policy and PolicyV1, as TF 2.4 loaded them.
+  objects = _model_config.custom_objects()
   objects.update({
       "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
       # TF 2.4.4 deserialized its V1 configs as LossScaleOptimizer.
@@ -261,9 +265,8 @@ def _apply(journal):
   custom_objects = keras.saving.get_custom_objects()
   for name, cls in _legacy_custom_objects().items():
     journal.set_item(custom_objects, name, cls)
-  if not policy.compile_integration_enabled():
-    policy.enable_compile_integration()
-    journal.on_undo(policy.disable_compile_integration)
+  if not compile_integration_enabled():  # Else enabled before, and stays.
+    _patch_compile(journal.set_attr)
   _patch_checkpoint_restore(journal)
   if not _saved_model.serving_enabled():
     _saved_model.enable_serving()
@@ -293,6 +296,19 @@ def _apply_tf_keras_target(journal, target):
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001
+
+
+def _patch_compile(set_attr):
+  """`Model.compile` wrapping the optimizer as TF 2.3/2.4 did (`_compile`).
+
+  The replacement goes where `keras.Model` inherits `compile` from (see
+  `_compile.compile_owner`).
+
+  Args:
+    set_attr: `setattr`, or a journal's `set_attr` to undo it with the rest.
+  """
+  owner = _compile.compile_owner()
+  set_attr(owner, "compile", _compile.make_compile(vars(owner)["compile"]))
 
 
 def _patch_checkpoint_restore(journal):
@@ -366,3 +382,57 @@ def installed() -> bool:
     True between `install()` and `uninstall()`.
   """
   return _journal is not None
+
+
+def enable_compile_integration() -> None:
+  """Makes `Model.compile` wrap optimizers as TF 2.3/2.4's Keras did.
+
+  The one change of `install()` alone: if the model's policy is a `PolicyV1`
+  with a loss scale, `compile` wraps the optimizer in `LossScaleOptimizerV1`
+  with that loss scale; if the policy is `"mixed_float16"` (ours or Keras
+  3's), in a dynamic `LossScaleOptimizer`. An optimizer that already is a loss
+  scale optimizer (ours or Keras 3's) is left alone, and Keras 3 never adds
+  its own wrapper around ours. `compile(..., auto_scale_loss=False)` still
+  disables wrapping.
+
+  This patches `compile` where `keras.Model` inherits it from (the only way
+  to influence Keras 3's choice), so it is never done on import. Calling it
+  again does nothing. Enabled before `install()`, it stays enabled after
+  `uninstall()`.
+
+  Example:
+
+  >>> enable_compile_integration()
+  >>> compile_integration_enabled()
+  True
+  >>> disable_compile_integration()
+  """
+  with _lock:
+    if not compile_integration_enabled():
+      # No journal: the replacement holds the function it replaced, which is
+      # all `disable_compile_integration` needs.
+      _patch_compile(setattr)
+
+
+def disable_compile_integration() -> None:
+  """Puts Keras 3's `Model.compile` back; a no-op if it is not replaced.
+
+  Undoes `enable_compile_integration()`, or the same change made by
+  `install()` (the rest of what `install()` did stays until `uninstall()`).
+  """
+  with _lock:
+    owner: Any = _compile.compile_owner()  # A class; mypy sees no `compile`.
+    original = _compile.original_of(vars(owner)["compile"])
+    if original is not None:
+      owner.compile = original
+
+
+def compile_integration_enabled() -> bool:
+  """Whether `Model.compile` wraps optimizers as TF 2.3/2.4 did.
+
+  Returns:
+    True after `enable_compile_integration()` or `install()`, until
+    `disable_compile_integration()` or (for `install()`'s) `uninstall()`.
+  """
+  return _compile.original_of(
+      vars(_compile.compile_owner())["compile"]) is not None

@@ -21,19 +21,14 @@ Design:
   afterwards follow it, and `global_policy()` reads it back, converting a policy
   set through Keras directly into one of ours. Like Keras 3's, it is
   per-thread.
-* Loading TF 2.3/2.4 configs: they name their policies `Policy` or `PolicyV1`,
-  which Keras 3 cannot locate. `custom_objects()` maps both names to `Policy`
-  (TF 2.4 also restored both as the non-experimental class, silently dropping
-  the loss scale); pass it to a loader's `custom_objects` or use
-  `deserialization_scope()`. No global state of Keras is touched for this.
-  Note that Keras 3's `Layer.from_config` turns a deserialized policy into its
-  name, so such a layer holds an equivalent `keras.DTypePolicy`;
-  `get_layer_policy` returns it as our `Policy`.
+* `serialize` / `deserialize` read and write a layer config's policy as TF
+  2.4 did. Whole TF 2.3/2.4 model configs, whose policies Keras 3 cannot
+  locate, load through `legacy.model_from_json` / `legacy.custom_objects()`
+  (`legacy/_model_config.py`).
 * `Model.compile` integration (TF 2.3/2.4 wrapped the optimizer in a
   `LossScaleOptimizer` according to the model's policy) needs a patch of
   `keras.Model.compile`, which this package never applies on import:
-  `enable_compile_integration()` applies it (and `install()` calls it),
-  `disable_compile_integration()` removes it.
+  `install()` applies it (see `_compile`).
 
 Example:
 
@@ -48,8 +43,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import functools
-import json
+import importlib
 import sys
 import threading
 from typing import Any, Iterator, Optional, Union
@@ -64,16 +58,9 @@ from tf_mixed_precision_compat.endpoints import export
 __all__ = [
     "Policy",
     "PolicyV1",
-    "custom_objects",
-    "deserialization_scope",
     "deserialize",
-    "disable_compile_integration",
-    "enable_compile_integration",
-    "compile_integration_enabled",
     "get_layer_policy",
     "global_policy",
-    "model_from_config",
-    "model_from_json",
     "policy_scope",
     "serialize",
     "set_global_policy",
@@ -132,8 +119,8 @@ class Policy(keras.DTypePolicy):
     inference, so a Keras 3 layer given this policy uses `floatx()`.
 
   `Model.compile` wraps the optimizer in a `LossScaleOptimizer` when the model's
-  policy is `"mixed_float16"`, once `enable_compile_integration()` (or
-  `install()`) was called.
+  policy is `"mixed_float16"`, once `install()` (or
+  `install.enable_compile_integration()`) was called.
 
   Example:
 
@@ -228,8 +215,8 @@ class PolicyV1(Policy):
   """The experimental dtype policy of TF 2.3, which also holds a loss scale.
 
   `tf.keras.mixed_precision.experimental.Policy`. Same names and dtypes as
-  `Policy`, plus a `loss_scale` that `Model.compile` uses (after
-  `enable_compile_integration()` or `install()`) to wrap the optimizer in a
+  `Policy`, plus a `loss_scale` that `Model.compile` uses (after `install()`
+  or `install.enable_compile_integration()`) to wrap the optimizer in a
   `LossScaleOptimizer`. Layers ignore the loss scale.
 
   Configs of this class reload, as in TF 2.4, as the non-experimental `Policy`
@@ -527,138 +514,6 @@ def get_layer_policy(layer: Any) -> Policy:
 _LEGACY_CLASSES = {"Policy": Policy, "PolicyV1": Policy}
 
 
-def custom_objects() -> dict[str, type]:
-  """Returns the class names TF 2.3/2.4 configs use for policies, to ours.
-
-  Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
-  TF 2.4 did when loading either.
-
-  Returns:
-    A new dict, for the `custom_objects` argument of Keras 3 loaders.
-
-  Example:
-
-  >>> sorted(custom_objects())
-  ['Policy', 'PolicyV1']
-  """
-  return dict(_LEGACY_CLASSES)
-
-
-def deserialization_scope() -> Any:
-  """A `keras.saving.custom_object_scope` in which TF 2.3/2.4 policies load.
-
-  Use it around `keras.models.model_from_json`, `keras.models.load_model` on
-  a legacy H5 file, or `Layer.from_config` with a config TF 2.3/2.4 wrote.
-
-  Returns:
-    A context manager.
-
-  Example:
-
-  >>> config = {"name": "d", "units": 2, "dtype": {
-  ...     "class_name": "Policy", "config": {"name": "mixed_float16"}}}
-  >>> with deserialization_scope():
-  ...   layer = keras.layers.Dense.from_config(config)
-  >>> layer.compute_dtype
-  'float16'
-  """
-  return keras.saving.custom_object_scope(custom_objects())
-
-
-_LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
-
-
-def model_from_config(config: dict[str, Any],
-                      custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
-                      ) -> Any:
-  """Builds a Keras 3 model from a model config TF 2.3/2.4 (or Keras 3) wrote.
-
-  TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an
-  H5 file) lack the `module` keys Keras 3's `keras.models.model_from_json`
-  needs, and their layers name policies Keras 3 does not know. Such configs
-  go through Keras 3's own legacy-format path of `Sequential.from_config` /
-  `Model.from_config`, with this module's policy classes passed down as
-  custom objects (a `custom_object_scope` would not reach the layers: Keras'
-  legacy path opens its own scope). Keras 3 configs go to Keras 3's loader.
-
-  Args:
-    config: A dict `{"class_name": ..., "config": ...}`.
-    custom_objects: Optional dict of further custom classes/functions.
-
-  Returns:
-    An uncompiled Keras 3 model.
-
-  Raises:
-    ValueError: If `config` is not a model config.
-  """
-  if not isinstance(config, dict) or not isinstance(config.get("config"),
-                                                    dict):
-    raise ValueError("config must be a dict with keys 'class_name' and "
-                     f"'config', got: {config!r}")
-  merged = dict(_LEGACY_CLASSES)
-  merged.update(custom_objects or {})
-  class_name = config.get("class_name")
-  if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
-    if class_name == "Sequential":
-      return keras.Sequential.from_config(
-          _with_input_layer(config["config"]), custom_objects=merged)
-    return keras.Model.from_config(config["config"], custom_objects=merged)
-  return keras.saving.deserialize_keras_object(config, custom_objects=merged)
-
-
-def _with_input_layer(sequential_config):
-  """A TF 2.2 Sequential config, given the InputLayer TF 2.3+ wrote.
-
-  TF 2.2 recorded a Sequential's input shape only as its first layer's
-  `batch_input_shape`; Keras 3 reads that key as the layer's *input* shape
-  and adds a batch dimension ((None, None, 4) for [None, 4]). TF 2.3+ wrote
-  an explicit InputLayer first, which Keras 3 reads correctly.
-  """
-  layers = sequential_config.get("layers")
-  if not isinstance(layers, list) or not layers:
-    return sequential_config
-  first = layers[0]
-  if (not isinstance(first, dict) or first.get("class_name") == "InputLayer"
-      or not isinstance(first.get("config"), dict) or
-      "batch_input_shape" not in first["config"]):
-    return sequential_config
-  name = first["config"].get("name", "layer")
-  input_layer = {"class_name": "InputLayer", "config": {
-      "batch_input_shape": first["config"]["batch_input_shape"],
-      "dtype": "float32", "sparse": False, "ragged": False,
-      "name": f"{name}_input"}}
-  return dict(sequential_config, layers=[input_layer] + layers)
-
-
-def model_from_json(json_string: str,
-                    custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
-                    ) -> Any:
-  """`keras.models.model_from_json` that also reads TF 2.3/2.4 model JSON.
-
-  Args:
-    json_string: The output of `model.to_json()` (TF 2.x or Keras 3).
-    custom_objects: Optional dict of further custom classes/functions.
-
-  Returns:
-    An uncompiled Keras 3 model.
-
-  Raises:
-    ValueError: If `json_string` is not JSON of a model config.
-
-  Example:
-
-  >>> dense = keras.layers.Dense(2, dtype=Policy("mixed_float16"))
-  >>> model = keras.Sequential([keras.Input((3,)), dense])
-  >>> model_from_json(model.to_json()).layers[0].compute_dtype
-  'float16'
-  """
-  try:
-    config = json.loads(json_string)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"json_string is not valid JSON: {e}") from None
-  return model_from_config(config, custom_objects=custom_objects)
-
-
 def _equivalent_to_dtype(policy):
   return (type(policy) is Policy and  # pylint: disable=unidiomatic-typecheck
           (policy.name == "_infer" or _tf_dtype_name(policy.name) is not None))
@@ -736,108 +591,36 @@ def deserialize(config: dict[str, Any],
 
 
 # --------------------------------------------------------------------------
-# Model.compile integration.
+# Names that moved.
 
-_compile_lock = threading.Lock()
-_original_compile = None  # (owning class, original function) while patched.
+# The names this module had before they moved out, by the module now
+# holding them. They are imported only when first asked for (`__getattr__`
+# below), never when this module is: those modules import this one, and
+# imports go one way (`legacy` and `install` build on `policy`).
+_MOVED = {
+    "custom_objects": "tf_mixed_precision_compat.legacy._model_config",
+    "deserialization_scope": "tf_mixed_precision_compat.legacy._model_config",
+    "model_from_config": "tf_mixed_precision_compat.legacy._model_config",
+    "model_from_json": "tf_mixed_precision_compat.legacy._model_config",
+    "compile_owner": "tf_mixed_precision_compat._compile",
+    "compile_integration_enabled": "tf_mixed_precision_compat.install",
+    "disable_compile_integration": "tf_mixed_precision_compat.install",
+    "enable_compile_integration": "tf_mixed_precision_compat.install",
+}
 
 
-def compile_owner():
-  """The class of `keras.Model`'s MRO that defines `compile` (Keras's Trainer).
+def __getattr__(name: str) -> Any:
+  """Keeps the moved names (`_MOVED`) working as attributes of this module.
 
-  The patch replaces `compile` there rather than on `keras.Model`: Keras 3
-  loading a `.keras` file skips `compile_from_config` for any class whose
-  `compile` differs from the Trainer's, taking it for a user override.
+  Args:
+    name: The attribute asked for.
+
+  Returns:
+    The moved function.
+
+  Raises:
+    AttributeError: If `name` is not one of them.
   """
-  return next(k for k in keras.Model.__mro__ if "compile" in vars(k))
-
-
-def _loss_scale_for(model):
-  """What TF 2.4's `Model._get_optimizer` decided from the model's policy."""
-  policy = getattr(model, "dtype_policy", None)
-  if isinstance(policy, PolicyV1):
-    return policy.loss_scale
-  if getattr(policy, "name", None) == "mixed_float16":
-    return "dynamic"
-  return None
-
-
-def _wrap_optimizer(optimizer, loss_scale):
-  # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
-  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
-  # pylint: enable=g-import-not-at-top
-  optimizer = keras.optimizers.get(optimizer)
-  already_wrapped = (loss_scale_optimizer.LossScaleOptimizer,
-                     keras.optimizers.LossScaleOptimizer)
-  if isinstance(optimizer, already_wrapped):
-    return optimizer
-  if isinstance(loss_scale, str) and loss_scale == "dynamic":
-    return loss_scale_optimizer.LossScaleOptimizer(optimizer)
-  return loss_scale_optimizer_v1.LossScaleOptimizerV1(optimizer, loss_scale)
-
-
-def _make_compile(original):
-  """Returns `Model.compile` choosing the optimizer as TF 2.3/2.4 did."""
-
-  @functools.wraps(original)
-  def compile(self, optimizer="rmsprop", *args, **kwargs):  # pylint: disable=redefined-builtin,keyword-arg-before-vararg
-    if kwargs.get("auto_scale_loss", True):
-      loss_scale = _loss_scale_for(self)
-      if loss_scale is not None:
-        optimizer = _wrap_optimizer(optimizer, loss_scale)
-      # The decision above is TF's and final: Keras 3 must neither add its own
-      # wrapper around ours nor wrap where TF did not (a PolicyV1 named
-      # mixed_float16 whose loss scale is None).
-      kwargs["auto_scale_loss"] = False
-    return original(self, optimizer, *args, **kwargs)
-
-  return compile
-
-
-def enable_compile_integration() -> None:
-  """Makes `Model.compile` wrap optimizers in our `LossScaleOptimizer`.
-
-  As TF 2.3/2.4's Keras did: if the model's policy is a `PolicyV1` with a loss
-  scale, `compile` wraps the optimizer in `LossScaleOptimizerV1` with that loss
-  scale; if the policy is `"mixed_float16"` (ours or Keras 3's), in a dynamic
-  `LossScaleOptimizer`. An optimizer that already is a loss scale optimizer
-  (ours or Keras 3's) is left alone, and Keras 3 never adds its own wrapper
-  around ours. `compile(..., auto_scale_loss=False)` still disables wrapping.
-
-  This patches `compile` where `keras.Model` inherits it from (the only way
-  to influence Keras 3's choice; see `compile_owner`), so it is never done on
-  import; `install()` calls this. Calling it
-  again does nothing.
-
-  Example:
-
-  >>> enable_compile_integration()
-  >>> compile_integration_enabled()
-  True
-  >>> disable_compile_integration()
-  """
-  global _original_compile
-  with _compile_lock:
-    if _original_compile is not None:
-      return
-    owner = compile_owner()
-    original = vars(owner)["compile"]
-    _original_compile = (owner, original)
-    owner.compile = _make_compile(original)
-
-
-def disable_compile_integration() -> None:
-  """Undoes `enable_compile_integration()` exactly; a no-op if not enabled."""
-  global _original_compile
-  with _compile_lock:
-    if _original_compile is None:
-      return
-    owner, original = _original_compile
-    owner.compile = original
-    _original_compile = None
-
-
-def compile_integration_enabled() -> bool:
-  """Whether `enable_compile_integration()` is in effect."""
-  return _original_compile is not None
+  if name not in _MOVED:
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  return getattr(importlib.import_module(_MOVED[name]), name)

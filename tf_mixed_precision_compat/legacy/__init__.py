@@ -13,6 +13,10 @@ restores them into Keras 3 models and this package's `LossScaleOptimizer`:
 * `load_model(path)`: a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel
   directory, rebuilt as a compiled Keras 3 model with our optimizer and its
   state (from SavedModels including the loss scale and counter).
+* `model_from_json(json_string)` / `model_from_config(config)`: the model of
+  a TF 2.3/2.4 `model.to_json()` (or H5 `model_config`), uncompiled;
+  `custom_objects()` and `deserialization_scope()` let Keras 3's own loaders
+  read the policies in such configs.
 
 Loaders never run Python code from the files unless `safe_mode=False` (what
 graph code `load_saved_model` runs: see there), and a failed restore leaves
@@ -20,7 +24,7 @@ every model and optimizer value as it was.
 
 Example (resuming a TF 2.3 job; `old.json` is its `model.to_json()`):
 
-    model = policy.model_from_json(open("old.json").read())
+    model = model_from_json(open("old.json").read())
     opt = LossScaleOptimizer(keras.optimizers.SGD(0.01, momentum=0.9))
     report = restore_checkpoint("/old/job/checkpoints", model, opt)
     print(report.iterations, report.loss_scale, report.counter)
@@ -45,14 +49,20 @@ from tf_mixed_precision_compat.legacy import _h5
 from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.legacy._checkpoint import RestoreError
 from tf_mixed_precision_compat.legacy._checkpoint import RestoreReport
+from tf_mixed_precision_compat.legacy._model_config import custom_objects
+from tf_mixed_precision_compat.legacy._model_config import (
+    deserialization_scope)
+from tf_mixed_precision_compat.legacy._model_config import model_from_config
+from tf_mixed_precision_compat.legacy._model_config import model_from_json
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)  # noqa: F401  # pylint: disable=unused-import
 
 # A file or directory path, as TF 2.4's loaders took it.
 _PathLike = Union[str, bytes, "os.PathLike[str]"]
 
-__all__ = ["RestoreError", "RestoreReport", "load_model",
-           "load_saved_model", "restore_checkpoint"]
+__all__ = ["RestoreError", "RestoreReport", "custom_objects",
+           "deserialization_scope", "load_model", "load_saved_model",
+           "model_from_config", "model_from_json", "restore_checkpoint"]
 
 
 def checkpoint_prefix(path: _PathLike) -> str:
@@ -101,7 +111,7 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
   2.2, 2.3 or 2.4 Keras job, where `optimizer` was a loss-scale optimizer
   (TF 2.2/2.3's experimental one, or either of TF 2.4's) or a plain Keras 2
   optimizer. `model` must be the same architecture rebuilt in Keras 3 and
-  built (e.g. `policy.model_from_json(old_json)`, or the subclass
+  built (e.g. `model_from_json(old_json)`, or the subclass
   instantiated and called once); `optimizer` is this package's
   `LossScaleOptimizer` (dynamic for a dynamic checkpoint, fixed for a fixed
   one) or a plain Keras 3 optimizer. The optimizer is built for

@@ -55,7 +55,7 @@ def model_arg(model, name="model"):
     return model
   raise TypeError(
       f"{name} must be a Keras 3 model (a keras.Model, e.g. rebuilt with "
-      "policy.model_from_json) or None, got "
+      "legacy.model_from_json) or None, got "
       f"{type(model).__module__}.{type(model).__name__}: {model!r}.")
 
 

@@ -20,9 +20,9 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
-from tf_mixed_precision_compat import policy as policy_module
 
 _MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 _LSO_CLASSES = {
@@ -226,7 +226,7 @@ def build_model(config, source, safe_mode, custom_objects):
   check_config(config, source, safe_mode, custom_objects)
   try:
     with keras_safe_mode(safe_mode):
-      return policy_module.model_from_config(config,
+      return _model_config.model_from_config(config,
                                              custom_objects=custom_objects)
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"{source!r}: cannot rebuild the model from its config: "

@@ -1,0 +1,102 @@
+"""The `Model.compile` TF 2.3/2.4's Keras had: it wrapped the optimizer.
+
+TF 2.3/2.4 wrapped the optimizer given to `Model.compile` in a loss scale
+optimizer chosen by the model's dtype policy. Keras 3 only offers its own
+wrapper, so this module builds a `compile` that decides as TF did from Keras
+3's. It patches nothing: `install` puts that `compile` in place and takes it
+away again (`install()`, or `install.enable_compile_integration()` alone).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional
+
+import keras
+
+from tf_mixed_precision_compat import policy as policy_module
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
+
+# The attribute of a `make_compile` result holding the `compile` it wraps.
+_ORIGINAL = "_tf_mixed_precision_compat_original"
+
+
+def compile_owner() -> type:
+  """The class of `keras.Model`'s MRO that defines `compile` (Keras's Trainer).
+
+  The patch replaces `compile` there rather than on `keras.Model`: Keras 3
+  loading a `.keras` file skips `compile_from_config` for any class whose
+  `compile` differs from the Trainer's, taking it for a user override.
+
+  Returns:
+    The class.
+  """
+  return next(k for k in keras.Model.__mro__ if "compile" in vars(k))
+
+
+def _loss_scale_for(model):
+  """What TF 2.4's `Model._get_optimizer` decided from the model's policy."""
+  policy = getattr(model, "dtype_policy", None)
+  if isinstance(policy, policy_module.PolicyV1):
+    return policy.loss_scale
+  if getattr(policy, "name", None) == "mixed_float16":
+    return "dynamic"
+  return None
+
+
+def _wrap_optimizer(optimizer, loss_scale):
+  optimizer = keras.optimizers.get(optimizer)
+  already_wrapped = (loss_scale_optimizer.LossScaleOptimizer,
+                     keras.optimizers.LossScaleOptimizer)
+  if isinstance(optimizer, already_wrapped):
+    return optimizer
+  if isinstance(loss_scale, str) and loss_scale == "dynamic":
+    return loss_scale_optimizer.LossScaleOptimizer(optimizer)
+  return loss_scale_optimizer_v1.LossScaleOptimizerV1(optimizer, loss_scale)
+
+
+def make_compile(original: Callable[..., Any]) -> Callable[..., Any]:
+  """Returns `Model.compile` choosing the optimizer as TF 2.3/2.4 did.
+
+  If the model's policy is a `PolicyV1` with a loss scale, the optimizer is
+  wrapped in `LossScaleOptimizerV1` with that loss scale; if the policy is
+  `"mixed_float16"` (ours or Keras 3's), in a dynamic `LossScaleOptimizer`.
+  An optimizer that already is a loss scale optimizer (ours or Keras 3's) is
+  left alone, and Keras 3 never adds its own wrapper around ours.
+  `compile(..., auto_scale_loss=False)` still disables wrapping.
+
+  Args:
+    original: Keras 3's `compile` function (of `compile_owner()`).
+
+  Returns:
+    The replacement function; `original_of` gives `original` back.
+  """
+
+  @functools.wraps(original)
+  def compile(self, optimizer="rmsprop", *args, **kwargs):  # pylint: disable=redefined-builtin,keyword-arg-before-vararg
+    if kwargs.get("auto_scale_loss", True):
+      loss_scale = _loss_scale_for(self)
+      if loss_scale is not None:
+        optimizer = _wrap_optimizer(optimizer, loss_scale)
+      # The decision above is TF's and final: Keras 3 must neither add its own
+      # wrapper around ours nor wrap where TF did not (a PolicyV1 named
+      # mixed_float16 whose loss scale is None).
+      kwargs["auto_scale_loss"] = False
+    return original(self, optimizer, *args, **kwargs)
+
+  setattr(compile, _ORIGINAL, original)
+  return compile
+
+
+def original_of(function: Any) -> Optional[Callable[..., Any]]:
+  """The `compile` that `function` wraps, if `make_compile` made it.
+
+  Args:
+    function: Any object, usually the current `compile_owner().compile`.
+
+  Returns:
+    The `original` passed to `make_compile`, or None if `function` is not
+    one of its results.
+  """
+  return getattr(function, _ORIGINAL, None)

@@ -1,0 +1,162 @@
+"""Keras 3 models from the model configs TF 2.3/2.4 wrote.
+
+TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an H5
+file) name their layers' policies `Policy` or `PolicyV1`, which Keras 3 cannot
+locate, and lack the `module` keys Keras 3's `keras.models.model_from_json`
+needs. `custom_objects()` maps both policy names to our `Policy` (TF 2.4 also
+restored both as the non-experimental class, silently dropping the loss scale);
+pass it to a loader's `custom_objects` or use `deserialization_scope()`. No
+global state of Keras is touched for this. `model_from_config` and
+`model_from_json` rebuild whole models.
+
+Note that Keras 3's `Layer.from_config` turns a deserialized policy into its
+name, so such a layer holds an equivalent `keras.DTypePolicy`;
+`policy.get_layer_policy` returns it as our `Policy`.
+
+These functions are public as `tf_mixed_precision_compat.legacy.*` (and, for
+code written before they moved, `tf_mixed_precision_compat.policy.*`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import keras
+
+from tf_mixed_precision_compat import policy
+
+# The class names TF 2.3/2.4 configs give policies. Both load as `Policy`, as
+# in TF 2.4 (and as `policy.deserialize` reads them).
+_POLICY_CLASSES = {"Policy": policy.Policy, "PolicyV1": policy.Policy}
+
+_LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
+
+
+def custom_objects() -> dict[str, type]:
+  """Returns the class names TF 2.3/2.4 configs use for policies, to ours.
+
+  Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
+  TF 2.4 did when loading either.
+
+  Returns:
+    A new dict, for the `custom_objects` argument of Keras 3 loaders.
+
+  Example:
+
+  >>> sorted(custom_objects())
+  ['Policy', 'PolicyV1']
+  """
+  return dict(_POLICY_CLASSES)
+
+
+def deserialization_scope() -> Any:
+  """A `keras.saving.custom_object_scope` in which TF 2.3/2.4 policies load.
+
+  Use it around `keras.models.model_from_json`, `keras.models.load_model` on
+  a legacy H5 file, or `Layer.from_config` with a config TF 2.3/2.4 wrote.
+
+  Returns:
+    A context manager.
+
+  Example:
+
+  >>> config = {"name": "d", "units": 2, "dtype": {
+  ...     "class_name": "Policy", "config": {"name": "mixed_float16"}}}
+  >>> with deserialization_scope():
+  ...   layer = keras.layers.Dense.from_config(config)
+  >>> layer.compute_dtype
+  'float16'
+  """
+  return keras.saving.custom_object_scope(custom_objects())
+
+
+def model_from_config(config: dict[str, Any],
+                      custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
+                      ) -> Any:
+  """Builds a Keras 3 model from a model config TF 2.3/2.4 (or Keras 3) wrote.
+
+  TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an
+  H5 file) lack the `module` keys Keras 3's `keras.models.model_from_json`
+  needs, and their layers name policies Keras 3 does not know. Such configs
+  go through Keras 3's own legacy-format path of `Sequential.from_config` /
+  `Model.from_config`, with our policy classes passed down as custom objects
+  (a `custom_object_scope` would not reach the layers: Keras' legacy path
+  opens its own scope). Keras 3 configs go to Keras 3's loader.
+
+  Args:
+    config: A dict `{"class_name": ..., "config": ...}`.
+    custom_objects: Optional dict of further custom classes/functions.
+
+  Returns:
+    An uncompiled Keras 3 model.
+
+  Raises:
+    ValueError: If `config` is not a model config.
+  """
+  if not isinstance(config, dict) or not isinstance(config.get("config"),
+                                                    dict):
+    raise ValueError("config must be a dict with keys 'class_name' and "
+                     f"'config', got: {config!r}")
+  merged = dict(_POLICY_CLASSES)
+  merged.update(custom_objects or {})
+  class_name = config.get("class_name")
+  if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
+    if class_name == "Sequential":
+      return keras.Sequential.from_config(
+          _with_input_layer(config["config"]), custom_objects=merged)
+    return keras.Model.from_config(config["config"], custom_objects=merged)
+  return keras.saving.deserialize_keras_object(config, custom_objects=merged)
+
+
+def _with_input_layer(sequential_config):
+  """A TF 2.2 Sequential config, given the InputLayer TF 2.3+ wrote.
+
+  TF 2.2 recorded a Sequential's input shape only as its first layer's
+  `batch_input_shape`; Keras 3 reads that key as the layer's *input* shape
+  and adds a batch dimension ((None, None, 4) for [None, 4]). TF 2.3+ wrote
+  an explicit InputLayer first, which Keras 3 reads correctly.
+  """
+  layers = sequential_config.get("layers")
+  if not isinstance(layers, list) or not layers:
+    return sequential_config
+  first = layers[0]
+  if (not isinstance(first, dict) or first.get("class_name") == "InputLayer"
+      or not isinstance(first.get("config"), dict) or
+      "batch_input_shape" not in first["config"]):
+    return sequential_config
+  name = first["config"].get("name", "layer")
+  input_layer = {"class_name": "InputLayer", "config": {
+      "batch_input_shape": first["config"]["batch_input_shape"],
+      "dtype": "float32", "sparse": False, "ragged": False,
+      "name": f"{name}_input"}}
+  return dict(sequential_config, layers=[input_layer] + layers)
+
+
+def model_from_json(json_string: str,
+                    custom_objects: Optional[dict[str, Any]] = None  # pylint: disable=redefined-outer-name
+                    ) -> Any:
+  """`keras.models.model_from_json` that also reads TF 2.3/2.4 model JSON.
+
+  Args:
+    json_string: The output of `model.to_json()` (TF 2.x or Keras 3).
+    custom_objects: Optional dict of further custom classes/functions.
+
+  Returns:
+    An uncompiled Keras 3 model.
+
+  Raises:
+    ValueError: If `json_string` is not JSON of a model config.
+
+  Example:
+
+  >>> dense = keras.layers.Dense(2, dtype=policy.Policy("mixed_float16"))
+  >>> model = keras.Sequential([keras.Input((3,)), dense])
+  >>> model_from_json(model.to_json()).layers[0].compute_dtype
+  'float16'
+  """
+  try:
+    config = json.loads(json_string)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"json_string is not valid JSON: {e}") from None
+  return model_from_config(config, custom_objects=custom_objects)
