@@ -153,6 +153,14 @@ class _Job:
     elif record["roots"] == "optimizer+steps+epochs":
       roots = {"steps": self.step_var, "epochs": self.epoch_var,
                "optimizer": self.opt}
+    elif record["roots"].startswith("trainer("):
+      trainer = tf.Module()
+      trainer.model, trainer.optimizer = self.model, self.opt
+      trainer.epoch = self.epoch_var
+      roots = {"trainer": trainer, "step": self.step_var}
+    elif record["roots"].startswith("dicts("):
+      roots = {"models": {"main": self.model}, "optimizers": [self.opt],
+               "step": self.step_var}
     self.checkpoint = tf.train.Checkpoint(**roots)
     self.directory = directory
     self.inside_scope = inside_scope
@@ -499,6 +507,30 @@ def test_unmatched_entries_are_named_at_restore_time(tmp_path, tf_log):
     status.assert_consumed()
   status.assert_existing_objects_matched()  # Every weight was restored.
   assert int(job.step_var.numpy()) == 7
+
+
+@pytest.mark.parametrize("version", ["tf23", "tf24"])
+def test_keras_objects_nested_in_a_trainer_module(version, tmp_path, tf_log):
+  # The job's trainer module holds the model and optimizer (and the epoch);
+  # its newer code no longer tracks the epoch on the trainer.
+  record, job = _fresh(f"{version}_trainer_adam_save", tmp_path)
+  trainer = tf.Module()
+  trainer.model, trainer.optimizer = job.model, job.opt
+  job.checkpoint = tf.train.Checkpoint(trainer=trainer, step=job.step_var)
+  status = job.restore(with_status=True)
+  assert "trainer/epoch/.ATTRIBUTES/VARIABLE_VALUE" in "\n".join(tf_log)
+  job.opt.build(job.model.trainable_variables)
+  _check_saved_state(job, record)
+  assert int(job.step_var.numpy()) == record["step"]
+  with pytest.raises(AssertionError, match="trainer/epoch"):
+    status.assert_consumed()
+  status.assert_existing_objects_matched()
+  # The whole job state restores; nothing is left unconsumed.
+  record, job = _fresh(f"{version}_trainer_adam_save", tmp_path / "again")
+  status = job.restore(with_status=True)
+  job.opt.build(job.model.trainable_variables)
+  status.assert_consumed()
+  assert int(job.epoch_var.numpy()) == record["epoch"]
 
 
 def test_a_model_with_an_extra_layer_is_reported_not_silent(tmp_path,

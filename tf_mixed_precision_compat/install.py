@@ -280,6 +280,7 @@ def _apply_tf_keras_target(journal, target):
   for name, cls in target.custom_objects().items():
     journal.set_item(custom_objects, name, cls)
   target.restore_tf22_dependencies(journal.set_attr)
+  target.restore_get_gradients(journal.set_attr)
   # TF 2.x optimizer checkpoints into tf_keras's current optimizer classes.
   current = target.tf_keras.optimizers.Optimizer
   journal.set_attr(current, "_lookup_dependency",

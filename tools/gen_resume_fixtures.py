@@ -27,6 +27,7 @@ and its loss is the half's squared-error sum divided by the global batch.
 import json
 import os
 import shutil
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -241,6 +242,12 @@ CASES = {
                          False),
     "optonly_sgd_save": ("sequential", "sgd", "optimizer+steps+epochs",
                          "save", False),
+    # Keras objects below non-Keras entries: a trainer module, a dict/list.
+    "trainer_adam_save": ("functional", "adam",
+                          "trainer(model+optimizer+epoch)+step", "save",
+                          False),
+    "dicts_sgd_manager": ("sequential", "sgd",
+                          "dicts(model+optimizer)+step", "manager", False),
 }
 if VERSION != "tf22":
   CASES["mirrored_sgd_manager"] = ("functional", "sgd", "model+optimizer",
@@ -248,6 +255,12 @@ if VERSION != "tf22":
 
 
 def _roots(kind, model, opt, step_var, epoch_var):
+  if kind.startswith("trainer("):
+    trainer = tf.Module()
+    trainer.model, trainer.optimizer, trainer.epoch = model, opt, epoch_var
+    return {"trainer": trainer, "step": step_var}
+  if kind.startswith("dicts("):
+    return {"models": {"main": model}, "optimizers": [opt], "step": step_var}
   if kind == "model+optimizer":
     return {"model": model, "optimizer": opt}
   if kind == "model+optimizer+step+epoch":
@@ -351,9 +364,11 @@ class _NullScope:
 
 
 def main():
+  """Writes every case, or only the cases named on the command line."""
   os.makedirs(OUT, exist_ok=True)
-  for name, spec in CASES.items():
-    _case(name, *spec)
+  names = sys.argv[1:] or list(CASES)
+  for name in names:
+    _case(name, *CASES[name])
 
 
 if __name__ == "__main__":

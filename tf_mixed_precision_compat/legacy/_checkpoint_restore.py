@@ -19,10 +19,12 @@ After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
   `layer_with_weights-N` / `layer-N` children; or, for a subclassed model,
   an entry that `_checkpoint` maps completely onto the model. Anything
   else is restored by TF unchanged.
-* The Keras objects of a legacy checkpoint are restored by
-  `_checkpoint`'s object-graph matching (what `legacy.
-  restore_checkpoint` does); every other entry of the root (a step counter,
-  a `tf.Variable`, a `tf.Module`) and `save_counter` are restored by TF.
+* The Keras objects of a legacy checkpoint, also those below non-Keras
+  containers (a trainer `tf.Module`, a dict or list of models), are
+  restored by `_checkpoint`'s object-graph matching (what `legacy.
+  restore_checkpoint` does); everything else (a step counter, a
+  `tf.Variable`, the rest of a container) and `save_counter` are restored by
+  TF.
 * Everything is matched and checked before anything is assigned. Shape,
   dtype or structure mismatches raise `RestoreError` at once; so does a model
   the checkpoint has weights for when none of them can be placed (the loss
@@ -112,37 +114,91 @@ def _maps_completely(reader, graph, source, node_id, model):
 
 
 class _Parts:
-  """The root's entries, split into legacy Keras objects and the rest."""
+  """The root's dependencies, split into legacy Keras objects and the rest."""
 
   def __init__(self):
     self.models = []  # (node id, model)
     self.optimizers = []  # (node id, optimizer)
-    self.others = {}  # name -> object, restored by TF
+    self.others = {}  # name -> object (or stand-in), restored by TF
     self.orphans = []  # checkpoint keys under entries nothing stands for
+    self.has_stand_ins = False
 
   @property
   def legacy_nodes(self):
     return [n for n, _ in self.models] + [n for n, _ in self.optimizers]
 
 
+def _stand_in(children):
+  """A trackable holding `children` by name, for TF's part of the restore."""
+  stand_in = tf.__internal__.tracking.AutoTrackable()
+  for name, child in children.items():
+    setattr(stand_in, name, child)
+  return stand_in
+
+
+def _walk(obj, node_id, graph, parts, native, seen):
+  """Sorts `obj`'s dependencies, facing checkpoint node `node_id`, into parts.
+
+  Keras models and optimizers go to the legacy matcher, also below non-Keras
+  containers (a trainer `tf.Module`, a dict or list of models), as TF 2.x
+  jobs nested them. Everything else goes into `native` (name -> object) for
+  TF to restore; a container that holds Keras objects is replaced there by a
+  stand-in holding only its other dependencies.
+
+  Args:
+    obj: The trackable (the root first).
+    node_id: Its node in the checkpoint's object graph.
+    graph: The checkpoint's object graph.
+    parts: The `_Parts` being filled.
+    native: Receives `obj`'s dependencies that TF restores.
+    seen: Ids of the containers visited (object graphs may share nodes).
+
+  Returns:
+    Whether a Keras object faces an entry written by Keras 2.
+  """
+  keras2 = False
+  entries = dict(graph.children(node_id))
+  children = _private_api.trackable_children(obj)
+  for name, child in children.items():
+    child_id = entries.get(name)
+    if node_id == 0 and name == _SAVE_COUNTER:
+      continue
+    if child_id is not None and child_id in parts.legacy_nodes:
+      continue  # The same Keras object reached twice.
+    if child_id is not None and _is_optimizer(child):
+      parts.optimizers.append((child_id, child))
+      keras2 = keras2 or _keras2_optimizer_entry(graph, child_id)
+    elif child_id is not None and _is_model(child):
+      parts.models.append((child_id, child))
+      keras2 = keras2 or _has_layer_index(graph, child_id)
+    elif child_id is not None and id(child) not in seen:
+      seen.add(id(child))
+      found = len(parts.legacy_nodes)
+      sub = {}
+      keras2 = _walk(child, child_id, graph, parts, sub, seen) or keras2
+      if len(parts.legacy_nodes) == found:
+        native[name] = child
+      else:
+        native[name] = _stand_in(sub)
+        parts.has_stand_ins = True
+        _add_orphans(graph, child_id, children=_private_api.
+                     trackable_children(child), parts=parts)
+    else:
+      native[name] = child
+  return keras2
+
+
+def _add_orphans(graph, node_id, children, parts):
+  for name, child_id in graph.children(node_id):
+    if name not in children and not (node_id == 0 and name == _SAVE_COUNTER):
+      parts.orphans += [graph.variable(n)[0]
+                        for n in graph.variable_nodes_under(child_id)]
+
+
 def _split(checkpoint, reader, graph, source):
   """The legacy parts of `checkpoint`'s restore, or None if there are none."""
-  children = _private_api.trackable_children(checkpoint)
-  entries = dict(graph.children(0))
   parts = _Parts()
-  keras2 = False
-  for name, obj in children.items():
-    node_id = entries.get(name)
-    if name == _SAVE_COUNTER:
-      continue
-    if node_id is not None and _is_optimizer(obj):
-      parts.optimizers.append((node_id, obj))
-      keras2 = keras2 or _keras2_optimizer_entry(graph, node_id)
-    elif node_id is not None and _is_model(obj):
-      parts.models.append((node_id, obj))
-      keras2 = keras2 or _has_layer_index(graph, node_id)
-    else:
-      parts.others[name] = obj
+  keras2 = _walk(checkpoint, 0, graph, parts, parts.others, seen=set())
   if not (parts.models or parts.optimizers):
     return None
   if not keras2:
@@ -151,10 +207,7 @@ def _split(checkpoint, reader, graph, source):
         for node_id, model in parts.models)
   if not keras2:
     return None
-  for name, node_id in entries.items():
-    if name not in children and name != _SAVE_COUNTER:
-      parts.orphans += [graph.variable(n)[0]
-                        for n in graph.variable_nodes_under(node_id)]
+  _add_orphans(graph, 0, _private_api.trackable_children(checkpoint), parts)
   return parts
 
 
@@ -183,6 +236,11 @@ class LegacyRestore:
     self._unmatched_objects = []
     self._checked_plan = None
     self.pending = set()
+
+  @property
+  def legacy_nodes(self):
+    """The checkpoint nodes of the Keras objects this restore matches."""
+    return self._parts.legacy_nodes
 
   def _keys_of_slots(self):
     keys = set()
@@ -363,10 +421,13 @@ class LoadStatus:
     if self._native is None:
       return []
     resolved = _private_api.resolved_node_ids(self._native)
+    legacy = set()
+    for node_id in self.legacy.legacy_nodes:
+      legacy.update(self._graph.variable_nodes_under(node_id))
     unresolved = []
     for node_id in self._native_nodes:
       for var_node in self._graph.variable_nodes_under(node_id):
-        if var_node not in resolved:
+        if var_node not in resolved and var_node not in legacy:
           unresolved.append(self._graph.variable(var_node)[0])
     return unresolved
 
@@ -487,6 +548,11 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if parts.others:
     sub = make_checkpoint(**parts.others)
     native = original(sub, save_path, *args, **kwargs)
+    if parts.has_stand_ins:
+      # A stand-in lacks the Keras objects restored above, which TF would
+      # otherwise list at exit as "could not be found"; what TF's part
+      # really leaves unrestored is named by this restore's own checks.
+      native.expect_partial()
     entries = dict(graph.children(0))
     native_nodes = [entries[n] for n in parts.others if n in entries]
   _restore_save_counter(checkpoint, reader, graph)
