@@ -358,10 +358,7 @@ def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
           f"{r['counter']:>7}  {note}", file=out)
 
 
-def main(argv: Optional[Sequence[str]] = None,
-         out: Optional[TextIO] = None) -> int:
-  """Runs the demo; returns the process exit status."""
-  out = out or sys.stdout
+def _parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=30,
                       help="steps to train after resuming (default 30)")
@@ -375,15 +372,11 @@ def main(argv: Optional[Sequence[str]] = None,
   args = parser.parse_args(argv)
   if args.steps < 1:
     parser.error(f"--steps must be >= 1, got {args.steps}")
-  devices = configure_devices()
+  return args
 
-  # pylint: disable=g-import-not-at-top
-  import tf_mixed_precision_compat
-  # pylint: enable=g-import-not-at-top
-  tf_mixed_precision_compat.install()  # The line a TF 2.3 job adds.
 
-  strategy = tf.distribute.MirroredStrategy(devices)
-  result = resume(args.steps, args.spike_step or None, strategy=strategy)
+def _print_resume(result, spike_step, out):
+  """The restored state against TF 2.3.4's, then the continued training."""
   recorded, restored = result["recorded"], result["restored"]
   print(f"Resumed the TF {load_job()['tensorflow_version']} job from "
         f"demo_data/ckpt-{recorded['iterations']} on TensorFlow "
@@ -392,7 +385,7 @@ def main(argv: Optional[Sequence[str]] = None,
     same = "equal" if restored[key] == recorded[key] else "DIFFERENT"
     print(f"  restored {key:<10} {restored[key]:>8g}   TF 2.3.4 recorded "
           f"{recorded[key]:>8g}   {same}", file=out)
-  print(f"\nTraining on (step {args.spike_step}'s batch corrupted, targets "
+  print(f"\nTraining on (step {spike_step}'s batch corrupted, targets "
         f"x{SPIKE_FACTOR:g}):", file=out)
   trajectory = result["trajectory"]
   _print_table(trajectory, out)
@@ -408,24 +401,43 @@ def main(argv: Optional[Sequence[str]] = None,
   print(f"loss: {trajectory[0]['loss']:.4f} -> {trajectory[-1]['loss']:.4f}",
         file=out)
 
-  if not args.no_replay:
-    pairs = replay()
-    agree = all(ours["skipped"] == theirs["skipped"]
-                and ours["loss_scale"] == theirs["loss_scale"]
-                and ours["counter"] == theirs["counter"]
-                for ours, theirs in pairs)
-    worst = max(abs(o["loss"] - t["loss"]) / abs(t["loss"]) for o, t in pairs)
-    replay_skips = [o["step"] for o, _ in pairs if o["skipped"]]
-    print(f"\nReplay of steps 21-40 from ckpt-20 (one replica): skipped "
-          f"{replay_skips}, final scale {pairs[-1][0]['loss_scale']:g} counter "
-          f"{pairs[-1][0]['counter']}; loss-scale decisions "
-          f"{'identical to' if agree else 'DIFFERENT from'} TF 2.3.4's, "
-          f"losses within {worst:.2%}.", file=out)
 
+def _print_replay(out):
+  """Our replay of the recorded steps 21-40 against TF 2.3.4's."""
+  pairs = replay()
+  agree = all(ours["skipped"] == theirs["skipped"]
+              and ours["loss_scale"] == theirs["loss_scale"]
+              and ours["counter"] == theirs["counter"]
+              for ours, theirs in pairs)
+  worst = max(abs(o["loss"] - t["loss"]) / abs(t["loss"]) for o, t in pairs)
+  replay_skips = [o["step"] for o, _ in pairs if o["skipped"]]
+  print(f"\nReplay of steps 21-40 from ckpt-20 (one replica): skipped "
+        f"{replay_skips}, final scale {pairs[-1][0]['loss_scale']:g} counter "
+        f"{pairs[-1][0]['counter']}; loss-scale decisions "
+        f"{'identical to' if agree else 'DIFFERENT from'} TF 2.3.4's, "
+        f"losses within {worst:.2%}.", file=out)
+
+
+def main(argv: Optional[Sequence[str]] = None,
+         out: Optional[TextIO] = None) -> int:
+  """Runs the demo; returns the process exit status."""
+  out = out or sys.stdout
+  args = _parse_args(argv)
+  devices = configure_devices()
+
+  # pylint: disable=g-import-not-at-top
+  import tf_mixed_precision_compat
+  # pylint: enable=g-import-not-at-top
+  tf_mixed_precision_compat.install()  # The line a TF 2.3 job adds.
+
+  strategy = tf.distribute.MirroredStrategy(devices)
+  result = resume(args.steps, args.spike_step or None, strategy=strategy)
+  _print_resume(result, args.spike_step, out)
+  if not args.no_replay:
+    _print_replay(out)
   print("\nTF 2.3's DynamicLossScale by hand (float16 backward pass, "
         "increment_period=3):", file=out)
   _print_scale_dynamics(scale_dynamics(), out)
-
   if plot(result, args.plot):
     print(f"\nplot written to {args.plot}", file=out)
   else:
