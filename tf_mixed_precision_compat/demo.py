@@ -358,7 +358,7 @@ def _print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
           f"{r['counter']:>7}  {note}", file=out)
 
 
-def _parse_args(argv):
+def _parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=30,
                       help="steps to train after resuming (default 30)")
@@ -375,7 +375,8 @@ def _parse_args(argv):
   return args
 
 
-def _print_resume(result, spike_step, out):
+def _print_resume(result: dict[str, Any], spike_step: int,
+                  out: TextIO) -> None:
   """The restored state against TF 2.3.4's, then the continued training."""
   recorded, restored = result["recorded"], result["restored"]
   print(f"Resumed the TF {load_job()['tensorflow_version']} job from "
@@ -402,7 +403,7 @@ def _print_resume(result, spike_step, out):
         file=out)
 
 
-def _print_replay(out):
+def _print_replay(out: TextIO) -> None:
   """Our replay of the recorded steps 21-40 against TF 2.3.4's."""
   pairs = replay()
   agree = all(ours["skipped"] == theirs["skipped"]

@@ -22,6 +22,7 @@ rewrite while the global Keras dtype policy is a mixed one (e.g.
 """
 
 import sys
+from typing import Any
 
 import tensorflow as tf
 
@@ -75,7 +76,7 @@ def _v2_deprecation_text(function_name):
       "is not recommended for TF2 code.")
 
 
-def rewrite_is_enabled():
+def rewrite_is_enabled() -> bool:
   """Whether `enable_mixed_precision_graph_rewrite` is in effect.
 
   For this package's Keras dtype policy, which must refuse a mixed policy
@@ -190,7 +191,8 @@ def _disable():
 
 @export("train.experimental.enable_mixed_precision_graph_rewrite",
         warning=_v2_deprecation_text("enable_mixed_precision_graph_rewrite"))
-def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
+def enable_mixed_precision_graph_rewrite(opt: Any,
+                                         loss_scale: Any = "dynamic") -> Any:
   """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
 
   The rewrite converts suitable float32 ops of `tf.function` graphs to
@@ -236,7 +238,9 @@ def enable_mixed_precision_graph_rewrite(opt, loss_scale="dynamic"):
     v1=("mixed_precision.enable_mixed_precision_graph_rewrite",
         "train.experimental.enable_mixed_precision_graph_rewrite"),
     deprecated=("train.experimental.enable_mixed_precision_graph_rewrite",))
-def enable_mixed_precision_graph_rewrite_v1(opt, loss_scale="dynamic"):
+def enable_mixed_precision_graph_rewrite_v1(opt: Any,
+                                            loss_scale: Any = "dynamic"
+                                           ) -> Any:
   """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
 
   The `tf.compat.v1` flavour: as `enable_mixed_precision_graph_rewrite`, and
@@ -274,7 +278,7 @@ def enable_mixed_precision_graph_rewrite_v1(opt, loss_scale="dynamic"):
 
 @export("train.experimental.disable_mixed_precision_graph_rewrite",
         warning=_v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
-def disable_mixed_precision_graph_rewrite():
+def disable_mixed_precision_graph_rewrite() -> None:
   """Turns the mixed precision graph rewrite off again.
 
   `tf.function`s traced or optimized afterwards stay float32. Optimizers
@@ -299,7 +303,7 @@ def disable_mixed_precision_graph_rewrite():
     v1=("mixed_precision.disable_mixed_precision_graph_rewrite",
         "train.experimental.disable_mixed_precision_graph_rewrite"),
     deprecated=("train.experimental.disable_mixed_precision_graph_rewrite",))
-def disable_mixed_precision_graph_rewrite_v1():
+def disable_mixed_precision_graph_rewrite_v1() -> None:
   """Turns the mixed precision graph rewrite off for new Sessions.
 
   Sessions created while the rewrite was on keep it; create new ones (and do

@@ -132,7 +132,7 @@ class Policy(keras.DTypePolicy):
   'float32'
   """
 
-  def __init__(self, name):
+  def __init__(self, name: str) -> None:
     """Creates the policy.
 
     Args:
@@ -181,12 +181,13 @@ class Policy(keras.DTypePolicy):
   def __hash__(self):
     return hash((type(self), self.name))
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     """Returns `{"name": name}`."""
     return {"name": self.name}
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates a policy from `get_config()` output.
 
     TF 2.3's `Policy` config may also hold a `loss_scale`; as in TF 2.4 it is
@@ -231,7 +232,7 @@ class PolicyV1(Policy):
   True
   """
 
-  def __init__(self, name, loss_scale="auto"):
+  def __init__(self, name: str, loss_scale: Any = "auto") -> None:
     """Creates the policy.
 
     Args:
@@ -260,7 +261,7 @@ class PolicyV1(Policy):
     self._loss_scale = resolved
 
   @property
-  def loss_scale(self):
+  def loss_scale(self) -> Optional[loss_scale_module.LossScale]:
     """The `LossScale` `Model.compile` uses, or None."""
     return self._loss_scale
 
@@ -274,7 +275,7 @@ class PolicyV1(Policy):
   def __hash__(self):
     return hash((type(self), self.name, id(self.loss_scale)))
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     """Returns the name, and the serialized loss scale unless it was "auto"."""
     config = {"name": self.name}
     if not self._using_default_loss_scale:
@@ -283,7 +284,8 @@ class PolicyV1(Policy):
     return config
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the policy, deserializing a loss scale dict.
 
     Args:
