@@ -708,13 +708,12 @@ class EndpointTest(parameterized.TestCase):
                      ("train.experimental.MixedPrecisionLossScaleOptimizer",))
 
   def test_argspec_matches_tf(self):
-    import inspect  # pylint: disable=g-import-not-at-top
     theirs = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
     for method in ("__init__", "compute_gradients", "apply_gradients",
                    "minimize", "get_slot", "get_slot_names", "variables"):
       self.assertEqual(
-          inspect.signature(getattr(MixedPrecisionLossScaleOptimizer, method)),
-          inspect.signature(getattr(theirs, method)), method)
+          testing.argspec(getattr(MixedPrecisionLossScaleOptimizer, method)),
+          testing.argspec(getattr(theirs, method)), method)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ runs with the option on (eagerly, in tf.function, in a Session and under the
 2-replica MirroredStrategy).
 """
 
-import inspect
-
 from absl.testing import parameterized
 import keras
 import numpy as np
@@ -21,6 +19,7 @@ from tf_mixed_precision_compat import graph_rewrite
 from tf_mixed_precision_compat.optimizers.v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 from tests import test_v1_optimizer
+from tests import testing
 
 ENABLES = {
     "v1": graph_rewrite.enable_mixed_precision_graph_rewrite_v1,
@@ -307,12 +306,12 @@ class EndpointTest(parameterized.TestCase):
   def test_argspecs_match_tf(self):
     theirs = tf.compat.v1.mixed_precision
     self.assertEqual(
-        inspect.signature(
+        testing.argspec(
             graph_rewrite.enable_mixed_precision_graph_rewrite_v1),
-        inspect.signature(theirs.enable_mixed_precision_graph_rewrite))
+        testing.argspec(theirs.enable_mixed_precision_graph_rewrite))
     self.assertEqual(
-        inspect.signature(graph_rewrite.enable_mixed_precision_graph_rewrite),
-        inspect.signature(theirs.enable_mixed_precision_graph_rewrite))
+        testing.argspec(graph_rewrite.enable_mixed_precision_graph_rewrite),
+        testing.argspec(theirs.enable_mixed_precision_graph_rewrite))
     self.assertEqual(
-        inspect.signature(graph_rewrite.disable_mixed_precision_graph_rewrite),
-        inspect.signature(theirs.disable_mixed_precision_graph_rewrite))
+        testing.argspec(graph_rewrite.disable_mixed_precision_graph_rewrite),
+        testing.argspec(theirs.disable_mixed_precision_graph_rewrite))

@@ -72,3 +72,14 @@ def capture_tf_log():
     yield handler.messages
   finally:
     logger.removeHandler(handler)
+
+
+def argspec(func):
+  """`func`'s parameters as (name, kind, default): a signature without types.
+
+  TF's API goldens compare argspecs; our public API adds type hints, which
+  `inspect.signature` equality would count as a difference.
+  """
+  import inspect  # pylint: disable=g-import-not-at-top
+  return [(p.name, p.kind, p.default)
+          for p in inspect.signature(func).parameters.values()]
