@@ -20,7 +20,7 @@ failing step raises before the scale, counter or variables change.
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["check_dtype", "check_sparse"]
+__all__ = ["check_dense_shape", "check_dtype", "check_sparse"]
 
 
 def _base_dtype(value):
@@ -28,6 +28,26 @@ def _base_dtype(value):
   if dtype is None:
     return None
   return tf.as_dtype(dtype).base_dtype
+
+
+def check_dense_shape(grad, var):
+  """Raises `ValueError` if a dense `grad`'s shape cannot be `var`'s.
+
+  (`tf.IndexedSlices` are checked by `check_sparse`.)
+
+  Args:
+    grad: A tensor, `tf.IndexedSlices`, NumPy array or Python number.
+    var: The variable it is for.
+
+  Raises:
+    ValueError: On a shape incompatible with the variable's.
+  """
+  shape = getattr(grad, "shape", None)
+  if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
+      not tf.TensorShape(shape).is_compatible_with(var.shape)):
+    raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
+                     f"shape {tf.TensorShape(shape)}, but the variable has "
+                     f"shape {tf.TensorShape(var.shape)}.")
 
 
 def check_dtype(grad, var, graph_error=TypeError):

@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _grad_checks
+from tf_mixed_precision_compat.optimizers import _gated_apply
 
 
 def _supported_strategy_types():
@@ -147,14 +148,8 @@ def _check_pair(pair):
   # Keras 3 optimizers would cast a gradient of another dtype, which can
   # overflow after the finite check; TF 2.4 refused it.
   _grad_checks.check_dtype(grad, var)
-  grad = _grad_checks.check_sparse(grad, var)
-  shape = getattr(grad, "shape", None)
-  if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
-      not tf.TensorShape(shape).is_compatible_with(var.shape)):
-    raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
-                     f"shape {tf.TensorShape(shape)}, but the variable "
-                     f"has shape {tf.TensorShape(var.shape)}.")
-  return grad, var
+  _grad_checks.check_dense_shape(grad, var)
+  return _grad_checks.check_sparse(grad, var), var
 
 
 def check_grads_and_vars(grads_and_vars, built_inner=None):
@@ -217,3 +212,37 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
     inner.iterations_variable().assign_add(1)
 
   smart_cond(should_apply, apply_fn, skip_fn)
+
+
+def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
+                     experimental_aggregate_gradients):
+  """One step in cross-replica context: the scale's update, then the apply.
+
+  Args:
+    distribution: The strategy, in its cross-replica context.
+    loss_scale: The dynamic loss-scale state, or None for a fixed scale.
+    inner: The inner optimizer's adapter (`_inner.InnerOptimizer`).
+    grads: The unscaled gradients, as the replicas hold them.
+    variables: Their variables.
+    name: `apply_gradients`' `name`, handed on as TF 2.4 did.
+    experimental_aggregate_gradients: Handed on likewise.
+
+  Returns:
+    The scale's update op when building a graph, else None.
+  """
+  if loss_scale is None:
+    update_op, should_apply = None, True
+  else:
+    update_op, should_apply = loss_scale.update(grads)
+  if (not isinstance(should_apply, bool) and
+      _gated_apply.supported(inner.optimizer, grads, variables)):
+    # Same result as `apply_or_skip`'s conditional, without making every
+    # update wait for the verdict (see _gated_apply).
+    _gated_apply.apply_when_finite(inner.optimizer, grads, variables,
+                                   should_apply)
+    return update_op
+  apply_or_skip(distribution, inner, should_apply, grads, variables, name,
+                experimental_aggregate_gradients)
+  if update_op is not None and not tf.executing_eagerly():
+    return update_op
+  return None

@@ -373,8 +373,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       with tf.init_scope():
         self.build(variables)
     tf.distribute.get_replica_context().merge_call(
-        self._apply_cross_replica,
-        args=(grads, variables, name, experimental_aggregate_gradients))
+        _step.update_and_apply,
+        args=(self._loss_scale if self.dynamic else None, self._adapter,
+              grads, variables, name, experimental_aggregate_gradients))
     return self.iterations
 
   @tf.autograph.experimental.do_not_convert
@@ -405,25 +406,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
           f"{len(trainable_variables)} trainable_variables; apply() needs one "
           "gradient (or None) per variable, in the same order.")
     self.apply_gradients(zip(grads, trainable_variables))
-
-  def _apply_cross_replica(self, distribution, grads, variables, name,
-                           experimental_aggregate_gradients):
-    if self.dynamic:
-      update_op, should_apply = self._loss_scale.update(grads)
-    else:
-      update_op, should_apply = None, True
-    if (self.dynamic and not isinstance(should_apply, bool) and
-        _gated_apply.supported(self._optimizer, grads, variables)):
-      # Same result as `_step.apply_or_skip`'s conditional, without making
-      # every update wait for the verdict (see _gated_apply).
-      _gated_apply.apply_when_finite(self._optimizer, grads, variables,
-                                     should_apply)
-      return update_op
-    _step.apply_or_skip(distribution, self._adapter, should_apply, grads,
-                        variables, name, experimental_aggregate_gradients)
-    if update_op is not None and not tf.executing_eagerly():
-      return update_op
-    return None
 
   def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
     """Scales `loss`, differentiates, unscales and applies, as TF 2.4.

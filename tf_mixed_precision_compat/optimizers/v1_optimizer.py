@@ -109,12 +109,7 @@ def _check_gradient(grad, var):
     raise TypeError(f'"grads_and_vars": the gradient for {var.name} has dtype '
                     f"{dtype.name}, but the variable has dtype "
                     f"{var.dtype.base_dtype.name}.")
-  shape = getattr(grad, "shape", None)
-  if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
-      not tf.TensorShape(shape).is_compatible_with(var.shape)):
-    raise ValueError(f'"grads_and_vars": the gradient for {var.name} has '
-                     f"shape {tf.TensorShape(shape)}, but the variable has "
-                     f"shape {var.shape}.")
+  _grad_checks.check_dense_shape(grad, var)
   return _grad_checks.check_sparse(grad, var)
 
 
