@@ -260,20 +260,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     # bit-identical to its; it is cast for float16/bfloat16 gradients, which
     # TF 2.3 could not unscale at all.
     reciprocal = 1. / self._loss_scale()
-
-    def unscale(values):
-      return values * tf.cast(reciprocal, values.dtype)
-
-    unscaled = []
-    for g in grads:
-      if g is None:
-        unscaled.append(None)
-      elif isinstance(g, tf.IndexedSlices):
-        unscaled.append(
-            tf.IndexedSlices(unscale(g.values), g.indices, g.dense_shape))
-      else:
-        unscaled.append(unscale(g))
-    return unscaled
+    return [None if g is None else _step.multiply_gradient(g, reciprocal)
+            for g in grads]
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies the gradients if they are all finite.
