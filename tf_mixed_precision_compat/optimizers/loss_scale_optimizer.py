@@ -87,7 +87,6 @@ import tensorflow as tf
 from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.optimizers import _delegation
-from tf_mixed_precision_compat.optimizers import _gated_apply
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _v1_args
