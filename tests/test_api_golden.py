@@ -279,7 +279,8 @@ def test_our_dynamic_loss_scale_golden_matches_tf23_text():
   )[0]
   assert ours.splitlines()[2] == (
       "  is_instance: \"<class "
-      "\\'tf_mixed_precision_compat.loss_scale.DynamicLossScale\\'>\"")
+      "\\'tf_mixed_precision_compat.loss_scale._loss_scales.DynamicLossScale"
+      "\\'>\"")
 
 
 @pytest.mark.parametrize("api_version", api_golden.API_VERSIONS)

@@ -9,13 +9,13 @@ import pytest
 import tf_mixed_precision_compat as mp
 
 MODULES = [
-    "dynamic_state",
     "endpoints",
     "graph_rewrite",
     "install",
     "legacy",
     "legacy._model_config",
-    "loss_scale",
+    "loss_scale._loss_scales",
+    "loss_scale.dynamic_state",
     "optimizers._delegation",
     "optimizers._inner",
     "optimizers._keras2_config",

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testing
-from tf_mixed_precision_compat import dynamic_state
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 
 State = dynamic_state._DynamicLossScaleState  # pylint: disable=protected-access
 

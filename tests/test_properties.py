@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import _distribute
-from tf_mixed_precision_compat import _scaling
+from tf_mixed_precision_compat.loss_scale import _distribute
+from tf_mixed_precision_compat.loss_scale import _scaling
 from tests import reference_model
 
 KINDS = ("finite", "inf", "nan", "none")

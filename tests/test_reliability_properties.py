@@ -35,7 +35,7 @@ import pytest
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat import dynamic_state
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tests import reference_model
 
 pytestmark = pytest.mark.filterwarnings(

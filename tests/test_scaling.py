@@ -12,7 +12,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _scaling
+from tf_mixed_precision_compat.loss_scale import _scaling
 
 # Ten small gradients (so eagerly the compiled path is taken), one larger
 # than the XLA concatenation limit, a float16 one and a sparse one.

@@ -47,7 +47,7 @@ Example:
 >>> import tensorflow as tf
 >>> install()
 >>> tf.mixed_precision.experimental.DynamicLossScale.__module__
-'tf_mixed_precision_compat.loss_scale'
+'tf_mixed_precision_compat.loss_scale._loss_scales'
 >>> uninstall()
 >>> hasattr(tf, "mixed_precision")
 False

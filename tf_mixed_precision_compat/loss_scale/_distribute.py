@@ -8,7 +8,7 @@ TF 2.3 did; so a single overflowing replica skips the step everywhere.
 
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _scaling
+from tf_mixed_precision_compat.loss_scale import _scaling
 
 
 def all_finite(grads):

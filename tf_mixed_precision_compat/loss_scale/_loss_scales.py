@@ -22,9 +22,9 @@ from typing import Any, Optional
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
-from tf_mixed_precision_compat import _tracking
-from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat.endpoints import export
+from tf_mixed_precision_compat.loss_scale import _tracking
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 
 __all__ = [
     "DynamicLossScale", "FixedLossScale", "LossScale", "deserialize", "get",
@@ -33,8 +33,10 @@ __all__ = [
 
 
 def _deprecation_text(cls_name):
+  # Names the public module users import these classes from (the package),
+  # as earlier releases did; users filter on the text.
   return _deprecation.deprecation_message(
-      f"{cls_name}.__init__", __name__,
+      f"{cls_name}.__init__", __name__.rpartition(".")[0],
       "Use tf.keras.mixed_precision.LossScaleOptimizer instead. "
       f"LossScaleOptimizer now has all the functionality of {cls_name}")
 

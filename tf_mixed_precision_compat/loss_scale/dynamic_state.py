@@ -24,9 +24,9 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _distribute
-from tf_mixed_precision_compat import _scaling
-from tf_mixed_precision_compat import _tracking
+from tf_mixed_precision_compat.loss_scale import _distribute
+from tf_mixed_precision_compat.loss_scale import _scaling
+from tf_mixed_precision_compat.loss_scale import _tracking
 
 __all__ = [
     "DynamicScaleCore", "check_float32_finite", "check_growth_steps",
@@ -187,7 +187,7 @@ class DynamicScaleCore(_tracking.PerGraphWeights):
   names TF 2.3 and TF 2.4 both used, and updates them with
   `update_variables`. Its two faces differ only in names: TF 2.4's
   `_DynamicLossScaleState` (below) and TF 2.3's `DynamicLossScale`
-  (`loss_scale.py`), whose growth argument is `increment_period`. Only
+  (`_loss_scales.py`), whose growth argument is `increment_period`. Only
   private names live here, so neither face shows the other's API.
   """
 

@@ -84,8 +84,8 @@ import threading
 import keras
 import tensorflow as tf
 
-from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat.endpoints import export
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _delegation
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _step

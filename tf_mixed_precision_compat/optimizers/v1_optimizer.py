@@ -36,9 +36,9 @@ import sys
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _grad_checks
-from tf_mixed_precision_compat import dynamic_state
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _step
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
