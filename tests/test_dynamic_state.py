@@ -1,4 +1,4 @@
-"""Tests of `_DynamicLossScaleState`, the TF 2.4 dynamic loss scale state."""
+"""Tests of `DynamicLossScaleState`, the TF 2.4 dynamic loss scale state."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import tensorflow as tf
 from tests import testing
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 
-State = dynamic_state._DynamicLossScaleState  # pylint: disable=protected-access
+State = dynamic_state.DynamicLossScaleState
 
 INF = testing.INF
 NAN = testing.NAN

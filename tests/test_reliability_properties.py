@@ -1,6 +1,6 @@
 """Property tests: the loss scalers and both optimizers against the oracle.
 
-Random sequences of steps are replayed through `_DynamicLossScaleState`,
+Random sequences of steps are replayed through `DynamicLossScaleState`,
 `DynamicLossScale`, our Keras `LossScaleOptimizer` and our v1
 `MixedPrecisionLossScaleOptimizer`, and through the pure-Python oracle
 `reference_model.ReferenceDynamicScale`. Every step has four gradients (float32
@@ -179,12 +179,12 @@ def _assert_skips_change_nothing(batch, states, ignore=()):
 
 
 # ---------------------------------------------------------------------------
-# The loss scale states: _DynamicLossScaleState and DynamicLossScale.
+# The loss scale states: DynamicLossScaleState and DynamicLossScale.
 
 
 def _make_states(period, multiplier):
   """Both dynamic loss scales, as (object, scale variable, counter variable)."""
-  state = dynamic_state._DynamicLossScaleState(  # pylint: disable=protected-access
+  state = dynamic_state.DynamicLossScaleState(
       1., growth_steps=period, multiplier=multiplier)
   ls = mp.DynamicLossScale(1., increment_period=period, multiplier=multiplier)
   return [(state, state.current_loss_scale, state.counter),
@@ -228,7 +228,7 @@ def test_states_in_tf_function_match_oracle(combo, seqs):
   batch = Batch(seqs, *combo)
   out = [t.numpy() for t in _state_runner(*combo)(batch.values, batch.reset,
                                                   batch.init)]
-  batch.check(*out[:3])  # _DynamicLossScaleState
+  batch.check(*out[:3])  # DynamicLossScaleState
   batch.check(*out[3:])  # DynamicLossScale
 
 

@@ -7,8 +7,8 @@ line. Users filter on that logger and on the fixed phrases, so both are kept.
 
 from __future__ import annotations
 
+import inspect
 import os
-import sys
 import threading
 import types
 from typing import Hashable
@@ -22,7 +22,9 @@ _lock = threading.Lock()
 
 def _caller_location() -> str:
   """Returns 'file:line' of the first frame outside this package."""
-  frame: types.FrameType | None = sys._getframe(1)  # pylint: disable=protected-access
+  # `inspect.currentframe()` is this function's frame (None where Python keeps
+  # no frames); it lies in this package, so the walk passes over it.
+  frame: types.FrameType | None = inspect.currentframe()
   while frame is not None:
     filename = frame.f_code.co_filename
     if not os.path.abspath(filename).startswith(_PACKAGE_DIR):

@@ -1,7 +1,10 @@
-"""The only place this package imports non-public TensorFlow modules.
+"""The only place this package reaches into TensorFlow and Keras internals.
 
-Each import says why no public API does the job.
+Non-public modules are imported, and private members read or set, here only;
+each import and accessor says why no public API does the job.
 """
+
+import contextlib
 
 # pylint: disable=unused-import
 # The object graph stored in every object-based checkpoint (the
@@ -56,9 +59,24 @@ def in_xla_context():
 # the checkpoint stores; `Checkpoint` keeps them only as trackable children.
 # (`tf.__internal__.tracking.Trackable` declares the method; it is what
 # TF's own savers call.)
-def trackable_children(obj):
-  """`{name: object}` of a trackable's checkpoint dependencies."""
-  return dict(obj._trackable_children(save_type="checkpoint"))  # pylint: disable=protected-access
+def trackable_children(obj, save_type="checkpoint", **kwargs):
+  """`{name: object}` of a trackable's dependencies (checkpoint ones)."""
+  return dict(obj._trackable_children(save_type=save_type, **kwargs))  # pylint: disable=protected-access
+
+
+# A wrapper that checkpoints like the object it wraps (the loss-scale
+# optimizers, tf_keras's TF 2.2 stand-in) answers TF's checkpoint lookups with
+# the wrapped object's: TF finds dependencies and queues restores for
+# variables not yet created only through these Trackable hooks, which
+# `tf.__internal__.tracking.Trackable` declares but exposes no caller for.
+def lookup_dependency(obj, name):
+  """The trackable's dependency `name` (or None), as a restore finds it."""
+  return obj._lookup_dependency(name)  # pylint: disable=protected-access
+
+
+def deferred_dependencies(obj):
+  """`{name: [restorations]}` a trackable holds for children not created yet."""
+  return obj._deferred_dependencies  # pylint: disable=protected-access
 
 
 # `assert_consumed()` of a restore split between TF and the legacy matcher
@@ -149,3 +167,65 @@ def tf_keras_optimizer_config_in_graph(optimizer):
     return optimizer.get_config()
   finally:
     object.__setattr__(optimizer, "_learning_rate", variable)
+
+
+# The `tf.compat.v1` loss-scale optimizer passes the wrapped optimizer's
+# `use_locking` on to its own base class, as TF 2.3's did; `tf.compat.v1`
+# optimizers take it as an argument but keep it only in this attribute.
+def v1_optimizer_use_locking(optimizer):
+  """The `use_locking` a `tf.compat.v1.train.Optimizer` was created with."""
+  return optimizer._use_locking  # pylint: disable=protected-access
+
+
+# The Keras 3 optimizer a loss-scale optimizer wraps, asked what TF 2.4's
+# OptimizerV2 answered publicly. Keras 3 keeps these private: the variables
+# it was built with (its `variables` also hold slots and counters), its
+# check that applied variables are among them, and the step counter itself
+# (`iterations` may hand out a distributed wrapper of it).
+def keras_optimizer_built_variables(optimizer):
+  """The variables a Keras 3 optimizer was built with, or None before that."""
+  return getattr(optimizer, "_trainable_variables", None)
+
+
+def keras_optimizer_check_variables_are_known(optimizer, variables):
+  """Raises, as a built Keras 3 optimizer does, for variables it lacks."""
+  check = getattr(optimizer, "_check_variables_are_known", None)
+  if check is not None:
+    check(variables)
+
+
+def keras_optimizer_iterations_variable(optimizer):
+  """The step-counter variable of a Keras optimizer (None if not kept)."""
+  return getattr(optimizer, "_iterations", None)
+
+
+# TF 2.4's optimizers summed gradients over replicas, then clipped the sum;
+# Keras 3's clip per replica first. Only these two private steps of its
+# `apply` can be reordered (by shadowing them on the instance for one apply).
+def keras_clip_and_all_reduce_methods(optimizer_class):
+  """`(_clip_gradients, _all_reduce_sum_gradients)` of a Keras 3 class.
+
+  Either is None when this Keras version lacks it.
+  """
+  return (getattr(optimizer_class, "_clip_gradients", None),
+          getattr(optimizer_class, "_all_reduce_sum_gradients", None))
+
+
+@contextlib.contextmanager
+def keras_clip_and_all_reduce_shadowed(optimizer, clip, all_reduce):
+  """Replaces, on `optimizer` only and while entered, those two steps."""
+  # Set in `__dict__` so that Keras's attribute tracking never sees them.
+  optimizer.__dict__["_clip_gradients"] = clip
+  optimizer.__dict__["_all_reduce_sum_gradients"] = all_reduce
+  try:
+    yield
+  finally:
+    del optimizer.__dict__["_clip_gradients"]
+    del optimizer.__dict__["_all_reduce_sum_gradients"]
+
+
+# tf_keras's OptimizerV2 (TF 2.4's optimizer) keeps its hyperparameters by
+# name in `_hyper`; its public `get_config` mixes them with other settings.
+def tf_keras_hyperparameter_names(optimizer):
+  """The hyperparameter names of a tf_keras OptimizerV2."""
+  return frozenset(optimizer._hyper)  # pylint: disable=protected-access

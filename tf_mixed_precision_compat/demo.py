@@ -302,6 +302,7 @@ def scale_dynamics(steps: int = 24, initial_loss_scale: float = 2.**12,
   """
   # pylint: disable=g-import-not-at-top
   from tf_mixed_precision_compat import loss_scale as loss_scale_module
+  from tf_mixed_precision_compat.loss_scale import dynamic_state
   # pylint: enable=g-import-not-at-top
   rng = np.random.default_rng(seed)
   x = tf.constant(rng.normal(size=(64, 16)), tf.float16)
@@ -331,7 +332,8 @@ def scale_dynamics(steps: int = 24, initial_loss_scale: float = 2.**12,
     history.append({
         "loss": float(loss), "scale": float(scale), "applied": bool(applied),
         "new_scale": float(loss_scale()),
-        "good_steps": int(loss_scale._num_good_steps.numpy())})  # pylint: disable=protected-access
+        "good_steps": int(
+            dynamic_state.counter_variable(loss_scale).numpy())})
   return history
 
 

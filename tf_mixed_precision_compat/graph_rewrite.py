@@ -158,7 +158,7 @@ def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
           f"optimizer with a {wrapper.__name__}.")
   if isinstance(opt, tf.compat.v1.train.Optimizer):
     return v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
-  if v1_optimizer._is_keras_optimizer(opt):  # pylint: disable=protected-access
+  if v1_optimizer.is_keras_optimizer(opt):
     return _keras_loss_scale_optimizer()(opt, loss_scale)
   if use_v1_behavior:
     raise ValueError('"opt" must be an instance of a tf.train.Optimizer or a '

@@ -7,7 +7,7 @@ optimizers (`optimizers/`) and `policy` build on it. Its modules:
   and `get`/`serialize`/`deserialize`, re-exported here (the public
   `tf_mixed_precision_compat.loss_scale` module of earlier releases).
 * `dynamic_state`: the dynamic-scale core shared by `DynamicLossScale` and
-  TF 2.4's Keras optimizer state (`_DynamicLossScaleState`), and the argument
+  TF 2.4's Keras optimizer state (`DynamicLossScaleState`), and the argument
   checks both use.
 * `_scaling`: the dynamic loss-scale arithmetic and the local finite check.
 * `_distribute`: cross-replica agreement on whether a step is finite.

@@ -3,8 +3,9 @@
 TF 2.4 moved dynamic loss scaling out of the `tf.compat.v1` `LossScale`
 classes and into the Keras `LossScaleOptimizer`, which keeps its scale in a
 small trackable object attached to the optimizer under the checkpoint name
-`loss_scale`. `_DynamicLossScaleState` is that object, and `DynamicScaleCore`
-its implementation, which TF 2.3's `DynamicLossScale` shares:
+`loss_scale`. `DynamicLossScaleState` is that object (TF 2.4's
+`_DynamicLossScaleState`), and `DynamicScaleCore` its implementation, which TF
+2.3's `DynamicLossScale` shares:
 
 * two variables, `current_loss_scale` (float32) and `good_steps` (int64,
   exposed as `counter`), created per graph through `_tracking.PerGraphWeights`
@@ -24,6 +25,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.loss_scale import _distribute
 from tf_mixed_precision_compat.loss_scale import _scaling
 from tf_mixed_precision_compat.loss_scale import _tracking
@@ -141,7 +143,7 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
   """One step of dynamic loss scaling, applied to `scale` and `counter`.
 
   The update of `DynamicScaleCore`, which both TF 2.3's `DynamicLossScale`
-  and TF 2.4's `_DynamicLossScaleState` are.
+  and TF 2.4's state (`DynamicLossScaleState`) are.
 
   Args:
     scale: The float32 loss scale variable.
@@ -179,6 +181,23 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
   return update_op, is_finite
 
 
+def counter_variable(scale):
+  """The good-steps counter (int64 variable) of a dynamic scale, this context's.
+
+  For TF 2.3's `DynamicLossScale`, whose public API has no counter (TF
+  2.3-era code read `_num_good_steps`); found as the dependency checkpoints
+  save it under, `good_steps`, so that the class keeps exactly TF 2.3's API.
+
+  Args:
+    scale: A `DynamicScaleCore` (`DynamicLossScale` or
+      `DynamicLossScaleState`).
+
+  Returns:
+    The variable.
+  """
+  return _private_api.lookup_dependency(scale, "good_steps")
+
+
 class DynamicScaleCore(_tracking.PerGraphWeights):
   """The one implementation of dynamic loss scaling, behind both TF APIs.
 
@@ -186,7 +205,7 @@ class DynamicScaleCore(_tracking.PerGraphWeights):
   `current_loss_scale` (float32) and `good_steps` (int64), the checkpoint
   names TF 2.3 and TF 2.4 both used, and updates them with
   `update_variables`. Its two faces differ only in names: TF 2.4's
-  `_DynamicLossScaleState` (below) and TF 2.3's `DynamicLossScale`
+  `DynamicLossScaleState` (below) and TF 2.3's `DynamicLossScale`
   (`_loss_scales.py`), whose growth argument is `increment_period`. Only
   private names live here, so neither face shows the other's API.
   """
@@ -271,8 +290,11 @@ class DynamicScaleCore(_tracking.PerGraphWeights):
             f"multiplier={self._multiplier})")
 
 
-class _DynamicLossScaleState(DynamicScaleCore):
+class DynamicLossScaleState(DynamicScaleCore):
   """A dynamic loss scale: a scale, a counter of good steps, and their update.
+
+  TF 2.4's `_DynamicLossScaleState`, which its Keras `LossScaleOptimizer`
+  tracks under the checkpoint name `loss_scale`.
 
   Every `growth_steps` consecutive steps with finite gradients the scale is
   multiplied by `multiplier`, unless that would overflow; a step with a NaN or
@@ -282,7 +304,7 @@ class _DynamicLossScaleState(DynamicScaleCore):
 
   Example:
 
-  >>> state = _DynamicLossScaleState(8., growth_steps=2, multiplier=2.)
+  >>> state = DynamicLossScaleState(8., growth_steps=2, multiplier=2.)
   >>> _, should_apply = state.update([tf.constant(float("inf"))])
   >>> bool(should_apply), float(state())
   (False, 4.0)
@@ -308,5 +330,5 @@ class _DynamicLossScaleState(DynamicScaleCore):
     return self._counter
 
   def __repr__(self):
-    return self._state_repr("_DynamicLossScaleState", "growth_steps",
+    return self._state_repr("DynamicLossScaleState", "growth_steps",
                             "counter")

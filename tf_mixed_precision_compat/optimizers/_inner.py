@@ -28,6 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 try:  # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
@@ -112,27 +113,26 @@ class InnerOptimizer:
 
     Only optimizers that are built with their variables (Keras 3's) check.
     """
-    check = getattr(self.optimizer, "_check_variables_are_known", None)
-    if check is not None:
-      check(variables)
+    _private_api.keras_optimizer_check_variables_are_known(self.optimizer,
+                                                           variables)
 
   def built_variables(self):
     """The variables the inner optimizer was built with."""
-    return self.optimizer._trainable_variables
+    return _private_api.keras_optimizer_built_variables(self.optimizer)
 
   def iterations_variable(self):
     """The step counter, which a skipped step increments."""
-    variable = getattr(self.optimizer, "_iterations", None)
+    variable = _private_api.keras_optimizer_iterations_variable(self.optimizer)
     return variable if variable is not None else self.optimizer.iterations
 
   def trackable_children(self, save_type, **kwargs):
-    return self.optimizer._trackable_children(save_type, **kwargs)
+    return _private_api.trackable_children(self.optimizer, save_type, **kwargs)
 
   def lookup_dependency(self, name):
-    return self.optimizer._lookup_dependency(name)
+    return _private_api.lookup_dependency(self.optimizer, name)
 
   def deferred_dependencies(self):
-    return self.optimizer._deferred_dependencies
+    return _private_api.deferred_dependencies(self.optimizer)
 
 
 class Keras3Inner(InnerOptimizer):
@@ -235,7 +235,8 @@ class Keras3Inner(InnerOptimizer):
     """Keras 3's slot names, in the order the slots were created."""
     prefixes = sorted(
         (self._slot_prefix(v)
-         for v in getattr(self.optimizer, "_trainable_variables", [])),
+         for v in (_private_api.keras_optimizer_built_variables(
+             self.optimizer) or [])),
         key=len, reverse=True)
     names = []
     for v in self.optimizer.variables:
@@ -264,7 +265,7 @@ class OptimizerV2Inner(InnerOptimizer):
     return "LossScaleOptimizer" in type(optimizer).__name__
 
   def hyperparameter_names(self):
-    return frozenset(self.optimizer._hyper)
+    return _private_api.tf_keras_hyperparameter_names(self.optimizer)
 
   def check_aggregation(self, experimental_aggregate_gradients):
     del experimental_aggregate_gradients  # OptimizerV2 takes either.
@@ -386,8 +387,8 @@ def _clip_after_sum(inner, distribution):
   if distribution.num_replicas_in_sync == 1 or not _clips(inner):
     yield
     return
-  clip = getattr(type(inner), "_clip_gradients", None)
-  all_reduce = getattr(type(inner), "_all_reduce_sum_gradients", None)
+  clip, all_reduce = _private_api.keras_clip_and_all_reduce_methods(
+      type(inner))
   if clip is None or all_reduce is None:
     if not _warned_clip_order:
       _warned_clip_order.append(True)
@@ -404,13 +405,9 @@ def _clip_after_sum(inner, distribution):
     clipped = clip(inner, [g for g, _ in summed])
     return list(zip(clipped, [v for _, v in summed]))
 
-  inner.__dict__["_clip_gradients"] = lambda grads: grads
-  inner.__dict__["_all_reduce_sum_gradients"] = sum_then_clip
-  try:
+  with _private_api.keras_clip_and_all_reduce_shadowed(
+      inner, lambda grads: grads, sum_then_clip):
     yield
-  finally:
-    del inner.__dict__["_clip_gradients"]
-    del inner.__dict__["_all_reduce_sum_gradients"]
 
 
 def _forwarded_apply_arguments(apply_gradients, name,

@@ -38,6 +38,12 @@ def _dynamic_types():
           tf.compat.v1.mixed_precision.DynamicLossScale)
 
 
+def _fixed_value(loss_scale):
+  # Neither our FixedLossScale nor TF's compat.v1 one has a public getter;
+  # both record the value in their config.
+  return loss_scale.get_config()["loss_scale_value"]
+
+
 def v1_arguments(loss_scale):
   """The non-experimental arguments equal to a TF 2.3 `loss_scale`.
 
@@ -57,7 +63,7 @@ def v1_arguments(loss_scale):
   if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
     value = loss_scale
   elif isinstance(loss_scale, _fixed_types()):
-    value = loss_scale._loss_scale_value  # noqa: SLF001  # TF exposes no getter.
+    value = _fixed_value(loss_scale)
   elif isinstance(loss_scale, str) and loss_scale == "dynamic":
     return {}, V1_WARNING_PREFIX + _EXAMPLE.format("")
   elif isinstance(loss_scale, _dynamic_types()):
@@ -116,7 +122,7 @@ def tf23_config_arguments(serialized):
   if isinstance(loss_scale, _fixed_types()):
     return {
         "dynamic": False,
-        "initial_scale": loss_scale._loss_scale_value  # noqa: SLF001  # TF exposes no getter.
+        "initial_scale": _fixed_value(loss_scale)
     }
   if isinstance(loss_scale, _dynamic_types()):
     if loss_scale.multiplier != 2:

@@ -84,6 +84,7 @@ import threading
 import keras
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _delegation
@@ -206,7 +207,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self._adapter = adapter
     self._marks = threading.local()
     if dynamic:
-      self._loss_scale = dynamic_state._DynamicLossScaleState(  # pylint: disable=protected-access
+      self._loss_scale = dynamic_state.DynamicLossScaleState(
           initial_scale, dynamic_growth_steps, multiplier=2)
     else:
       self._loss_scale = initial_scale
@@ -519,3 +520,22 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     config["inner_optimizer"] = _inner.deserialize(
         config["inner_optimizer"], custom_objects)
     return cls(**config)
+
+
+def loss_scale_state(optimizer):
+  """The loss-scale state of a dynamic `LossScaleOptimizer`, else None.
+
+  A `dynamic_state.DynamicLossScaleState`, whose `current_loss_scale` and
+  `counter` variables are what TF 2.x checkpoints hold under
+  `optimizer/loss_scale` (the legacy loaders restore them). Found as that
+  checkpoint dependency, so that the class keeps exactly TF 2.4's API.
+
+  Args:
+    optimizer: Any optimizer.
+
+  Returns:
+    The state, or None for a fixed scale or another optimizer.
+  """
+  if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
+    return None
+  return _private_api.lookup_dependency(optimizer, "loss_scale")

@@ -36,6 +36,7 @@ import sys
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _grad_checks
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
@@ -56,7 +57,7 @@ def _fixed_loss_scale_classes():
   return tuple(classes)
 
 
-def _is_keras_optimizer(opt):
+def is_keras_optimizer(opt):
   """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded).
 
   tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
@@ -184,7 +185,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     if not isinstance(opt, _V1Optimizer):
       message = ('"opt" must be an instance of Optimizer, but got: %s' %
                  type(opt))
-      if _is_keras_optimizer(opt):
+      if is_keras_optimizer(opt):
         message += (". Keras optimizers are wrapped with "
                     "tf.keras.mixed_precision.LossScaleOptimizer instead.")
       raise ValueError(message)
@@ -194,7 +195,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
       raise ValueError("loss_scale cannot be None")
     _check_tf_loss_scale(resolved)
     self._optimizer = opt
-    super().__init__(opt._use_locking, opt.get_name())  # pylint: disable=protected-access
+    super().__init__(_private_api.v1_optimizer_use_locking(opt),
+                     opt.get_name())
     self._loss_scale = resolved
     # The checkpoint keys TF 2.3.4 used for object-based checkpoints.
     self._track_trackable(self._optimizer, "base_optimizer")
@@ -385,7 +387,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
       A list of variables.
     """
     loss_scale_vars = [
-        v for _, v in sorted(self._loss_scale._trackable_children().items())  # pylint: disable=protected-access
+        v for _, v in sorted(
+            _private_api.trackable_children(self._loss_scale).items())
         if isinstance(v, tf.Variable)
     ]
     return self._optimizer.variables() + loss_scale_vars
