@@ -80,6 +80,7 @@ Example:
 """
 
 import threading
+from typing import Any, Iterable, Optional, Sequence
 
 import keras
 import tensorflow as tf
@@ -97,7 +98,7 @@ __all__ = ["LossScaleOptimizer"]
 SERIALIZATION_PACKAGE = "tf_mixed_precision_compat"
 
 
-def serializable(cls):
+def serializable(cls: type) -> type:
   """Registers `cls` with Keras as "tf_mixed_precision_compat>ClassName"."""
   return keras.saving.register_keras_serializable(
       package=SERIALIZATION_PACKAGE)(cls)
@@ -159,8 +160,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
   (0.5, 32768.0, 1)
   """
 
-  def __init__(self, inner_optimizer, dynamic=True, initial_scale=None,
-               dynamic_growth_steps=None):
+  def __init__(self, inner_optimizer: Any, dynamic: bool = True,
+               initial_scale: Optional[float] = None,
+               dynamic_growth_steps: Optional[int] = None) -> None:
     """Wraps `inner_optimizer`.
 
     Args:
@@ -206,46 +208,47 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self._optimizer = inner_optimizer
     self._adapter = adapter
     self._marks = threading.local()
-    if dynamic:
-      self._loss_scale = dynamic_state.DynamicLossScaleState(
-          initial_scale, dynamic_growth_steps, multiplier=2)
-    else:
-      self._loss_scale = initial_scale
+    # TF 2.4's state object when dynamic, else the fixed scale (a float);
+    # `self.dynamic` tells which, which a type checker cannot follow.
+    self._loss_scale: Any = (
+        dynamic_state.DynamicLossScaleState(
+            initial_scale, dynamic_growth_steps, multiplier=2)
+        if dynamic else initial_scale)
     self.built = bool(getattr(inner_optimizer, "built", False))
 
   # ---------------------------------------------------------------- state --
 
   @property
-  def dynamic(self):
+  def dynamic(self) -> bool:
     """Bool indicating whether dynamic loss scaling is used."""
     return not isinstance(self._loss_scale, float)
 
   @property
-  def loss_scale(self):
+  def loss_scale(self) -> tf.Tensor:
     """The current loss scale as a float32 scalar tensor."""
     if self.dynamic:
       return tf.convert_to_tensor(self._loss_scale.current_loss_scale)
     return tf.convert_to_tensor(self._loss_scale, dtype=tf.float32)
 
   @property
-  def dynamic_counter(self):
+  def dynamic_counter(self) -> Optional[tf.Variable]:
     """Finite steps since the scale last changed (int64 variable), or None."""
     return self._loss_scale.counter if self.dynamic else None
 
   @property
-  def initial_scale(self):
+  def initial_scale(self) -> float:
     """The initial loss scale (the fixed scale when not dynamic)."""
     if self.dynamic:
       return self._loss_scale.initial_loss_scale
     return self._loss_scale
 
   @property
-  def dynamic_growth_steps(self):
+  def dynamic_growth_steps(self) -> Optional[int]:
     """Finite steps before the scale doubles, or None when not dynamic."""
     return self._loss_scale.growth_steps if self.dynamic else None
 
   @property
-  def inner_optimizer(self):
+  def inner_optimizer(self) -> Any:
     """The optimizer this LossScaleOptimizer wraps."""
     return self._optimizer
 
@@ -257,7 +260,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
   # variables markedly slower than tracing the bare optimizer's.
 
   @tf.autograph.experimental.do_not_convert
-  def get_scaled_loss(self, loss):
+  def get_scaled_loss(self, loss: Any) -> Any:
     """Multiplies `loss` by the loss scale.
 
     Args:
@@ -277,7 +280,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     return loss * tf.cast(self.loss_scale, loss.dtype)
 
   @tf.autograph.experimental.do_not_convert
-  def get_unscaled_gradients(self, grads):
+  def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
     """Divides gradients by the loss scale (multiplying by its reciprocal).
 
     Args:
@@ -295,7 +298,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     ]
 
   @tf.autograph.experimental.do_not_convert
-  def scale_loss(self, loss):
+  def scale_loss(self, loss: Any) -> Any:
     """Keras 3's hook: scales `loss`; gradients then arrive scaled.
 
     Keras 3's `Model.fit` calls this and passes the gradients of the result,
@@ -323,14 +326,15 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
 
   # ---------------------------------------------------------- applying --
 
-  def build(self, var_list):
+  def build(self, var_list: Sequence[Any]) -> None:
     """Creates the inner optimizer's variables for `var_list`."""
     self._adapter.build(var_list)
     self.built = True
 
   @tf.autograph.experimental.do_not_convert
-  def apply_gradients(self, grads_and_vars, name=None,
-                      experimental_aggregate_gradients=True):
+  def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]],
+                      name: Optional[str] = None,
+                      experimental_aggregate_gradients: bool = True) -> Any:
     """Updates the loss scale and applies the gradients if all are finite.
 
     Must be called in a replica context (eagerly, in a `tf.function`, or in
@@ -379,7 +383,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     return self.iterations
 
   @tf.autograph.experimental.do_not_convert
-  def apply(self, grads, trainable_variables=None):
+  def apply(self, grads: Sequence[Any],
+            trainable_variables: Optional[Sequence[Any]] = None) -> None:
     """Keras 3's spelling of `apply_gradients` (gradients and variables).
 
     Args:
@@ -407,7 +412,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
           "gradient (or None) per variable, in the same order.")
     self.apply_gradients(zip(grads, trainable_variables))
 
-  def minimize(self, loss, var_list, grad_loss=None, name=None, tape=None):
+  def minimize(self, loss: Any, var_list: Any, grad_loss: Any = None,
+               name: Optional[str] = None,
+               tape: Optional[tf.GradientTape] = None) -> Any:
     """Scales `loss`, differentiates, unscales and applies, as TF 2.4.
 
     Args:
@@ -442,13 +449,13 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     grads = self.get_unscaled_gradients(grads)
     return self.apply_gradients(zip(grads, var_list), name=name)
 
-  def get_gradients(self, loss, params):
+  def get_gradients(self, loss: Any, params: Sequence[Any]) -> list[Any]:
     """Graph-mode gradients of the scaled `loss`, unscaled (`tf.gradients`)."""
     scaled_loss = self.get_scaled_loss(loss)
     grads = tf.gradients(scaled_loss, params)
     return self.get_unscaled_gradients(grads)
 
-  def get_updates(self, loss, params):
+  def get_updates(self, loss: Any, params: Sequence[Any]) -> list[Any]:
     """Graph-mode update ops, as TF 2.4's `get_updates`."""
     grads = self.get_gradients(loss, params)
     return [self.apply_gradients(zip(grads, params))]
@@ -459,13 +466,13 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     # TF 2.4's checkpoint name for the loss scale state.
     return {"loss_scale": self._loss_scale} if self.dynamic else {}
 
-  def save_own_variables(self, store):
+  def save_own_variables(self, store: Any) -> None:
     """Saves the loss scale and counter for Keras 3 `.keras` files."""
     if self.dynamic:
       store["0"] = self._loss_scale.current_loss_scale.numpy()
       store["1"] = self._loss_scale.counter.numpy()
 
-  def load_own_variables(self, store):
+  def load_own_variables(self, store: Any) -> None:
     """Restores what `save_own_variables` saved."""
     if not self.dynamic:
       return
@@ -476,12 +483,13 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self._loss_scale.current_loss_scale.assign(store["0"])
     self._loss_scale.counter.assign(store["1"])
 
-  def stateless_apply(self, optimizer_variables, grads, trainable_variables):
+  def stateless_apply(self, optimizer_variables: Any, grads: Any,
+                      trainable_variables: Any) -> Any:
     raise ValueError(
         "stateless_apply is not supported by the TF 2.4 LossScaleOptimizer "
         "(nor by the TensorFlow backend of Keras 3).")
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     """Returns the config in TF 2.4's format.
 
     Returns:
@@ -496,7 +504,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     }
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the optimizer from a TF 2.4 or TF 2.3 config.
 
     Args:
@@ -522,7 +531,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     return cls(**config)
 
 
-def loss_scale_state(optimizer):
+def loss_scale_state(optimizer: Any) -> Any:
   """The loss-scale state of a dynamic `LossScaleOptimizer`, else None.
 
   A `dynamic_state.DynamicLossScaleState`, whose `current_loss_scale` and

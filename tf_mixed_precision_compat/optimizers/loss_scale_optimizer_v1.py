@@ -11,6 +11,8 @@ Example:
 (True, True)
 """
 
+from typing import Any, Optional
+
 import keras
 import tensorflow as tf
 
@@ -45,7 +47,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   True
   """
 
-  def __init__(self, optimizer, loss_scale):
+  def __init__(self, optimizer: Any, loss_scale: Any) -> None:
     """Wraps `optimizer` with the loss scaling `loss_scale` describes.
 
     Args:
@@ -64,7 +66,8 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
     tf.get_logger().warning(message)
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the optimizer from a TF 2.3 or TF 2.4 config.
 
     Args:
@@ -90,6 +93,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
           "dynamic_growth_steps": config["dynamic_growth_steps"],
       }
       optimizer = config["inner_optimizer"]
+    loss_scale: Any
     if args["dynamic"]:
       loss_scale = {
           "class_name": "DynamicLossScale",

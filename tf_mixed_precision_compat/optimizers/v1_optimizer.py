@@ -32,6 +32,7 @@ in both directions.
 
 import math
 import sys
+from typing import Any, Iterable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -57,7 +58,7 @@ def _fixed_loss_scale_classes():
   return tuple(classes)
 
 
-def is_keras_optimizer(opt):
+def is_keras_optimizer(opt: Any) -> bool:
   """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded).
 
   tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
@@ -167,7 +168,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
   0.0
   """
 
-  def __init__(self, opt, loss_scale):
+  def __init__(self, opt: tf.compat.v1.train.Optimizer,
+               loss_scale: Any) -> None:
     """Wraps `opt`.
 
     Args:
@@ -208,12 +210,12 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return not isinstance(self._loss_scale, _fixed_loss_scale_classes())
 
   def compute_gradients(self,
-                        loss,
-                        var_list=None,
-                        gate_gradients=_V1Optimizer.GATE_OP,
-                        aggregation_method=None,
-                        colocate_gradients_with_ops=False,
-                        grad_loss=None):
+                        loss: Any,
+                        var_list: Optional[Sequence[Any]] = None,
+                        gate_gradients: int = _V1Optimizer.GATE_OP,
+                        aggregation_method: Any = None,
+                        colocate_gradients_with_ops: bool = False,
+                        grad_loss: Any = None) -> list[tuple[Any, Any]]:
     """Computes unscaled gradients of the loss scaled by the loss scale.
 
     Args:
@@ -266,7 +268,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return [None if g is None else _step.multiply_gradient(g, reciprocal)
             for g in grads]
 
-  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+  def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]],
+                      global_step: Optional[tf.Variable] = None,
+                      name: Optional[str] = None) -> Any:
     """Applies the gradients if they are all finite.
 
     With a dynamic loss scale the loss scale is updated from the gradients,
@@ -359,7 +363,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
   def _resource_apply_sparse(self, grad, handle, indices):
     raise RuntimeError("This function should never be called")
 
-  def get_slot(self, var, name):
+  def get_slot(self, var: Any, name: str) -> Any:
     """Returns the wrapped optimizer's slot `name` for `var`, or None.
 
     (TF 2.3.4 returned None here, since the wrapper itself has no slots.)
@@ -380,7 +384,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     """
     return self._optimizer.get_slot(var, name)
 
-  def variables(self):
+  def variables(self) -> list[tf.Variable]:
     """The wrapped optimizer's variables plus the loss scale's, this graph's.
 
     Returns:
