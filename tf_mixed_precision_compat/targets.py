@@ -19,6 +19,8 @@ True
 """
 
 import importlib
+import types
+from typing import Any, Optional
 
 import tensorflow as tf
 
@@ -28,7 +30,7 @@ KERAS3 = "keras3"
 TF_KERAS = "tf_keras"
 
 
-def active():
+def active() -> str:
   """Returns the target `tf.keras` resolves to now.
 
   Returns:
@@ -41,7 +43,7 @@ def active():
   return TF_KERAS if name.split(".")[0] == "tf_keras" else KERAS3
 
 
-def target_module():
+def target_module() -> Optional[types.ModuleType]:
   """Returns the module holding the active target's Keras classes, or None.
 
   Returns:
@@ -53,7 +55,7 @@ def target_module():
   return None
 
 
-def keras_symbol(symbol):
+def keras_symbol(symbol: Any) -> Any:
   """Returns what to graft for a registered endpoint `symbol` on this target.
 
   Args:

@@ -17,6 +17,8 @@ exactly what was dropped, on top of tf_keras's own classes:
 `REPLACEMENTS`. Loss-scale arithmetic is tf_keras's, which is TF 2.4's.
 """
 
+from typing import Any, Callable, Optional
+
 import tensorflow as tf
 import tf_keras
 
@@ -130,7 +132,7 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   128.0
   """
 
-  def __init__(self, optimizer, loss_scale):
+  def __init__(self, optimizer: Any, loss_scale: Any) -> None:
     """Wraps `optimizer` with the loss scaling `loss_scale` describes.
 
     Args:
@@ -146,7 +148,8 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
     tf.get_logger().warning(message)
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the optimizer from a TF 2.3 or TF 2.4 config.
 
     Args:
@@ -195,7 +198,7 @@ class PolicyV1(Policy):
   FixedLossScale(1024.0)
   """
 
-  def __init__(self, name, loss_scale="auto"):
+  def __init__(self, name: str, loss_scale: Any = "auto") -> None:
     """Creates the policy.
 
     Args:
@@ -221,14 +224,14 @@ class PolicyV1(Policy):
     self._loss_scale = resolved
 
   @property
-  def loss_scale(self):
+  def loss_scale(self) -> Optional[loss_scale_module.LossScale]:
     """The `LossScale` `Model.compile` uses, or None."""
     return self._loss_scale
 
   def __repr__(self):
     return f'<PolicyV1 "{self.name}", loss_scale={self.loss_scale}>'
 
-  def get_config(self):
+  def get_config(self) -> dict[str, Any]:
     """Returns the name, and the serialized loss scale unless "auto"."""
     config = {"name": self.name}
     if not self._using_default_loss_scale:
@@ -237,7 +240,8 @@ class PolicyV1(Policy):
     return config
 
   @classmethod
-  def from_config(cls, config, custom_objects=None):
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the policy from `get_config()` output."""
     if isinstance(config.get("loss_scale"), dict):
       config = dict(config)
@@ -246,7 +250,7 @@ class PolicyV1(Policy):
     return cls(**config)
 
 
-def set_policy(policy):
+def set_policy(policy: Any) -> None:
   """TF 2.3's `experimental.set_policy`: sets tf_keras's global policy.
 
   Args:
@@ -255,7 +259,7 @@ def set_policy(policy):
   set_global_policy(policy)
 
 
-def get_layer_policy(layer):
+def get_layer_policy(layer: Any) -> Any:
   """Returns the dtype policy of a tf_keras layer.
 
   Args:
@@ -273,7 +277,7 @@ def get_layer_policy(layer):
   return layer.dtype_policy
 
 
-def wrap_get_optimizer(original):
+def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
   """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3).
 
   tf_keras wraps only for a "mixed_float16" policy, with dynamic scaling; a
@@ -287,7 +291,7 @@ def wrap_get_optimizer(original):
   """
 
   def _get_optimizer(self, optimizer):
-    policy = self._dtype_policy  # pylint: disable=protected-access
+    policy = self.dtype_policy
     if not isinstance(policy, PolicyV1):
       return original(self, optimizer)
     loss_scale = policy.loss_scale
@@ -303,7 +307,7 @@ def wrap_get_optimizer(original):
   return _get_optimizer
 
 
-def restore_tf22_dependencies(journal_set_attr):
+def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
   """Makes TF 2.2 checkpoints restore the wrapped optimizer's own variables.
 
   TF 2.2 saved the wrapped optimizer under `optimizer/base_optimizer/`; TF
@@ -321,7 +325,7 @@ def restore_tf22_dependencies(journal_set_attr):
                    property(_deferred_in_wrapped))
 
 
-def restore_get_gradients(journal_set_attr):
+def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
   """Gives the loss-scale optimizer of current optimizers `get_gradients`.
 
   TF 2.3/2.4's `LossScaleOptimizer` (experimental or not) had
@@ -357,14 +361,14 @@ def _get_gradients(self, loss, params):
 
 def _lookup_in_wrapped(self, name, cached_dependencies=None):
   del cached_dependencies
-  return self._optimizer._lookup_dependency(name)  # noqa: SLF001
+  return _private_api.lookup_dependency(self._optimizer, name)
 
 
 def _deferred_in_wrapped(self):
-  return self._optimizer._deferred_dependencies  # noqa: SLF001
+  return _private_api.deferred_dependencies(self._optimizer)
 
 
-def custom_objects():
+def custom_objects() -> dict[str, Any]:
   """TF 2.3/2.4 config class names, for tf_keras deserialization."""
   return {
       "PolicyV1": PolicyV1,
