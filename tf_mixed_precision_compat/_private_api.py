@@ -229,3 +229,44 @@ def keras_clip_and_all_reduce_shadowed(optimizer, clip, all_reduce):
 def tf_keras_hyperparameter_names(optimizer):
   """The hyperparameter names of a tf_keras OptimizerV2."""
   return frozenset(optimizer._hyper)  # pylint: disable=protected-access
+
+
+# TF 2.x checkpoints and H5 files name a model's variables by the layer that
+# owns them, at any depth; Keras 3's `layers` lists only direct children and
+# no public API walks nested layers (sub-models, layers held as attributes).
+def keras_nested_layers(model):
+  """Every layer inside a Keras 3 `model`, nested ones too, not itself."""
+  return model._flatten_layers(include_self=False)  # pylint: disable=protected-access
+
+
+# TF 2.x optimizer checkpoints restore into tf_keras's current optimizers
+# through hooks `install()` wraps: tf_keras finds a checkpoint's optimizer
+# dependencies only through `Optimizer._lookup_dependency`, and TF 2.3's
+# `compile` wrapping by a `PolicyV1` needs `Model._get_optimizer`, where
+# tf_keras's `compile` turns its argument into an optimizer.
+def tf_keras_optimizer_lookup_dependency(optimizer_class):
+  """The `_lookup_dependency` method of a tf_keras optimizer class."""
+  return optimizer_class._lookup_dependency  # pylint: disable=protected-access
+
+
+def tf_keras_model_get_optimizer(model_class):
+  """The `_get_optimizer` method of a tf_keras model class."""
+  return model_class._get_optimizer  # pylint: disable=protected-access
+
+
+# A TF 2.x checkpoint restoring slots into an unbuilt tf_keras optimizer must
+# wait for its build; tf_keras's current optimizers record being built only in
+# `_built`, and its OptimizerV2 creates slots for given variables only
+# through `_create_all_weights`.
+def tf_keras_optimizer_is_built(optimizer):
+  """Whether a tf_keras current-family optimizer has built its slots."""
+  return bool(getattr(optimizer, "_built", False))
+
+
+def tf_keras_v2_create_slots(optimizer, variables):
+  """Creates an OptimizerV2's slots for `variables`; False for other kinds."""
+  create = getattr(optimizer, "_create_all_weights", None)
+  if create is None:
+    return False
+  create(variables)
+  return True

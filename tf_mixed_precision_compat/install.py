@@ -62,6 +62,7 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _compile
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
@@ -285,7 +286,8 @@ def _apply_tf_keras_target(journal, target):
   current = target.tf_keras.optimizers.Optimizer
   journal.set_attr(current, "_lookup_dependency",
                    _tf_keras_restore.wrap_lookup_dependency(
-                       current._lookup_dependency))  # noqa: SLF001
+                       _private_api.tf_keras_optimizer_lookup_dependency(
+                           current)))
   journal.set_attr(current, "_create_or_restore_slot_variable",
                    _tf_keras_restore.make_create_or_restore_slot_variable(
                        target.tf_keras))
@@ -296,7 +298,8 @@ def _apply_tf_keras_target(journal, target):
     journal.set_attr(module, "load_model", replacement)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
-                   target.wrap_get_optimizer(model._get_optimizer))  # noqa: SLF001
+                   target.wrap_get_optimizer(
+                       _private_api.tf_keras_model_get_optimizer(model)))
 
 
 def _patch_compile(set_attr):

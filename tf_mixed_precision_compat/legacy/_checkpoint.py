@@ -251,7 +251,8 @@ def _is_variable(obj):
   return isinstance(obj, (keras.Variable, tf.Variable))
 
 
-def _own_variable(layer, name):
+def own_variable(layer, name):
+  """The variable of `layer` a TF 2.x checkpoint names `name`, or None."""
   found = getattr(layer, name, None) if not name.startswith("_") else None
   if _is_variable(found):
     return found
@@ -271,7 +272,7 @@ def _step(obj, name):
       index = int(match.group(2))
       return layers[index] if index < len(layers) else None
   if isinstance(obj, keras.layers.Layer):
-    variable = _own_variable(obj, name)
+    variable = own_variable(obj, name)
     if variable is not None:
       return variable
   if isinstance(obj, (list, tuple)):
@@ -300,7 +301,7 @@ def _follow(model, path):
 
 def _all_layers(model):
   layers = {}
-  for layer in model._flatten_layers(include_self=False):  # pylint: disable=protected-access
+  for layer in _private_api.keras_nested_layers(model):
     layers.setdefault(layer.name, []).append(layer)
   return layers
 
@@ -350,17 +351,18 @@ def inner_optimizer_of(optimizer):
   return optimizer
 
 
-def _slot_variable(inner, variable, keras3_name):
+def slot_variable(inner, variable, keras3_name):
+  """The Keras 3 slot `keras3_name` of `variable` in `inner`, or None."""
   wanted = _target_name(variable).replace("/", "_") + "_" + keras3_name
   found = [v for v in inner.variables if v.name == wanted]
   return found[0] if len(found) == 1 else None
 
 
-def _expected_objects(model, optimizer):
+def expected_objects(model, optimizer):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = _expected_model_objects(model)
+  expected = expected_model_objects(model)
   if optimizer is not None:
-    expected += _expected_optimizer_objects(optimizer)
+    expected += expected_optimizer_objects(optimizer)
   return expected
 
 
@@ -410,9 +412,9 @@ def restore(reader, graph, source, model, optimizer, model_node,
                       ignored_nodes)
   expected = []
   if model is not None:
-    expected += _expected_model_objects(model)
+    expected += expected_model_objects(model)
   if optimizer is not None:
-    expected += _expected_optimizer_objects(optimizer)
+    expected += expected_optimizer_objects(optimizer)
   plan.unmatched_objects = [description for obj, description in expected
                             if id(obj) not in plan.targets]
   if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
@@ -588,19 +590,19 @@ def _assign_exact(target, value):
     component.assign(value)
 
 
-def _expected_model_objects(model):
+def expected_model_objects(model):
+  """A model's state a full restore must assign: (object, description)."""
   return [(v, _target_name(v)) for v in model.weights]
 
 
-def _expected_optimizer_objects(optimizer):
+def expected_optimizer_objects(optimizer):
   """An optimizer's state a full restore must assign: (object, description)."""
   expected = []
   inner = inner_optimizer_of(optimizer)
   for v in inner.variables:
     expected.append((v, f"optimizer/{v.name}"))
-  if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
-      optimizer.dynamic):
-    state = optimizer._loss_scale  # pylint: disable=protected-access
+  state = loss_scale_optimizer.loss_scale_state(optimizer)
+  if state is not None:
     expected.append((state.current_loss_scale, "optimizer/loss_scale"))
     expected.append((state.counter, "optimizer/loss_scale counter"))
   return expected
@@ -664,7 +666,7 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
     keras3_name = slot_names.get(slot.slot_name)
     if variable is None or keras3_name is None:
       continue  # Reported as unmatched.
-    target = _slot_variable(inner, variable, keras3_name)
+    target = slot_variable(inner, variable, keras3_name)
     if target is None:
       continue
     plan.bind(key, target, _get_tensor(reader, key, source),
@@ -681,7 +683,7 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
     info = None if child is None else graph.variable(child)
     if info is None or not dynamic:
       continue
-    state = optimizer._loss_scale  # pylint: disable=protected-access
+    state = loss_scale_optimizer.loss_scale_state(optimizer)
     value = _get_tensor(reader, info[0], source)
     number = _number(value)
     if number is None:

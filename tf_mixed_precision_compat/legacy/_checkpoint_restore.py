@@ -268,9 +268,9 @@ class LegacyRestore:
                                    if k not in self._slot_keys]
     expected = []
     for _, model in self._parts.models:
-      expected += _checkpoint._expected_model_objects(model)  # pylint: disable=protected-access
+      expected += _checkpoint.expected_model_objects(model)
     for _, optimizer in self._parts.optimizers:
-      expected += _checkpoint._expected_optimizer_objects(optimizer)  # pylint: disable=protected-access
+      expected += _checkpoint.expected_optimizer_objects(optimizer)
     plan.unmatched_objects = [d for obj, d in expected
                               if id(obj) not in plan.targets]
     self._check(plan)

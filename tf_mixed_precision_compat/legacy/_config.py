@@ -25,7 +25,7 @@ from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 _MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
-_LSO_CLASSES = {
+LSO_CLASSES = {
     "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
     # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
     "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
@@ -244,10 +244,10 @@ def build_optimizer(optimizer_config, source, custom_objects):
   class_name = optimizer_config["class_name"]
   options = optimizer_config.get("config") or {}
   try:
-    if class_name in _LSO_CLASSES:
+    if class_name in LSO_CLASSES:
       # TF 2.3's experimental class was saved as "LossScaleOptimizer" with
       # TF 2.3's keys; our `from_config` reads both formats.
-      cls = _LSO_CLASSES[class_name]
+      cls = LSO_CLASSES[class_name]
       return cls.from_config(options, custom_objects=custom_objects)
     return _inner.deserialize(optimizer_config, custom_objects)
   except (TypeError, ValueError, KeyError, AttributeError) as e:

@@ -69,7 +69,7 @@ def is_tf2x_optimizer_config(config):
   class_name, options = config.get("class_name"), config.get("config")
   if not isinstance(class_name, str) or not isinstance(options, dict):
     return False
-  if class_name in _config._LSO_CLASSES:  # pylint: disable=protected-access
+  if class_name in _config.LSO_CLASSES:
     return ({"optimizer", "loss_scale"} <= options.keys() or
             {"inner_optimizer", "dynamic"} <= options.keys())
   return (class_name.lower() in _keras2_config.KERAS2_OPTIMIZERS and
@@ -160,7 +160,7 @@ def is_tf2x_saved_model(path):
   if not _saved_model.is_saved_model(path):
     return False
   try:
-    _saved_model._root_metadata(path)  # pylint: disable=protected-access
+    _saved_model.root_metadata(path)
   except ValueError:
     return False
   return True

@@ -105,7 +105,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
       continue
     for name in names:
       short = _strip(name).split("/")[-1]
-      target = _checkpoint._own_variable(layer, short)  # pylint: disable=protected-access
+      target = _checkpoint.own_variable(layer, short)
       key = f"model_weights/{layer_name}/{name}"
       if target is None:
         plan.unmatched_checkpoint.append(key)
@@ -124,7 +124,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
       _plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,
                       plan)
 
-  expected = _checkpoint._expected_objects(model, optimizer)  # pylint: disable=protected-access
+  expected = _checkpoint.expected_objects(model, optimizer)
   unmatched_objects = []
   for obj, description in expected:
     if id(obj) in plan.targets:
@@ -165,7 +165,7 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     keras3_slot = slots.get(slot)
     target = None
     if owner is not None and keras3_slot is not None:
-      target = _checkpoint._slot_variable(  # pylint: disable=protected-access
+      target = _checkpoint.slot_variable(
           inner, by_tf_name[owner], keras3_slot)
     if target is None:
       plan.unmatched_checkpoint.append(key)

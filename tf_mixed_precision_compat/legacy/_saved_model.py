@@ -107,7 +107,7 @@ def _read_proto(path):
   return proto
 
 
-def _root_metadata(path):
+def root_metadata(path):
   """The Keras metadata JSON object of the SavedModel's root object."""
   if not tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
     raise ValueError(f"{path!r}: only binary saved_model.pb files are "
@@ -197,7 +197,7 @@ def _decode_tuples(value):
 
 def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
   """See `legacy.load_model`; returns (model, report)."""
-  metadata = _decode_tuples(_root_metadata(path))
+  metadata = _decode_tuples(root_metadata(path))
   config = {"class_name": metadata.get("class_name"),
             "config": metadata.get("config")}
   training_config = _config.expect_dict(

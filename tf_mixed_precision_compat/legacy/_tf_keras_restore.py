@@ -32,6 +32,8 @@ import weakref
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
+
 # TF 2.x slot name -> the name tf_keras's current class gives that slot's
 # variables (`<name>/<variable name>`), by class name.
 _SLOTS = {
@@ -71,11 +73,6 @@ def _class_name(optimizer, tf_keras):
     if getattr(tf_keras.optimizers, klass.__name__, None) is klass:
       return klass.__name__
   return type(optimizer).__name__
-
-
-def _is_built(optimizer):
-  # tf_keras's current optimizers record it only in this attribute.
-  return bool(getattr(optimizer, "_built", False))
 
 
 def _find_slot(optimizer, variable, current_name):
@@ -178,7 +175,7 @@ def make_create_or_restore_slot_variable(tf_keras):
           f"keeps {sorted(set(names.values())) or 'no slots'}). Use "
           f"tf.keras.optimizers.legacy.{type(optimizer).__name__} to "
           "restore it.")
-    if _is_built(optimizer):
+    if _private_api.tf_keras_optimizer_is_built(optimizer):
       return _find_slot(optimizer, variable, current_name)
     waiting = _pending.get(optimizer)
     if waiting is None:
@@ -213,10 +210,8 @@ def _restore_after_build(optimizer):
 def _build_slots(optimizer, variables):
   """Creates the inner optimizer's slots for `variables` now."""
   inner = _inner(optimizer)
-  if hasattr(inner, "_create_all_weights"):  # OptimizerV2 (legacy classes).
-    inner._create_all_weights(variables)  # noqa: SLF001  # pylint: disable=protected-access
-  else:
-    inner.build(variables)
+  if not _private_api.tf_keras_v2_create_slots(inner, variables):
+    inner.build(variables)  # A current-family optimizer.
 
 
 def restore_saved_model_optimizer(model, path):
