@@ -617,44 +617,55 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
     base = graph.child(optimizer_node, "base_optimizer")
     if base is not None and graph.child(base, "iter") is not None:
       inner_node = base  # TF 2.2 tracked the inner optimizer under this name.
-
   for name, child in graph.children(inner_node):
     info = graph.variable(child)
-    if info is None:
-      continue
-    key = info[0]
-    value = _get_tensor(reader, key, source)
-    if name == "iter":
-      plan.bind(key, inner.iterations, value, "optimizer/iterations")
-    elif name == "learning_rate":
-      lr = inner.learning_rate
-      if _is_variable(lr):
-        plan.bind(key, lr, value, "optimizer/learning_rate")
-      else:
-        plan.problems.append(
-            f"{key}: the checkpoint has a constant learning rate ({value}); "
-            f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
-    elif name in ("decay",) + _HYPER_ATTRIBUTES and _number(value) is None:
-      plan.problems.append(f"{key}: {_describe(value)} where the checkpoint "
-                           "should hold one number")
-    elif name == "decay":
-      if _number(value) == 0.0:
-        plan.ignored.append(key)
-      else:
-        plan.problems.append(
-            f"{key}: decay={_number(value)} has no Keras 3 counterpart; use "
-            "an InverseTimeDecay learning-rate schedule and "
-            "allow_partial=True.")
-    elif name in _HYPER_ATTRIBUTES and hasattr(inner, name):
-      current = getattr(inner, name)
-      if _is_variable(current) or callable(current):
-        plan.problems.append(f"{key}: Keras 3's {name} is not a number")
-      elif np.float32(current) == np.float32(_number(value)):
-        plan.ignored.append(key)
-      else:
-        plan.hyper[name] = (inner, _number(value))
-        plan.hyper_keys.append(key)
+    if info is not None:
+      _plan_inner_variable(inner, name, info[0],
+                           _get_tensor(reader, info[0], source), plan)
+  _plan_slots(reader, graph, source, inner, inner_node, bound_model_nodes,
+              plan)
+  loss_scale_node = graph.child(optimizer_node, "loss_scale")
+  if loss_scale_node is not None:
+    _plan_loss_scale(reader, graph, source, optimizer, loss_scale_node, plan)
 
+
+def _plan_inner_variable(inner, name, key, value, plan):
+  """Binds (or refuses) the inner optimizer's `iter`, rate or hyperparameter."""
+  if name == "iter":
+    plan.bind(key, inner.iterations, value, "optimizer/iterations")
+  elif name == "learning_rate":
+    lr = inner.learning_rate
+    if _is_variable(lr):
+      plan.bind(key, lr, value, "optimizer/learning_rate")
+    else:
+      plan.problems.append(
+          f"{key}: the checkpoint has a constant learning rate ({value}); "
+          f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
+  elif name in ("decay",) + _HYPER_ATTRIBUTES and _number(value) is None:
+    plan.problems.append(f"{key}: {_describe(value)} where the checkpoint "
+                         "should hold one number")
+  elif name == "decay":
+    if _number(value) == 0.0:
+      plan.ignored.append(key)
+    else:
+      plan.problems.append(
+          f"{key}: decay={_number(value)} has no Keras 3 counterpart; use "
+          "an InverseTimeDecay learning-rate schedule and "
+          "allow_partial=True.")
+  elif name in _HYPER_ATTRIBUTES and hasattr(inner, name):
+    current = getattr(inner, name)
+    if _is_variable(current) or callable(current):
+      plan.problems.append(f"{key}: Keras 3's {name} is not a number")
+    elif np.float32(current) == np.float32(_number(value)):
+      plan.ignored.append(key)
+    else:
+      plan.hyper[name] = (inner, _number(value))
+      plan.hyper_keys.append(key)
+
+
+def _plan_slots(reader, graph, source, inner, inner_node, bound_model_nodes,
+                plan):
+  """Binds the slots of the model variables bound so far, by TF 2.x name."""
   slot_names = _keras2_config.TF2_SLOT_NAMES.get(
       _keras2_config.keras_class_name(inner), {})
   for slot in graph.nodes[inner_node].slot_variables:
@@ -672,9 +683,9 @@ def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
     plan.bind(key, target, _get_tensor(reader, key, source),
               f"optimizer/{target.name}")
 
-  loss_scale_node = graph.child(optimizer_node, "loss_scale")
-  if loss_scale_node is None:
-    return
+
+def _plan_loss_scale(reader, graph, source, optimizer, loss_scale_node, plan):
+  """Binds a dynamic optimizer's loss scale and counter, once checked."""
   dynamic = (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
              optimizer.dynamic)
   for name, attr in (("current_loss_scale", "current_loss_scale"),

@@ -74,16 +74,13 @@ def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: di
                        f"model: {type(e).__name__}: {e}") from None
 
 
-def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
-  if "model_config" not in f.attrs:
-    raise ValueError(f"{path!r} has no model_config: it holds weights only "
-                     "(use model.load_weights) or is not a Keras H5 file.")
-  config = _config.parse_json(f.attrs["model_config"], "model_config",
-                              path)
-  model = _config.build_model(config, path, safe_mode, custom_objects)
-  plan = _checkpoint.Plan(path)
+def _plan_model_weights(f, path, model, plan):
+  """Binds the model weights, by layer name then weight name.
 
-  # Model weights, by layer name then weight name.
+  Returns:
+    The bound variables by their TF 2.x name (without ":0"), for
+    the optimizer weights, which H5 files name after them.
+  """
   weights_group = f["model_weights"] if "model_weights" in f else f
   if not isinstance(weights_group, h5py.Group):
     raise ValueError(f"{path!r}: model_weights is not a group; the file is "
@@ -112,6 +109,19 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
         continue
       plan.bind(key, target, _read(group, name, path, target))
       by_tf_name[_strip(name)] = target
+  return by_tf_name
+
+
+def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
+  if "model_config" not in f.attrs:
+    raise ValueError(f"{path!r} has no model_config: it holds weights only "
+                     "(use model.load_weights) or is not a Keras H5 file.")
+  config = _config.parse_json(f.attrs["model_config"], "model_config",
+                              path)
+  model = _config.build_model(config, path, safe_mode, custom_objects)
+  plan = _checkpoint.Plan(path)
+
+  by_tf_name = _plan_model_weights(f, path, model, plan)
 
   optimizer = None
   if compile and "training_config" in f.attrs:
