@@ -509,7 +509,7 @@ def test_unmatched_entries_are_named_at_restore_time(tmp_path, tf_log):
   assert int(job.step_var.numpy()) == 7
 
 
-@pytest.mark.parametrize("version", ["tf23", "tf24"])
+@pytest.mark.parametrize("version", ["tf22", "tf23", "tf24"])
 def test_keras_objects_nested_in_a_trainer_module(version, tmp_path, tf_log):
   # The job's trainer module holds the model and optimizer (and the epoch);
   # its newer code no longer tracks the epoch on the trainer.
