@@ -415,6 +415,23 @@ def test_unbuilt_model_first_called_in_a_replica_context(mode,
   status.assert_consumed()
 
 
+@pytest.mark.parametrize("case", ["tf24_trainer_adam_save",
+                                  "tf23_dicts_sgd_manager"])
+@pytest.mark.parametrize("inside_scope", [True, False])
+def test_nested_layouts_resume_on_two_replicas(case, inside_scope,
+                                               mirrored_strategy, tmp_path):
+  # Keras objects below a trainer module or in a dict/list, restored inside
+  # and outside the strategy's scope, continue like the old single-device
+  # job (the loss is a global-batch mean, so the replicas' sum equals it).
+  record = _record(case)
+  job = _Job(record, _copy_fixture(record, tmp_path), mirrored_strategy,
+             inside_scope)
+  status = job.restore(with_status=True)
+  _continue(job, record, job.step_fn("function"))
+  status.assert_consumed()
+  assert int(job.step_var.numpy()) == record["step"]
+
+
 def test_legacy_restore_checkpoint_without_a_model_entry(tmp_path):
   record = _record("tf24_optonly_sgd_save")
   job = _Job(record, _copy_fixture(record, tmp_path))
