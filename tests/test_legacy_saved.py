@@ -20,7 +20,9 @@ import pytest
 import tensorflow as tf
 
 from tests import testing
+import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
 
@@ -104,14 +106,30 @@ class H5Test(parameterized.TestCase):
     self.assertEqual(int(model.optimizer.dynamic_counter.numpy()), 1)
 
 
+def _installed(load):
+  """`load`, called with the package installed (uninstalled afterwards)."""
+
+  def installed_load(path):
+    mp.install()
+    try:
+      return load(path)
+    finally:
+      mp.uninstall()
+
+  return installed_load
+
+
 class SavedModelTest(parameterized.TestCase):
 
   @parameterized.parameters(*SAVED_MODELS)
   def test_load_saved_model_serves_it(self, name):
     record = _record(name)
     path = testing.fixture_path("legacy", name)
-    for load in (legacy.load_saved_model, tf.saved_model.load):
+    registered = _saved_model.serving_enabled()
+    for load in (legacy.load_saved_model, _installed(tf.saved_model.load)):
       loaded = load(path)
+      # Outside install(), the package leaves TF's loader registry as it was.
+      self.assertEqual(_saved_model.serving_enabled(), registered)
       got = loaded(tf.constant(record["probe_inputs"], tf.float32)).numpy()
       # TF 2.21's float16 kernels may round the last bit differently from
       # TF 2.3/2.4's: at most two float16 ulps apart.

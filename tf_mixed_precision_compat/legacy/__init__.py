@@ -291,10 +291,11 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
 
   On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
   Keras SavedModel saved with its optimizer ("'_UserObject' object has no
-  attribute 'add_slot'"): nothing revives the saved optimizer object. The
-  first call registers a stand-in for that object type with the SavedModel
-  loader (the only global change; it affects only loading of such objects),
-  then loads. Afterwards plain `tf.saved_model.load` works too.
+  attribute 'add_slot'"): nothing revives the saved optimizer object. This
+  function registers a stand-in for that object type with the SavedModel
+  loader for the duration of the load and removes it again; after
+  `install()`, which keeps it registered, plain `tf.saved_model.load` works
+  too.
 
   What runs: no Python code from the file (nothing is unpickled or
   unmarshalled). TensorFlow graph code from the file does run, as in
@@ -340,5 +341,5 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
   _args.bool_arg(safe_mode, "safe_mode")
   if safe_mode and _saved_model.is_saved_model(path):
     _saved_model.check_load_time_code(path)
-  _saved_model.enable_serving()
-  return tf.saved_model.load(path, tags=tags, options=options)
+  with _saved_model.serving():
+    return tf.saved_model.load(path, tags=tags, options=options)

@@ -11,6 +11,7 @@ mapping as `legacy.restore_checkpoint`: weights, iterations, learning rate,
 slots, loss scale and counter.
 """
 
+import contextlib
 import os
 
 from google.protobuf import text_format
@@ -78,6 +79,23 @@ def disable_serving():
     return
   _private_api.unregister_revived_type(_OPTIMIZER_TYPE)
   _registered.clear()
+
+
+@contextlib.contextmanager
+def serving():
+  """`enable_serving()` for the duration of a load, unless already enabled.
+
+  Outside `install()` this package changes no global state of TF: the
+  registration made here is removed again afterwards.
+  """
+  registered_here = not serving_enabled()
+  if registered_here:
+    enable_serving()
+  try:
+    yield
+  finally:
+    if registered_here:
+      disable_serving()
 
 
 def is_saved_model(path):
