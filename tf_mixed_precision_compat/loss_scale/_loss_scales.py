@@ -46,13 +46,20 @@ def _is_real_number(value):
           not isinstance(value, tf.Tensor))
 
 
-@export(
-    "mixed_precision.experimental.LossScale",
-    "train.experimental.LossScale",
-    v1=("mixed_precision.LossScale", "mixed_precision.experimental.LossScale",
-        "train.experimental.LossScale"),
-    deprecated=("mixed_precision.experimental.LossScale",
-                "train.experimental.LossScale"))
+def _export_loss_scale(name, warn=True):
+  """Exports TF 2.3's loss-scale class `name` at its TF endpoints.
+
+  `tf.mixed_precision.experimental.*` and `tf.train.experimental.*` (both
+  deprecated), and in TF1 also `tf.compat.v1.mixed_precision.*`.
+  """
+  experimental = (f"mixed_precision.experimental.{name}",
+                  f"train.experimental.{name}")
+  return export(*experimental, v1=(f"mixed_precision.{name}",) + experimental,
+                deprecated=experimental,
+                warning=_deprecation_text(name) if warn else None)
+
+
+@_export_loss_scale("LossScale", warn=False)
 class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
   """Base class of the TF 2.3 loss scales.
 
@@ -111,15 +118,7 @@ class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
 LossScale.register(tf.compat.v1.mixed_precision.LossScale)
 
 
-@export(
-    "mixed_precision.experimental.FixedLossScale",
-    "train.experimental.FixedLossScale",
-    v1=("mixed_precision.FixedLossScale",
-        "mixed_precision.experimental.FixedLossScale",
-        "train.experimental.FixedLossScale"),
-    deprecated=("mixed_precision.experimental.FixedLossScale",
-                "train.experimental.FixedLossScale"),
-    warning=_deprecation_text("FixedLossScale"))
+@_export_loss_scale("FixedLossScale")
 class FixedLossScale(LossScale):
   """A loss scale that never changes.
 
@@ -173,15 +172,7 @@ class FixedLossScale(LossScale):
     return {"loss_scale_value": self._loss_scale_value}
 
 
-@export(
-    "mixed_precision.experimental.DynamicLossScale",
-    "train.experimental.DynamicLossScale",
-    v1=("mixed_precision.DynamicLossScale",
-        "mixed_precision.experimental.DynamicLossScale",
-        "train.experimental.DynamicLossScale"),
-    deprecated=("mixed_precision.experimental.DynamicLossScale",
-                "train.experimental.DynamicLossScale"),
-    warning=_deprecation_text("DynamicLossScale"))
+@_export_loss_scale("DynamicLossScale")
 class DynamicLossScale(dynamic_state.DynamicScaleCore, LossScale):
   """A loss scale that grows while gradients are finite, shrinks on overflow.
 
