@@ -124,7 +124,7 @@ def test_cli_default_mode_checks_and_passes():
                           env=env,
                           capture_output=True,
                           text=True,
-                          timeout=120,
+                          timeout=900,  # A hang guard only.
                           check=False)
   assert result.returncode == 0, result.stderr
   assert "up to date" in result.stdout

@@ -205,7 +205,7 @@ def run_json_subprocess(test, script):
   """Runs `script` in a fresh interpreter; returns the JSON it prints last."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPO)
   proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300,
+                        capture_output=True, text=True, timeout=900,
                         check=False)
   test.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
   return json.loads(proc.stdout.strip().splitlines()[-1])
