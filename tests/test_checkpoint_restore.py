@@ -550,6 +550,24 @@ def test_keras_objects_nested_in_a_trainer_module(version, tmp_path, tf_log):
   assert int(job.epoch_var.numpy()) == record["epoch"]
 
 
+def test_keras_objects_reached_twice_are_restored_once(tmp_path, tf_log):
+  # The job's trainer holds the model and optimizer that the checkpoint also
+  # tracks at its root ("a_trainer" sorts before them).
+  record, job = _fresh("tf24_trainer_adam_save", tmp_path)
+  trainer = tf.Module()
+  trainer.model, trainer.optimizer = job.model, job.opt
+  trainer.epoch = job.epoch_var
+  job.checkpoint = tf.train.Checkpoint(a_trainer=trainer, trainer=trainer,
+                                       model=job.model, optimizer=job.opt,
+                                       step=job.step_var)
+  status = job.restore(with_status=True)
+  job.opt.build(job.model.trainable_variables)
+  _check_saved_state(job, record)
+  assert int(job.epoch_var.numpy()) == record["epoch"]
+  status.assert_existing_objects_matched()
+  assert "could not be found" not in "\n".join(tf_log)
+
+
 def test_a_model_with_an_extra_layer_is_reported_not_silent(tmp_path,
                                                             tf_log):
   record, job = _fresh("tf24_func_sgd_save", tmp_path)

@@ -122,6 +122,7 @@ class _Parts:
     self.others = {}  # name -> object (or stand-in), restored by TF
     self.orphans = []  # checkpoint keys under entries nothing stands for
     self.has_stand_ins = False
+    self.faced = set()  # ids of the objects met with a checkpoint entry
 
   @property
   def legacy_nodes(self):
@@ -136,7 +137,7 @@ def _stand_in(children):
   return stand_in
 
 
-def _walk(obj, node_id, graph, parts, native, seen):
+def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
   """Sorts `obj`'s dependencies, facing checkpoint node `node_id`, into parts.
 
   Keras models and optimizers go to the legacy matcher, also below non-Keras
@@ -152,6 +153,9 @@ def _walk(obj, node_id, graph, parts, native, seen):
     parts: The `_Parts` being filled.
     native: Receives `obj`'s dependencies that TF restores.
     seen: Ids of the containers visited (object graphs may share nodes).
+    known: Ids of the objects that face a checkpoint entry somewhere; where
+      the same object is also reached without one, TF is not given it there
+      (as TF matches each object once, it counts it as not restored).
 
   Returns:
     Whether a Keras object faces an entry written by Keras 2.
@@ -165,6 +169,10 @@ def _walk(obj, node_id, graph, parts, native, seen):
       continue
     if child_id is not None and child_id in parts.legacy_nodes:
       continue  # The same Keras object reached twice.
+    if child_id is None and id(child) in known:
+      continue
+    if child_id is not None:
+      parts.faced.add(id(child))
     if child_id is not None and _is_optimizer(child):
       parts.optimizers.append((child_id, child))
       keras2 = keras2 or _keras2_optimizer_entry(graph, child_id)
@@ -175,7 +183,8 @@ def _walk(obj, node_id, graph, parts, native, seen):
       seen.add(id(child))
       found = len(parts.legacy_nodes)
       sub = {}
-      keras2 = _walk(child, child_id, graph, parts, sub, seen) or keras2
+      keras2 = _walk(child, child_id, graph, parts, sub, seen,
+                     known) or keras2
       if len(parts.legacy_nodes) == found:
         native[name] = child
       else:
@@ -197,8 +206,11 @@ def _add_orphans(graph, node_id, children, parts):
 
 def _split(checkpoint, reader, graph, source):
   """The legacy parts of `checkpoint`'s restore, or None if there are none."""
+  probe = _Parts()
+  _walk(checkpoint, 0, graph, probe, {}, seen=set())
+  known = frozenset(probe.faced)
   parts = _Parts()
-  keras2 = _walk(checkpoint, 0, graph, parts, parts.others, seen=set())
+  keras2 = _walk(checkpoint, 0, graph, parts, parts.others, set(), known)
   if not (parts.models or parts.optimizers):
     return None
   if not keras2:
