@@ -106,69 +106,32 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
                        allow_partial: bool = False) -> RestoreReport:
   """Restores a TF 2.2/2.3/2.4 Keras checkpoint into Keras 3 objects, exactly.
 
-  The checkpoint is one written by `tf.train.Checkpoint(model=model,
-  optimizer=optimizer)` (`.save()` or a `tf.train.CheckpointManager`) in a TF
-  2.2, 2.3 or 2.4 Keras job, where `optimizer` was a loss-scale optimizer
-  (TF 2.2/2.3's experimental one, or either of TF 2.4's) or a plain Keras 2
-  optimizer. `model` must be the same architecture rebuilt in Keras 3 and
-  built (e.g. `model_from_json(old_json)`, or the subclass
-  instantiated and called once); `optimizer` is this package's
-  `LossScaleOptimizer` (dynamic for a dynamic checkpoint, fixed for a fixed
-  one) or a plain Keras 3 optimizer. The optimizer is built for
-  `model.trainable_variables` if it is not yet.
-
-  Checkpoints without a `model` entry (`tf.train.Checkpoint(step=...,
-  optimizer=...)`, with the weights kept elsewhere) restore the optimizer's
-  iterations, learning rate, hyperparameters, loss scale and counter with
-  `model=None`; their other root entries (`step`) are unmatched here, as
-  `tf.train.Checkpoint.restore` (after `install()`) restores them natively.
-
-  How entries are matched: by the object graph the checkpoint stores, never
-  by the order of variables. A model variable's path of child names
-  (`model/layer_with_weights-1/kernel`, or `model/encoder/kernel`,
-  `model/heads/0/bias` for subclassed models) is followed on the Keras 3
-  model: `layer_with_weights-N` is the N-th layer having weights in
-  `model.layers` and `layer-N` the N-th layer (TF 2.x's own naming of
-  Sequential/functional layers), other names are attributes or list indices,
-  and a layer's variables are found by name. All paths to a variable must
-  agree, and if the checkpoint's recorded layer name (`hidden` in
-  `hidden/kernel`) exists in the Keras 3 model it must be the layer reached.
-  The optimizer's `iter`, `learning_rate` and hyperparameter variables
-  (`momentum`, `beta_1`, ...) go to the inner Keras 3 optimizer's
-  `iterations`, learning-rate variable and attributes (TF 2.2 kept them under
-  `base_optimizer`); slots follow the variable they belong to, renamed for
-  Keras 3 (SGD `momentum`; Adam `m`, `v`, `vhat` -> `momentum`, `velocity`,
-  `velocity_hat`; also RMSprop, Adagrad, Adamax, Adadelta);
-  `loss_scale/current_loss_scale` and `loss_scale/good_steps` become the loss
-  scale and counter. `save_counter` and a `decay` of 0 are ignored.
-
-  Nothing is assigned until every value has been read and checked (shape,
-  dtype, one target each, a finite loss scale >= 1): a failing restore leaves
-  the model and optimizer values unchanged.
+  For a checkpoint of `tf.train.Checkpoint(model=..., optimizer=...)` (any
+  TF 2.x loss-scale optimizer or a plain Keras 2 one). Entries are matched by
+  the object graph the checkpoint stores, never by variable order (see
+  `legacy/_checkpoint.py`); nothing is assigned until every value has been
+  read and checked, so a failing restore changes nothing.
 
   Args:
-    path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory
-      (its latest checkpoint is restored).
-    model: The built Keras 3 model, or None to restore only the optimizer.
-    optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None to
-      restore only the model (the optimizer's entries are then unmatched).
-    allow_partial: If False (default), any checkpoint value without a Keras 3
-      counterpart and any Keras 3 model/optimizer variable the checkpoint does
-      not provide raises `RestoreError`; if True they are listed in the
-      report and left alone.
+    path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory.
+    model: The same architecture rebuilt in Keras 3 and built, or None (a
+      checkpoint without a `model` entry: its other root entries are left to
+      `tf.train.Checkpoint.restore` after `install()`).
+    optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None; built
+      for `model.trainable_variables` if it is not yet.
+    allow_partial: If False (default), a checkpoint value without a Keras 3
+      counterpart, or a variable the checkpoint lacks, raises `RestoreError`;
+      if True they are listed in the report and left alone.
 
   Returns:
-    A `RestoreReport` listing the matched pairs, the restored iterations,
-    loss scale and counter, and what was left unmatched.
+    A `RestoreReport`: the matched pairs, the restored iterations, loss scale
+    and counter, and what was left unmatched.
 
   Raises:
-    TypeError: If `model` is not a Keras 3 model, `optimizer` not a Keras 3
-      optimizer (a string, a `tf.compat.v1.train.Optimizer`), or
-      `allow_partial` not a bool (names the argument).
+    TypeError: If an argument has the wrong type (naming it).
     FileNotFoundError: If `path` holds no checkpoint.
-    ValueError: If the checkpoint cannot be read or its object graph or
-      values are malformed (names the file), it is not object-based, or the
-      model is not built.
+    ValueError: If the checkpoint is unreadable, malformed or not
+      object-based (naming the file), or the model is not built.
     RestoreError: (a `ValueError`) If entries do not match, listing them.
 
   Example (a model the checkpoint does not fit is refused, unchanged):
@@ -187,13 +150,8 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
   prefix = checkpoint_prefix(path)
   reader = open_checkpoint(prefix)
   graph = _checkpoint.read_object_graph(reader, prefix)
-  model_node = graph.child(0, "model")
-  optimizer_node = graph.child(0, "optimizer")
-  if model_node is None and optimizer_node is None:
-    raise ValueError(
-        f"{prefix!r} has neither a 'model' nor an 'optimizer' entry: it was "
-        "not written by tf.train.Checkpoint(model=..., optimizer=...). "
-        f"Children of its root: {[name for name, _ in graph.children(0)]}")
+  model_node, optimizer_node = _checkpoint.model_and_optimizer_nodes(
+      graph, prefix)
   if model is not None:
     _checkpoint.check_built(model, prefix)
     _checkpoint.ensure_optimizer_built(model, optimizer)
@@ -210,31 +168,16 @@ def load_model(path: _PathLike,
                return_report: bool = False) -> Any:
   """Loads a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel into Keras 3.
 
-  The model is rebuilt from the saved config (dtype policies included) and,
-  with `compile=True`, compiled as saved, with this package's
-  `LossScaleOptimizer` (TF 2.3's experimental and TF 2.4's configs both
-  load) and its state restored:
-
-  * H5 files (`model.save("x.h5")`): weights, and the optimizer's iterations
-    and slots from `optimizer_weights` (matched by name: `cond_1/Adam/d1/
-    kernel/m:0` is Adam's `m` of layer `d1`'s `kernel`). TF 2.x never stored
-    the loss scale in H5 files: a dynamic scale starts again from the
-    configured initial scale with counter 0, and a warning says so.
-  * SavedModel directories: weights, iterations, learning rate, slots AND the
-    loss scale and its counter, read from the SavedModel's variables by
-    their object graph (see `restore_checkpoint`). TF 2.3/2.4's own
-    `load_model` lost this optimizer state.
-
-  Untrusted files: with `safe_mode=True` (the default, as Keras 3) nothing
-  stored in the file is executed: models with `Lambda` layers (Python
-  bytecode), configs naming Python modules, and unknown layer classes are
-  refused before anything is built (classes passed in `custom_objects` are
-  the caller's opt-in). Corrupted or truncated files raise `ValueError` or
-  `OSError` naming the file; values are checked before any is assigned.
+  The model is rebuilt from its config and, with `compile=True`, compiled as
+  saved with this package's `LossScaleOptimizer`, its state restored: from H5
+  files the weights, iterations and slots (TF 2.x never stored the loss scale
+  there: it restarts, and a warning says so); from SavedModels also the loss
+  scale and counter, which TF 2.3/2.4's own `load_model` lost. With
+  `safe_mode=True` nothing stored in the file is executed (see
+  docs/migration.md); values are checked before any is assigned.
 
   Args:
-    path: An `.h5` / `.hdf5` file or a SavedModel directory (str, UTF-8
-      bytes or os.PathLike).
+    path: An H5 file or a SavedModel directory (str, bytes, PathLike).
     custom_objects: Optional dict of the caller's classes/functions by name.
     compile: Whether to compile the model and restore the optimizer.
     safe_mode: Refuse to load anything that would run code from the file.
@@ -243,8 +186,7 @@ def load_model(path: _PathLike,
     return_report: Also return a `RestoreReport` (SavedModels) or None (H5).
 
   Returns:
-    The Keras 3 model (compiled when `compile=True`), or `(model, report)`
-    with `return_report=True`.
+    The Keras 3 model, or `(model, report)` with `return_report=True`.
 
   Raises:
     TypeError: If `custom_objects` is not a dict or a flag not a bool.
@@ -262,13 +204,9 @@ def load_model(path: _PathLike,
   FileNotFoundError: No such file or directory: '...missing.h5'
   """
   path = _args.path_arg(path)
-  if custom_objects is not None and not isinstance(custom_objects, dict):
-    raise TypeError(f"custom_objects must be a dict or None, got "
-                    f"{type(custom_objects).__name__}.")
-  for name, flag in (("compile", compile), ("safe_mode", safe_mode),
-                     ("allow_partial", allow_partial),
-                     ("return_report", return_report)):
-    _args.bool_arg(flag, name)
+  _args.custom_objects_arg(custom_objects)
+  _args.bool_args(compile=compile, safe_mode=safe_mode,
+                  allow_partial=allow_partial, return_report=return_report)
   if not os.path.exists(path):
     raise FileNotFoundError(f"No such file or directory: {path!r}")
   report = None

@@ -49,6 +49,20 @@ def bool_arg(value, name):
   return value
 
 
+def bool_args(**flags):
+  """`bool_arg` for each keyword argument, named by its keyword."""
+  for name, value in flags.items():
+    bool_arg(value, name)
+
+
+def custom_objects_arg(custom_objects):
+  """Refuses anything but None or a dict of the caller's objects by name."""
+  if custom_objects is not None and not isinstance(custom_objects, dict):
+    raise TypeError(f"custom_objects must be a dict or None, got "
+                    f"{type(custom_objects).__name__}.")
+  return custom_objects
+
+
 def model_arg(model, name="model"):
   """Refuses anything but None or a Keras 3 model."""
   if model is None or isinstance(model, keras.Model):

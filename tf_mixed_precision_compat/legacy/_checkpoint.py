@@ -608,6 +608,22 @@ def expected_optimizer_objects(optimizer):
   return expected
 
 
+def model_and_optimizer_nodes(graph, source):
+  """The root's `model` and `optimizer` nodes (either may be None).
+
+  Raises:
+    ValueError: If the root has neither, naming `source` and its children.
+  """
+  model_node = graph.child(0, "model")
+  optimizer_node = graph.child(0, "optimizer")
+  if model_node is None and optimizer_node is None:
+    raise ValueError(
+        f"{source!r} has neither a 'model' nor an 'optimizer' entry: it was "
+        "not written by tf.train.Checkpoint(model=..., optimizer=...). "
+        f"Children of its root: {[name for name, _ in graph.children(0)]}")
+  return model_node, optimizer_node
+
+
 def _plan_optimizer(reader, graph, source, optimizer, optimizer_node,
                     bound_model_nodes, plan):
   """Binds the optimizer's entries (iterations, hypers, slots, loss scale)."""
