@@ -161,6 +161,7 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
     Whether a Keras object faces an entry written by Keras 2.
   """
   keras2 = False
+  found_before = len(parts.legacy_nodes)
   entries = dict(graph.children(node_id))
   children = _private_api.trackable_children(obj)
   for name, child in children.items():
@@ -190,18 +191,17 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
       else:
         native[name] = _stand_in(sub)
         parts.has_stand_ins = True
-        _add_orphans(graph, child_id, children=_private_api.
-                     trackable_children(child), parts=parts)
     else:
       native[name] = child
+  if len(parts.legacy_nodes) > found_before:
+    # TF is not given this node whole, so it cannot report the entries no
+    # object stands for: they are named here.
+    for name, child_id in entries.items():
+      if name not in children and not (node_id == 0 and
+                                       name == _SAVE_COUNTER):
+        parts.orphans += [graph.variable(n)[0]
+                          for n in graph.variable_nodes_under(child_id)]
   return keras2
-
-
-def _add_orphans(graph, node_id, children, parts):
-  for name, child_id in graph.children(node_id):
-    if name not in children and not (node_id == 0 and name == _SAVE_COUNTER):
-      parts.orphans += [graph.variable(n)[0]
-                        for n in graph.variable_nodes_under(child_id)]
 
 
 def _split(checkpoint, reader, graph, source):
@@ -217,10 +217,7 @@ def _split(checkpoint, reader, graph, source):
     keras2 = bool(parts.models) and all(
         _maps_completely(reader, graph, source, node_id, model)
         for node_id, model in parts.models)
-  if not keras2:
-    return None
-  _add_orphans(graph, 0, _private_api.trackable_children(checkpoint), parts)
-  return parts
+  return parts if keras2 else None
 
 
 # ---------------------------------------------------------------------------
