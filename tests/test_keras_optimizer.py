@@ -216,6 +216,20 @@ class TestScaling:
     fn = opt.get_scaled_loss(lambda: tf.constant(2.))
     assert callable(fn) and float(fn()) == 8.
 
+  def test_get_gradients_in_a_function(self):
+    # TF 2.4: the scaled loss's tf.gradients, unscaled; a variable without a
+    # gradient is refused by name.
+    opt = LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=8.)
+    var = tf.Variable([1., -2.], name="w")
+
+    @tf.function
+    def grads():
+      return opt.get_gradients(tf.reduce_sum(var * var) * 3., [var])
+
+    np.testing.assert_array_equal(grads()[0].numpy(), [6., -12.])
+    with pytest.raises(ValueError, match="w:0.* has `None` for gradient"):
+      tf.function(lambda: opt.get_gradients(tf.constant(1.), [var]))()
+
   def test_get_unscaled_gradients(self):
     opt = LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=4.)
     sparse = tf.IndexedSlices(tf.constant([[8.]]), tf.constant([1]),

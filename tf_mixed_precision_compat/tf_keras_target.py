@@ -24,6 +24,7 @@ import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _v1_args
 
 _LSO_V2, _LSO_V3, _LSO_META = (
@@ -341,22 +342,8 @@ def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
 
 
 def _get_gradients(self, loss, params):
-  """TF 2.4's `LossScaleOptimizer.get_gradients`, on a current optimizer.
-
-  The gradients of the scaled loss, unscaled; as TF 2.4's OptimizerV2, a
-  variable without a gradient is refused by name. Clipping stays where the
-  current optimizers do it, in `apply_gradients`.
-  """
-  params = tf.nest.flatten(params)
-  grads = tf.gradients(self.get_scaled_loss(loss), params)
-  for grad, param in zip(grads, params):
-    if grad is None:
-      raise ValueError(
-          f"Variable {param} has `None` for gradient. Please make sure that "
-          "all of your ops have a gradient defined (i.e. are "
-          "differentiable). Common ops without gradient: K.argmax, K.round, "
-          "K.eval.")
-  return self.get_unscaled_gradients(grads)
+  # Clipping stays where tf_keras's current optimizers do it: in the apply.
+  return _step.graph_gradients(self, loss, params)
 
 
 def _lookup_in_wrapped(self, name, cached_dependencies=None):

@@ -246,3 +246,34 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
   if update_op is not None and not tf.executing_eagerly():
     return update_op
   return None
+
+
+def graph_gradients(optimizer, loss, params):
+  """TF 2.4's `LossScaleOptimizer.get_gradients`, for either target's class.
+
+  The gradients (`tf.gradients`, graph or `tf.function` only) of the loss
+  scaled by `optimizer`, unscaled by it; as TF 2.4's optimizers, a variable
+  without a gradient is refused by name.
+
+  Args:
+    optimizer: A loss-scale optimizer (`get_scaled_loss`,
+      `get_unscaled_gradients`).
+    loss: The unscaled loss tensor.
+    params: The variables (a nest).
+
+  Returns:
+    The unscaled gradients, in the order of `tf.nest.flatten(params)`.
+
+  Raises:
+    ValueError: If a variable has no gradient.
+  """
+  params = tf.nest.flatten(params)
+  grads = tf.gradients(optimizer.get_scaled_loss(loss), params)
+  for grad, param in zip(grads, params):
+    if grad is None:
+      raise ValueError(
+          f"Variable {param} has `None` for gradient. Please make sure that "
+          "all of your ops have a gradient defined (i.e. are "
+          "differentiable). Common ops without gradient: K.argmax, K.round, "
+          "K.eval.")
+  return optimizer.get_unscaled_gradients(grads)

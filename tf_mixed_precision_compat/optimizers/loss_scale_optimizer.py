@@ -450,10 +450,12 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     return self.apply_gradients(zip(grads, var_list), name=name)
 
   def get_gradients(self, loss: Any, params: Sequence[Any]) -> list[Any]:
-    """Graph-mode gradients of the scaled `loss`, unscaled (`tf.gradients`)."""
-    scaled_loss = self.get_scaled_loss(loss)
-    grads = tf.gradients(scaled_loss, params)
-    return self.get_unscaled_gradients(grads)
+    """Graph-mode gradients of the scaled `loss`, unscaled (`tf.gradients`).
+
+    Raises:
+      ValueError: If a variable has no gradient, as TF 2.4 did.
+    """
+    return _step.graph_gradients(self, loss, params)
 
   def get_updates(self, loss: Any, params: Sequence[Any]) -> list[Any]:
     """Graph-mode update ops, as TF 2.4's `get_updates`."""
