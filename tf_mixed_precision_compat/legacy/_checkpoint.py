@@ -54,6 +54,7 @@ _MODEL_ALIASES = frozenset({
     "layer_metrics", "metrics", "compiled_metrics", "compiled_loss",
     "_self_saveable_object_factories",
 })
+MODEL_ALIASES = _MODEL_ALIASES
 
 
 class RestoreError(ValueError):

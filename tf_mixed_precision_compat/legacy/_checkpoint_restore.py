@@ -74,17 +74,84 @@ def _log(message):
 
 # ---------------------------------------------------------------------------
 # Recognising a TF 2.x Keras checkpoint.
+#
+# Each Keras object of the root is judged by its own entry, on evidence only
+# one Keras writes, so that a checkpoint TF 2.21 itself wrote (a custom
+# layer's `w` is named alike by both) is never taken for TF 2.x layout, and a
+# checkpoint holding both layouts restores each part its own way:
+#
+# * Keras 2 only: an optimizer entry with `iter` / `base_optimizer` children
+#   or slot variables (Keras 3 optimizers keep slots in `_variables`); a
+#   model entry with `layer_with_weights-N` / `layer-N` children (names no
+#   Python attribute has), or variables such an optimizer lists slots for.
+# * Keras 3 only: an optimizer entry with `_iterations`; a model entry with
+#   a `_functional` child (Keras 3's Sequential), or variables a Keras 3
+#   optimizer tracks (its `_trainable_variables`).
 
 
-def _keras2_optimizer_entry(graph, node_id):
-  if graph.child(node_id, "_iterations") is not None:
-    return False  # Keras 3 wrote it.
-  return bool(graph.child(node_id, "iter") is not None or
-              graph.child(node_id, "base_optimizer") is not None or
-              graph.nodes[node_id].slot_variables)
+class _Evidence:
+  """Which checkpoint nodes only Keras 2, or only Keras 3, writes."""
+
+  def __init__(self, graph):
+    self.graph = graph
+    self.keras3_optimizers = set()
+    self.keras2_optimizers = set()
+    self.keras3_variables = set()
+    self.keras2_variables = set()
+    for node_id, node in enumerate(graph.nodes):
+      if graph.child(node_id, "_iterations") is not None:
+        self.keras3_optimizers.add(node_id)
+        self.keras3_variables.update(graph.variable_nodes_under(node_id))
+      elif (graph.child(node_id, "iter") is not None or
+            graph.child(node_id, "base_optimizer") is not None or
+            node.slot_variables):
+        self.keras2_optimizers.add(node_id)
+        self.keras2_variables.update(s.original_variable_node_id
+                                     for s in node.slot_variables)
+    # Keras 3 optimizers never write slot variables (nor do their owners).
+    self.keras2_variables -= self.keras3_variables
+
+  @property
+  def any_keras2(self):
+    return bool(self.keras2_optimizers or self.keras2_variables or
+                _has_name(self.graph, 0, _is_layer_index))
+
+  @property
+  def any_keras3(self):
+    return bool(self.keras3_optimizers or
+                _has_name(self.graph, 0, _is_keras3_name))
+
+  def optimizer_layout(self, node_id):
+    """"keras2", "keras3" or None (an entry with nothing in it)."""
+    if node_id in self.keras3_optimizers:
+      return "keras3"
+    if node_id in self.keras2_optimizers:
+      return "keras2"
+    return None
+
+  def model_layout(self, node_id):
+    """"keras2", "keras3" or None (nothing tells)."""
+    variables = set(self.graph.variable_nodes_under(
+        node_id, skip=_checkpoint.MODEL_ALIASES))
+    if (variables & self.keras3_variables or
+        _has_name(self.graph, node_id, _is_keras3_name)):
+      return "keras3"
+    if (variables & self.keras2_variables or
+        _has_name(self.graph, node_id, _is_layer_index)):
+      return "keras2"
+    return None
 
 
-def _has_layer_index(graph, node_id):
+def _is_layer_index(name):
+  return bool(_LAYER_INDEX.match(name))
+
+
+def _is_keras3_name(name):
+  return name == "_functional"
+
+
+def _has_name(graph, node_id, predicate):
+  """Whether a child name below `node_id` satisfies `predicate`."""
   seen, stack = set(), [node_id]
   while stack:
     current = stack.pop()
@@ -92,7 +159,9 @@ def _has_layer_index(graph, node_id):
       continue
     seen.add(current)
     for name, child in graph.children(current):
-      if _LAYER_INDEX.match(name):
+      if name in _checkpoint.MODEL_ALIASES:
+        continue
+      if predicate(name):
         return True
       stack.append(child)
   return False
@@ -137,14 +206,16 @@ def _stand_in(children):
   return stand_in
 
 
-def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
+def _walk(obj, node_id, graph, parts, native, seen, judge,
+          known=frozenset()):
   """Sorts `obj`'s dependencies, facing checkpoint node `node_id`, into parts.
 
-  Keras models and optimizers go to the legacy matcher, also below non-Keras
-  containers (a trainer `tf.Module`, a dict or list of models), as TF 2.x
-  jobs nested them. Everything else goes into `native` (name -> object) for
-  TF to restore; a container that holds Keras objects is replaced there by a
-  stand-in holding only its other dependencies.
+  Keras models and optimizers whose entries TF 2.x wrote go to the legacy
+  matcher, also below non-Keras containers (a trainer `tf.Module`, a dict or
+  list of models), as TF 2.x jobs nested them. Everything else (Keras
+  objects whose entries Keras 3 wrote included) goes into `native` (name ->
+  object) for TF to restore; a container that holds legacy Keras objects is
+  replaced there by a stand-in holding only its other dependencies.
 
   Args:
     obj: The trackable (the root first).
@@ -153,14 +224,12 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
     parts: The `_Parts` being filled.
     native: Receives `obj`'s dependencies that TF restores.
     seen: Ids of the containers visited (object graphs may share nodes).
+    judge: `judge(obj, node_id)`: whether a Keras object's entry has TF 2.x
+      layout.
     known: Ids of the objects that face a checkpoint entry somewhere; where
       the same object is also reached without one, TF is not given it there
       (as TF matches each object once, it counts it as not restored).
-
-  Returns:
-    Whether a Keras object faces an entry written by Keras 2.
   """
-  keras2 = False
   found_before = len(parts.legacy_nodes)
   entries = dict(graph.children(node_id))
   children = _private_api.trackable_children(obj)
@@ -174,18 +243,15 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
       continue
     if child_id is not None:
       parts.faced.add(id(child))
-    if child_id is not None and _is_optimizer(child):
-      parts.optimizers.append((child_id, child))
-      keras2 = keras2 or _keras2_optimizer_entry(graph, child_id)
-    elif child_id is not None and _is_model(child):
-      parts.models.append((child_id, child))
-      keras2 = keras2 or _has_layer_index(graph, child_id)
-    elif child_id is not None and id(child) not in seen:
+    keras_object = _is_optimizer(child) or _is_model(child)
+    if child_id is not None and keras_object and judge(child, child_id):
+      (parts.optimizers if _is_optimizer(child) else parts.models).append(
+          (child_id, child))
+    elif child_id is not None and not keras_object and id(child) not in seen:
       seen.add(id(child))
       found = len(parts.legacy_nodes)
       sub = {}
-      keras2 = _walk(child, child_id, graph, parts, sub, seen,
-                     known) or keras2
+      _walk(child, child_id, graph, parts, sub, seen, judge, known)
       if len(parts.legacy_nodes) == found:
         native[name] = child
       else:
@@ -201,23 +267,44 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
                                        name == _SAVE_COUNTER):
         parts.orphans += [graph.variable(n)[0]
                           for n in graph.variable_nodes_under(child_id)]
-  return keras2
+
+
+def _judge(reader, graph, source):
+  """`judge(obj, node_id)` for `_walk`: whether the entry has TF 2.x layout.
+
+  An entry without evidence either way (a subclassed model of custom layers
+  only, an empty optimizer) is TF 2.x's when the rest of the checkpoint is
+  and nothing in it is Keras 3's, or when it is a built model the TF 2.x
+  rules restore completely (a TF 2.x model-only checkpoint).
+  """
+  evidence = _Evidence(graph)
+  keras2_only = evidence.any_keras2 and not evidence.any_keras3
+
+  def judge(obj, node_id):
+    if _is_optimizer(obj):
+      layout = evidence.optimizer_layout(node_id)
+    else:
+      layout = evidence.model_layout(node_id)
+    if layout is not None:
+      return layout == "keras2"
+    if keras2_only or _is_optimizer(obj) or evidence.any_keras3:
+      return keras2_only
+    return _maps_completely(reader, graph, source, node_id, obj)
+
+  return judge
 
 
 def _split(checkpoint, reader, graph, source):
   """The legacy parts of `checkpoint`'s restore, or None if there are none."""
+  judge = _judge(reader, graph, source)
   probe = _Parts()
-  _walk(checkpoint, 0, graph, probe, {}, seen=set())
+  _walk(checkpoint, 0, graph, probe, {}, set(), judge)
   known = frozenset(probe.faced)
   parts = _Parts()
-  keras2 = _walk(checkpoint, 0, graph, parts, parts.others, set(), known)
+  _walk(checkpoint, 0, graph, parts, parts.others, set(), judge, known)
   if not (parts.models or parts.optimizers):
     return None
-  if not keras2:
-    keras2 = bool(parts.models) and all(
-        _maps_completely(reader, graph, source, node_id, model)
-        for node_id, model in parts.models)
-  return parts if keras2 else None
+  return parts
 
 
 # ---------------------------------------------------------------------------
