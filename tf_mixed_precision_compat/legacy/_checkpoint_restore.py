@@ -644,11 +644,11 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if parts.others:
     sub = make_checkpoint(**parts.others)
     native = original(sub, save_path, *args, **kwargs)
-    if parts.has_stand_ins:
-      # A stand-in lacks the Keras objects restored above, which TF would
-      # otherwise list at exit as "could not be found"; what TF's part
-      # really leaves unrestored is named by this restore's own checks.
-      native.expect_partial()
+    # TF's part lacks the Keras objects restored above, which TF would
+    # otherwise list at exit as "could not be found" (and fail to name the
+    # slot entries, only reachable through them); what TF's part really
+    # leaves unrestored is named by this restore's own checks.
+    native.expect_partial()
     entries = dict(graph.children(0))
     native_nodes = [entries[n] for n in parts.others if n in entries]
   _restore_save_counter(checkpoint, reader, graph)
