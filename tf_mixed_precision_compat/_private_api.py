@@ -270,3 +270,16 @@ def tf_keras_v2_create_slots(optimizer, variables):
     return False
   create(variables)
   return True
+
+
+# Keras re-creates an exception raised in a layer's `call` as
+# `type(e)(message + call arguments)`, unless it is marked as already
+# carrying them; a failed restore's error raised again from a model's `call`
+# must keep its own type's message (RestoreError takes other arguments).
+def keep_keras_from_rewrapping(error):
+  """Marks `error` so Keras re-raises it unchanged from a layer's `call`."""
+  try:
+    error._keras_call_info_injected = True  # pylint: disable=protected-access
+  except AttributeError:
+    pass
+  return error

@@ -37,6 +37,7 @@ After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
   optimizer builds them, before its first update.
 """
 
+import contextlib
 import functools
 import os
 import re
@@ -46,6 +47,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.optimizers import _inner
 
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-\d+$")
 _SAVE_COUNTER = "save_counter"
@@ -332,6 +334,7 @@ class LegacyRestore:
     self._unmatched_objects = []
     self._checked_plan = None
     self.pending = set()
+    self.error = None
 
   @property
   def legacy_nodes(self):
@@ -412,8 +415,28 @@ class LegacyRestore:
 
   def _model_built(self):
     if all(_model_built(m) for _, m in self._parts.models):
+      self._deferred(self._restore_all)
       self.pending.discard("model")
-      self._restore_all()
+
+  def _deferred(self, part):
+    """Runs a part of the restore that waited; its failure stays.
+
+    The objects the restore targets refuse to be used from then on (a
+    model's forward pass, an optimizer's update) with the same error, and
+    the status' assertions raise it: nothing trains on values a loud error
+    left fresh.
+    """
+    if self.error is not None:
+      raise self.error.with_traceback(None)
+    try:
+      part()
+    except Exception as e:  # pylint: disable=broad-except
+      self.error = _private_api.keep_keras_from_rewrapping(e)
+      _refuse_use(self._parts, self._refusal)
+      raise
+
+  def _refusal(self):
+    return self.error.with_traceback(None)
 
   def _restore_all(self):
     plan, waiting_slots = self._checked_plan or self._plan()
@@ -423,15 +446,35 @@ class LegacyRestore:
       self.pending.add("slots")
       for _, optimizer in self._parts.optimizers:
         if not _optimizer_built(optimizer):
-          _on_build(_checkpoint.inner_optimizer_of(optimizer),
-                    self._optimizer_built)
+          inner = _checkpoint.inner_optimizer_of(optimizer)
+          _on_build(inner, self._optimizer_built)
+          # TF 2.x made a slot when `get_slot` asked for it.
+          _inner.build_before_get_slot(inner, functools.partial(
+              self._build_for_slots, optimizer))
+
+  def _build_for_slots(self, optimizer):
+    """Builds `optimizer` for the models' weights (their slots restore)."""
+    variables = []
+    for _, model in self._parts.models:
+      variables += model.trainable_variables
+    if not variables or _optimizer_built(optimizer):
+      return
+    strategy = getattr(self._parts.models[0][1], "distribute_strategy", None)
+    scope = (strategy.scope() if strategy is not None and
+             not tf.distribute.has_strategy() else contextlib.nullcontext())
+    with scope:
+      optimizer.build(variables)
 
   def _optimizer_built(self):
     if any(not _optimizer_built(o) for _, o in self._parts.optimizers):
       return
+
+    def restore_slots():
+      plan, _ = self._plan()
+      self._apply(plan, only=self._slot_keys)
+
+    self._deferred(restore_slots)
     self.pending.discard("slots")
-    plan, _ = self._plan()
-    self._apply(plan, only=self._slot_keys)
 
   def _apply(self, plan, only):
     if only is not None:
@@ -467,6 +510,33 @@ class LegacyRestore:
 
   def matched_any(self):
     return bool(self.pending) or bool(self.report and self.report.matched)
+
+
+# What a failed restore makes its objects refuse: a model's forward pass
+# (Keras calls the instance's `call`) and an optimizer's updates.
+_REFUSED = {"model": ("call",),
+            "optimizer": ("apply_gradients", "apply")}
+
+
+def _refuse_use(parts, error):
+  """Makes the models' and optimizers' use raise `error()`."""
+  targets = [(m, _REFUSED["model"]) for _, m in parts.models]
+  for _, optimizer in parts.optimizers:
+    inner = _checkpoint.inner_optimizer_of(optimizer)
+    targets += [(o, _REFUSED["optimizer"]) for o in {id(optimizer): optimizer,
+                                                     id(inner): inner}.values()]
+  for obj, names in targets:
+    for name in names:
+      original = getattr(obj, name, None)
+      if original is None:
+        continue
+
+      @functools.wraps(original)
+      def refuse(*unused_args, **unused_kwargs):
+        raise error()
+
+      # Not through Keras' `__setattr__`: the wrapper is no tracked state.
+      object.__setattr__(obj, name, refuse)
 
 
 def _on_build(obj, callback):
@@ -527,12 +597,19 @@ class LoadStatus:
           unresolved.append(self._graph.variable(var_node)[0])
     return unresolved
 
+  def _raise_if_failed(self):
+    if self.legacy.error is not None:
+      raise AssertionError(
+          f"Restoring {self.legacy.source!r} failed, nothing of it is "
+          f"restored: {self.legacy.error}") from self.legacy.error
+
   def assert_consumed(self):
     """Raises `AssertionError` unless every value and object was restored.
 
     Returns:
       self.
     """
+    self._raise_if_failed()
     lines = self.legacy.unconsumed()
     lines += [f"checkpoint value not restored: {k}"
               for k in self._native_unresolved()]
@@ -550,6 +627,7 @@ class LoadStatus:
     Returns:
       self.
     """
+    self._raise_if_failed()
     objects = [line for line in self.legacy.unconsumed()
                if line.startswith("not restored from the checkpoint")]
     if objects:
@@ -566,6 +644,7 @@ class LoadStatus:
     Returns:
       self.
     """
+    self._raise_if_failed()
     if self.legacy.matched_any():
       return self
     if self._native is not None:
@@ -586,11 +665,13 @@ class LoadStatus:
 
   def run_restore_ops(self, session=None):
     """Runs TF's restore ops when graph building (the legacy part is eager)."""
+    self._raise_if_failed()
     if self._native is not None:
       self._native.run_restore_ops(session)
 
   def initialize_or_restore(self, session=None):
     """As TF's: restores (the legacy part is already restored eagerly)."""
+    self._raise_if_failed()
     if self._native is not None:
       self._native.initialize_or_restore(session)
 
