@@ -273,13 +273,17 @@ def tf_keras_v2_create_slots(optimizer, variables):
 
 
 # Keras re-creates an exception raised in a layer's `call` as
-# `type(e)(message + call arguments)`, unless it is marked as already
-# carrying them; a failed restore's error raised again from a model's `call`
-# must keep its own type's message (RestoreError takes other arguments).
-def keep_keras_from_rewrapping(error):
-  """Marks `error` so Keras re-raises it unchanged from a layer's `call`."""
+# `type(e)(message + call arguments)`, and AutoGraph (tf.function) replaces
+# one raised while tracing by a `StagingError` when its type takes other
+# constructor arguments than a message, unless the exception is marked to
+# pass through. A failed restore's `RestoreError` (a `ValueError` taking its
+# own arguments), raised from a model's first call or again from later ones,
+# must reach the job as it is, eagerly and in tf.function.
+def keep_error_as_raised(error):
+  """Marks `error` so Keras and AutoGraph re-raise it unchanged."""
   try:
     error._keras_call_info_injected = True  # pylint: disable=protected-access
+    error.ag_pass_through = True
   except AttributeError:
     pass
   return error

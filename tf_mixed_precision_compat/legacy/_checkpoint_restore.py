@@ -431,7 +431,7 @@ class LegacyRestore:
     try:
       part()
     except Exception as e:  # pylint: disable=broad-except
-      self.error = _private_api.keep_keras_from_rewrapping(e)
+      self.error = _private_api.keep_error_as_raised(e)
       _refuse_use(self._parts, self._refusal)
       raise
 
