@@ -287,3 +287,23 @@ def keep_error_as_raised(error):
   except AttributeError:
     pass
   return error
+
+
+# A TF 2.x slot restored into a tf_keras optimizer is checked against its
+# variable when TF hands it over (TF 2.4 refused a slot of another shape
+# then, tf_keras 2.21 creates it or fails at the first step). TF's
+# `CheckpointPosition` exposes the value's shape, not its dtype, which is in
+# its restore coordinator's `dtype_map`; and OptimizerV2's hook for it is
+# private.
+def checkpoint_position_dtype(position):
+  """The dtype of a `CheckpointPosition`'s VARIABLE_VALUE, or None."""
+  dtype_map = getattr(position.checkpoint, "dtype_map", None) or {}
+  for attr in position.object_proto.attributes:
+    if attr.name == "VARIABLE_VALUE":
+      return dtype_map.get(attr.checkpoint_key)
+  return None
+
+
+def tf_keras_v2_create_or_restore_slot_variable(optimizer_class):
+  """tf_keras OptimizerV2's `_create_or_restore_slot_variable`."""
+  return optimizer_class._create_or_restore_slot_variable  # pylint: disable=protected-access
