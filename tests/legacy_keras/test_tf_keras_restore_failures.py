@@ -220,7 +220,8 @@ def test_a_slot_of_the_wrong_shape_raises_at_restore(mode, kind, slots_first,
   iterations = int(job.opt.iterations.numpy())
   before = job.state()
   assert want["restore"]["raised"] == "ValueError"
-  with pytest.raises(ValueError, match=r"shape \(1, 5\), the variable \(3, 1\)"):
+  with pytest.raises(ValueError,
+                     match=r"shape \(1, 5\), the variable \(3, 1\)"):
     job.restore(_prefix("ckpt_bad_slot"))
   assert not want["weights_changed_at_restore"]
   assert not want["iterations_changed_at_restore"]

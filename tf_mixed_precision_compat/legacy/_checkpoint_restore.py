@@ -13,28 +13,39 @@ and the slots fresh.
 After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
 `tf.compat.v1.train.Checkpoint.restore` go through `read_or_restore` here:
 
-* A checkpoint is *legacy* when a Keras 3 object of the root (a layer/model
-  or an optimizer) faces an entry written by Keras 2: an optimizer entry with
-  `iter` / `base_optimizer` children or slot variables; a model entry with
-  `layer_with_weights-N` / `layer-N` children; or, for a subclassed model,
-  an entry that `_checkpoint` maps completely onto the model. Anything
-  else is restored by TF unchanged.
-* The Keras objects of a legacy checkpoint, also those below non-Keras
-  containers (a trainer `tf.Module`, a dict or list of models), are
-  restored by `_checkpoint`'s object-graph matching (what `legacy.
-  restore_checkpoint` does); everything else (a step counter, a
-  `tf.Variable`, the rest of a container) and `save_counter` are restored by
-  TF.
+* Each Keras 3 object of the root (a layer/model or an optimizer, also
+  below non-Keras containers: a trainer `tf.Module`, a dict or list of
+  models) is judged by its own entry, on evidence only one Keras writes
+  (see `_Evidence`): TF 2.x wrote an optimizer entry with `iter` /
+  `base_optimizer` children or slot variables, and a model entry with
+  `layer_with_weights-N` / `layer-N` children or variables such an
+  optimizer lists slots for; Keras 3 wrote `_iterations`, `_functional`,
+  and the variables its optimizers track. An entry without evidence (a
+  subclassed model of custom layers only) is TF 2.x's when the rest of the
+  checkpoint is and has nothing of Keras 3, or when `_checkpoint` maps it
+  completely onto the built model. So a checkpoint TF 2.21 wrote is restored
+  by TF unchanged, and one holding both layouts restores each part its way.
+* The Keras objects with TF 2.x entries are restored by `_checkpoint`'s
+  object-graph matching (what `legacy.restore_checkpoint` does); everything
+  else (Keras 3 entries, a step counter, a `tf.Variable`, the rest of a
+  container) and `save_counter` are restored by TF.
 * Everything is matched and checked before anything is assigned. Shape,
   dtype or structure mismatches raise `RestoreError` at once; so does a model
   the checkpoint has weights for when none of them can be placed (the loss
   scale is never restored alone while weights stay fresh). Entries that stay
   unmatched are named in a warning at restore time, and the returned status'
   `assert_consumed()` lists them.
+  Slots are checked against their variables also before the optimizer made
+  them.
 * As in TF 2.x, values wait for variables not created yet: a model that is
   not built gets its weights (and the optimizer its step and loss scale) when
   Keras builds it, before its first forward pass runs; slots land when the
-  optimizer builds them, before its first update.
+  optimizer builds them, before its first update, or when `get_slot` asks
+  for one first (our `LossScaleOptimizer` then builds the optimizer).
+* A deferred part that fails raises at that first call and stays failed: the
+  model's forward pass and the optimizer's updates raise the same error from
+  then on, and the status' assertions raise; nothing trains on values the
+  error left fresh.
 """
 
 import contextlib
@@ -226,8 +237,7 @@ def _walk(obj, node_id, graph, parts, native, seen, judge,
     parts: The `_Parts` being filled.
     native: Receives `obj`'s dependencies that TF restores.
     seen: Ids of the containers visited (object graphs may share nodes).
-    judge: `judge(obj, node_id)`: whether a Keras object's entry has TF 2.x
-      layout.
+    judge: `judge(obj, node_id)`: whether a Keras object's entry is TF 2.x's.
     known: Ids of the objects that face a checkpoint entry somewhere; where
       the same object is also reached without one, TF is not given it there
       (as TF matches each object once, it counts it as not restored).
