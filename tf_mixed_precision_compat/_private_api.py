@@ -270,3 +270,40 @@ def tf_keras_v2_create_slots(optimizer, variables):
     return False
   create(variables)
   return True
+
+
+# Keras re-creates an exception raised in a layer's `call` as
+# `type(e)(message + call arguments)`, and AutoGraph (tf.function) replaces
+# one raised while tracing by a `StagingError` when its type takes other
+# constructor arguments than a message, unless the exception is marked to
+# pass through. A failed restore's `RestoreError` (a `ValueError` taking its
+# own arguments), raised from a model's first call or again from later ones,
+# must reach the job as it is, eagerly and in tf.function.
+def keep_error_as_raised(error):
+  """Marks `error` so Keras and AutoGraph re-raise it unchanged."""
+  try:
+    error._keras_call_info_injected = True  # pylint: disable=protected-access
+    error.ag_pass_through = True
+  except AttributeError:
+    pass
+  return error
+
+
+# A TF 2.x slot restored into a tf_keras optimizer is checked against its
+# variable when TF hands it over (TF 2.4 refused a slot of another shape
+# then, tf_keras 2.21 creates it or fails at the first step). TF's
+# `CheckpointPosition` exposes the value's shape, not its dtype, which is in
+# its restore coordinator's `dtype_map`; and OptimizerV2's hook for it is
+# private.
+def checkpoint_position_dtype(position):
+  """The dtype of a `CheckpointPosition`'s VARIABLE_VALUE, or None."""
+  dtype_map = getattr(position.checkpoint, "dtype_map", None) or {}
+  for attr in position.object_proto.attributes:
+    if attr.name == "VARIABLE_VALUE":
+      return dtype_map.get(attr.checkpoint_key)
+  return None
+
+
+def tf_keras_v2_create_or_restore_slot_variable(optimizer_class):
+  """tf_keras OptimizerV2's `_create_or_restore_slot_variable`."""
+  return optimizer_class._create_or_restore_slot_variable  # pylint: disable=protected-access

@@ -291,6 +291,12 @@ def _apply_tf_keras_target(journal, target):
   journal.set_attr(current, "_create_or_restore_slot_variable",
                    _tf_keras_restore.make_create_or_restore_slot_variable(
                        target.tf_keras))
+  # OptimizerV2's slots (TF 2.4's class) are checked at restore time too.
+  v2 = target.tf_keras.optimizers.legacy.Optimizer
+  journal.set_attr(v2, "_create_or_restore_slot_variable",
+                   _tf_keras_restore.wrap_v2_create_or_restore_slot_variable(
+                       _private_api.tf_keras_v2_create_or_restore_slot_variable(
+                           v2)))
   load_model = target.tf_keras.models.load_model
   replacement = _tf_keras_restore.wrap_load_model(
       load_model, _entry_points.is_tf2x_saved_model)

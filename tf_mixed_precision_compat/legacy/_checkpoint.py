@@ -54,6 +54,7 @@ _MODEL_ALIASES = frozenset({
     "layer_metrics", "metrics", "compiled_metrics", "compiled_loss",
     "_self_saveable_object_factories",
 })
+MODEL_ALIASES = _MODEL_ALIASES
 
 
 class RestoreError(ValueError):
@@ -323,6 +324,25 @@ class Plan:
     self.hyper = {}
     self.hyper_keys = []
 
+  def check(self, key, like, value, description):
+    """Whether `value` fits a variable shaped and typed like `like`.
+
+    A mismatch is added to `problems`.
+    """
+    value = np.asarray(value)
+    want_dtype = tf.as_dtype(like.dtype).as_numpy_dtype
+    if tuple(value.shape) != tuple(like.shape):
+      self.problems.append(
+          f"{key}: shape {tuple(value.shape)} in the checkpoint, "
+          f"{tuple(like.shape)} for {description}")
+      return False
+    if value.dtype != np.dtype(want_dtype):
+      self.problems.append(
+          f"{key}: dtype {value.dtype} in the checkpoint, "
+          f"{np.dtype(want_dtype)} for {description}")
+      return False
+    return True
+
   def bind(self, key, target, value, description=None):
     description = description or _target_name(target)
     if id(target) in self.targets:
@@ -330,16 +350,7 @@ class Plan:
           f"{key} and {self.targets[id(target)]} both restore {description}")
       return
     value = np.asarray(value)
-    want_dtype = tf.as_dtype(target.dtype).as_numpy_dtype
-    if tuple(value.shape) != tuple(target.shape):
-      self.problems.append(
-          f"{key}: shape {tuple(value.shape)} in the checkpoint, "
-          f"{tuple(target.shape)} for {description}")
-      return
-    if value.dtype != np.dtype(want_dtype):
-      self.problems.append(
-          f"{key}: dtype {value.dtype} in the checkpoint, "
-          f"{np.dtype(want_dtype)} for {description}")
+    if not self.check(key, target, value, description):
       return
     self.targets[id(target)] = key
     self.assignments.append((key, target, value, description))
@@ -695,6 +706,11 @@ def _plan_slots(reader, graph, source, inner, inner_node, bound_model_nodes,
       continue  # Reported as unmatched.
     target = slot_variable(inner, variable, keras3_name)
     if target is None:
+      if not getattr(inner, "built", True):
+        # The slot is made when the optimizer builds, like its variable:
+        # a value that cannot land there is refused now, not then.
+        plan.check(key, variable, _get_tensor(reader, key, source),
+                   f"the {keras3_name} slot of {_target_name(variable)}")
       continue
     plan.bind(key, target, _get_tensor(reader, key, source),
               f"optimizer/{target.name}")

@@ -13,30 +13,42 @@ and the slots fresh.
 After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
 `tf.compat.v1.train.Checkpoint.restore` go through `read_or_restore` here:
 
-* A checkpoint is *legacy* when a Keras 3 object of the root (a layer/model
-  or an optimizer) faces an entry written by Keras 2: an optimizer entry with
-  `iter` / `base_optimizer` children or slot variables; a model entry with
-  `layer_with_weights-N` / `layer-N` children; or, for a subclassed model,
-  an entry that `_checkpoint` maps completely onto the model. Anything
-  else is restored by TF unchanged.
-* The Keras objects of a legacy checkpoint, also those below non-Keras
-  containers (a trainer `tf.Module`, a dict or list of models), are
-  restored by `_checkpoint`'s object-graph matching (what `legacy.
-  restore_checkpoint` does); everything else (a step counter, a
-  `tf.Variable`, the rest of a container) and `save_counter` are restored by
-  TF.
+* Each Keras 3 object of the root (a layer/model or an optimizer, also
+  below non-Keras containers: a trainer `tf.Module`, a dict or list of
+  models) is judged by its own entry, on evidence only one Keras writes
+  (see `_Evidence`): TF 2.x wrote an optimizer entry with `iter` /
+  `base_optimizer` children or slot variables, and a model entry with
+  `layer_with_weights-N` / `layer-N` children or variables such an
+  optimizer lists slots for; Keras 3 wrote `_iterations`, `_functional`,
+  and the variables its optimizers track. An entry without evidence (a
+  subclassed model of custom layers only) is TF 2.x's when the rest of the
+  checkpoint is and has nothing of Keras 3, or when `_checkpoint` maps it
+  completely onto the built model. So a checkpoint TF 2.21 wrote is restored
+  by TF unchanged, and one holding both layouts restores each part its way.
+* The Keras objects with TF 2.x entries are restored by `_checkpoint`'s
+  object-graph matching (what `legacy.restore_checkpoint` does); everything
+  else (Keras 3 entries, a step counter, a `tf.Variable`, the rest of a
+  container) and `save_counter` are restored by TF.
 * Everything is matched and checked before anything is assigned. Shape,
   dtype or structure mismatches raise `RestoreError` at once; so does a model
   the checkpoint has weights for when none of them can be placed (the loss
   scale is never restored alone while weights stay fresh). Entries that stay
   unmatched are named in a warning at restore time, and the returned status'
   `assert_consumed()` lists them.
+  Slots are checked against their variables also before the optimizer made
+  them.
 * As in TF 2.x, values wait for variables not created yet: a model that is
   not built gets its weights (and the optimizer its step and loss scale) when
   Keras builds it, before its first forward pass runs; slots land when the
-  optimizer builds them, before its first update.
+  optimizer builds them, before its first update, or when `get_slot` asks
+  for one first (our `LossScaleOptimizer` then builds the optimizer).
+* A deferred part that fails raises at that first call and stays failed: the
+  model's forward pass and the optimizer's updates raise the same error from
+  then on, and the status' assertions raise; nothing trains on values the
+  error left fresh.
 """
 
+import contextlib
 import functools
 import os
 import re
@@ -46,6 +58,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.optimizers import _inner
 
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-\d+$")
 _SAVE_COUNTER = "save_counter"
@@ -74,17 +87,84 @@ def _log(message):
 
 # ---------------------------------------------------------------------------
 # Recognising a TF 2.x Keras checkpoint.
+#
+# Each Keras object of the root is judged by its own entry, on evidence only
+# one Keras writes, so that a checkpoint TF 2.21 itself wrote (a custom
+# layer's `w` is named alike by both) is never taken for TF 2.x layout, and a
+# checkpoint holding both layouts restores each part its own way:
+#
+# * Keras 2 only: an optimizer entry with `iter` / `base_optimizer` children
+#   or slot variables (Keras 3 optimizers keep slots in `_variables`); a
+#   model entry with `layer_with_weights-N` / `layer-N` children (names no
+#   Python attribute has), or variables such an optimizer lists slots for.
+# * Keras 3 only: an optimizer entry with `_iterations`; a model entry with
+#   a `_functional` child (Keras 3's Sequential), or variables a Keras 3
+#   optimizer tracks (its `_trainable_variables`).
 
 
-def _keras2_optimizer_entry(graph, node_id):
-  if graph.child(node_id, "_iterations") is not None:
-    return False  # Keras 3 wrote it.
-  return bool(graph.child(node_id, "iter") is not None or
-              graph.child(node_id, "base_optimizer") is not None or
-              graph.nodes[node_id].slot_variables)
+class _Evidence:
+  """Which checkpoint nodes only Keras 2, or only Keras 3, writes."""
+
+  def __init__(self, graph):
+    self.graph = graph
+    self.keras3_optimizers = set()
+    self.keras2_optimizers = set()
+    self.keras3_variables = set()
+    self.keras2_variables = set()
+    for node_id, node in enumerate(graph.nodes):
+      if graph.child(node_id, "_iterations") is not None:
+        self.keras3_optimizers.add(node_id)
+        self.keras3_variables.update(graph.variable_nodes_under(node_id))
+      elif (graph.child(node_id, "iter") is not None or
+            graph.child(node_id, "base_optimizer") is not None or
+            node.slot_variables):
+        self.keras2_optimizers.add(node_id)
+        self.keras2_variables.update(s.original_variable_node_id
+                                     for s in node.slot_variables)
+    # Keras 3 optimizers never write slot variables (nor do their owners).
+    self.keras2_variables -= self.keras3_variables
+
+  @property
+  def any_keras2(self):
+    return bool(self.keras2_optimizers or self.keras2_variables or
+                _has_name(self.graph, 0, _is_layer_index))
+
+  @property
+  def any_keras3(self):
+    return bool(self.keras3_optimizers or
+                _has_name(self.graph, 0, _is_keras3_name))
+
+  def optimizer_layout(self, node_id):
+    """"keras2", "keras3" or None (an entry with nothing in it)."""
+    if node_id in self.keras3_optimizers:
+      return "keras3"
+    if node_id in self.keras2_optimizers:
+      return "keras2"
+    return None
+
+  def model_layout(self, node_id):
+    """"keras2", "keras3" or None (nothing tells)."""
+    variables = set(self.graph.variable_nodes_under(
+        node_id, skip=_checkpoint.MODEL_ALIASES))
+    if (variables & self.keras3_variables or
+        _has_name(self.graph, node_id, _is_keras3_name)):
+      return "keras3"
+    if (variables & self.keras2_variables or
+        _has_name(self.graph, node_id, _is_layer_index)):
+      return "keras2"
+    return None
 
 
-def _has_layer_index(graph, node_id):
+def _is_layer_index(name):
+  return bool(_LAYER_INDEX.match(name))
+
+
+def _is_keras3_name(name):
+  return name == "_functional"
+
+
+def _has_name(graph, node_id, predicate):
+  """Whether a child name below `node_id` satisfies `predicate`."""
   seen, stack = set(), [node_id]
   while stack:
     current = stack.pop()
@@ -92,7 +172,9 @@ def _has_layer_index(graph, node_id):
       continue
     seen.add(current)
     for name, child in graph.children(current):
-      if _LAYER_INDEX.match(name):
+      if name in _checkpoint.MODEL_ALIASES:
+        continue
+      if predicate(name):
         return True
       stack.append(child)
   return False
@@ -137,14 +219,16 @@ def _stand_in(children):
   return stand_in
 
 
-def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
+def _walk(obj, node_id, graph, parts, native, seen, judge,
+          known=frozenset()):
   """Sorts `obj`'s dependencies, facing checkpoint node `node_id`, into parts.
 
-  Keras models and optimizers go to the legacy matcher, also below non-Keras
-  containers (a trainer `tf.Module`, a dict or list of models), as TF 2.x
-  jobs nested them. Everything else goes into `native` (name -> object) for
-  TF to restore; a container that holds Keras objects is replaced there by a
-  stand-in holding only its other dependencies.
+  Keras models and optimizers whose entries TF 2.x wrote go to the legacy
+  matcher, also below non-Keras containers (a trainer `tf.Module`, a dict or
+  list of models), as TF 2.x jobs nested them. Everything else (Keras
+  objects whose entries Keras 3 wrote included) goes into `native` (name ->
+  object) for TF to restore; a container that holds legacy Keras objects is
+  replaced there by a stand-in holding only its other dependencies.
 
   Args:
     obj: The trackable (the root first).
@@ -153,14 +237,11 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
     parts: The `_Parts` being filled.
     native: Receives `obj`'s dependencies that TF restores.
     seen: Ids of the containers visited (object graphs may share nodes).
+    judge: `judge(obj, node_id)`: whether a Keras object's entry is TF 2.x's.
     known: Ids of the objects that face a checkpoint entry somewhere; where
       the same object is also reached without one, TF is not given it there
       (as TF matches each object once, it counts it as not restored).
-
-  Returns:
-    Whether a Keras object faces an entry written by Keras 2.
   """
-  keras2 = False
   found_before = len(parts.legacy_nodes)
   entries = dict(graph.children(node_id))
   children = _private_api.trackable_children(obj)
@@ -174,18 +255,15 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
       continue
     if child_id is not None:
       parts.faced.add(id(child))
-    if child_id is not None and _is_optimizer(child):
-      parts.optimizers.append((child_id, child))
-      keras2 = keras2 or _keras2_optimizer_entry(graph, child_id)
-    elif child_id is not None and _is_model(child):
-      parts.models.append((child_id, child))
-      keras2 = keras2 or _has_layer_index(graph, child_id)
-    elif child_id is not None and id(child) not in seen:
+    keras_object = _is_optimizer(child) or _is_model(child)
+    if child_id is not None and keras_object and judge(child, child_id):
+      (parts.optimizers if _is_optimizer(child) else parts.models).append(
+          (child_id, child))
+    elif child_id is not None and not keras_object and id(child) not in seen:
       seen.add(id(child))
       found = len(parts.legacy_nodes)
       sub = {}
-      keras2 = _walk(child, child_id, graph, parts, sub, seen,
-                     known) or keras2
+      _walk(child, child_id, graph, parts, sub, seen, judge, known)
       if len(parts.legacy_nodes) == found:
         native[name] = child
       else:
@@ -201,23 +279,44 @@ def _walk(obj, node_id, graph, parts, native, seen, known=frozenset()):
                                        name == _SAVE_COUNTER):
         parts.orphans += [graph.variable(n)[0]
                           for n in graph.variable_nodes_under(child_id)]
-  return keras2
+
+
+def _judge(reader, graph, source):
+  """`judge(obj, node_id)` for `_walk`: whether the entry has TF 2.x layout.
+
+  An entry without evidence either way (a subclassed model of custom layers
+  only, an empty optimizer) is TF 2.x's when the rest of the checkpoint is
+  and nothing in it is Keras 3's, or when it is a built model the TF 2.x
+  rules restore completely (a TF 2.x model-only checkpoint).
+  """
+  evidence = _Evidence(graph)
+  keras2_only = evidence.any_keras2 and not evidence.any_keras3
+
+  def judge(obj, node_id):
+    if _is_optimizer(obj):
+      layout = evidence.optimizer_layout(node_id)
+    else:
+      layout = evidence.model_layout(node_id)
+    if layout is not None:
+      return layout == "keras2"
+    if keras2_only or _is_optimizer(obj) or evidence.any_keras3:
+      return keras2_only
+    return _maps_completely(reader, graph, source, node_id, obj)
+
+  return judge
 
 
 def _split(checkpoint, reader, graph, source):
   """The legacy parts of `checkpoint`'s restore, or None if there are none."""
+  judge = _judge(reader, graph, source)
   probe = _Parts()
-  _walk(checkpoint, 0, graph, probe, {}, seen=set())
+  _walk(checkpoint, 0, graph, probe, {}, set(), judge)
   known = frozenset(probe.faced)
   parts = _Parts()
-  keras2 = _walk(checkpoint, 0, graph, parts, parts.others, set(), known)
+  _walk(checkpoint, 0, graph, parts, parts.others, set(), judge, known)
   if not (parts.models or parts.optimizers):
     return None
-  if not keras2:
-    keras2 = bool(parts.models) and all(
-        _maps_completely(reader, graph, source, node_id, model)
-        for node_id, model in parts.models)
-  return parts if keras2 else None
+  return parts
 
 
 # ---------------------------------------------------------------------------
@@ -245,6 +344,7 @@ class LegacyRestore:
     self._unmatched_objects = []
     self._checked_plan = None
     self.pending = set()
+    self.error = None
 
   @property
   def legacy_nodes(self):
@@ -325,8 +425,28 @@ class LegacyRestore:
 
   def _model_built(self):
     if all(_model_built(m) for _, m in self._parts.models):
+      self._deferred(self._restore_all)
       self.pending.discard("model")
-      self._restore_all()
+
+  def _deferred(self, part):
+    """Runs a part of the restore that waited; its failure stays.
+
+    The objects the restore targets refuse to be used from then on (a
+    model's forward pass, an optimizer's update) with the same error, and
+    the status' assertions raise it: nothing trains on values a loud error
+    left fresh.
+    """
+    if self.error is not None:
+      raise self.error.with_traceback(None)
+    try:
+      part()
+    except Exception as e:  # pylint: disable=broad-except
+      self.error = _private_api.keep_error_as_raised(e)
+      _refuse_use(self._parts, self._refusal)
+      raise
+
+  def _refusal(self):
+    return self.error.with_traceback(None)
 
   def _restore_all(self):
     plan, waiting_slots = self._checked_plan or self._plan()
@@ -336,15 +456,35 @@ class LegacyRestore:
       self.pending.add("slots")
       for _, optimizer in self._parts.optimizers:
         if not _optimizer_built(optimizer):
-          _on_build(_checkpoint.inner_optimizer_of(optimizer),
-                    self._optimizer_built)
+          inner = _checkpoint.inner_optimizer_of(optimizer)
+          _on_build(inner, self._optimizer_built)
+          # TF 2.x made a slot when `get_slot` asked for it.
+          _inner.build_before_get_slot(inner, functools.partial(
+              self._build_for_slots, optimizer))
+
+  def _build_for_slots(self, optimizer):
+    """Builds `optimizer` for the models' weights (their slots restore)."""
+    variables = []
+    for _, model in self._parts.models:
+      variables += model.trainable_variables
+    if not variables or _optimizer_built(optimizer):
+      return
+    strategy = getattr(self._parts.models[0][1], "distribute_strategy", None)
+    scope = (strategy.scope() if strategy is not None and
+             not tf.distribute.has_strategy() else contextlib.nullcontext())
+    with scope:
+      optimizer.build(variables)
 
   def _optimizer_built(self):
     if any(not _optimizer_built(o) for _, o in self._parts.optimizers):
       return
+
+    def restore_slots():
+      plan, _ = self._plan()
+      self._apply(plan, only=self._slot_keys)
+
+    self._deferred(restore_slots)
     self.pending.discard("slots")
-    plan, _ = self._plan()
-    self._apply(plan, only=self._slot_keys)
 
   def _apply(self, plan, only):
     if only is not None:
@@ -380,6 +520,33 @@ class LegacyRestore:
 
   def matched_any(self):
     return bool(self.pending) or bool(self.report and self.report.matched)
+
+
+# What a failed restore makes its objects refuse: a model's forward pass
+# (Keras calls the instance's `call`) and an optimizer's updates.
+_REFUSED = {"model": ("call",),
+            "optimizer": ("apply_gradients", "apply")}
+
+
+def _refuse_use(parts, error):
+  """Makes the models' and optimizers' use raise `error()`."""
+  targets = [(m, _REFUSED["model"]) for _, m in parts.models]
+  for _, optimizer in parts.optimizers:
+    inner = _checkpoint.inner_optimizer_of(optimizer)
+    targets += [(o, _REFUSED["optimizer"]) for o in {id(optimizer): optimizer,
+                                                     id(inner): inner}.values()]
+  for obj, names in targets:
+    for name in names:
+      original = getattr(obj, name, None)
+      if original is None:
+        continue
+
+      @functools.wraps(original)
+      def refuse(*unused_args, **unused_kwargs):
+        raise error()
+
+      # Not through Keras' `__setattr__`: the wrapper is no tracked state.
+      object.__setattr__(obj, name, refuse)
 
 
 def _on_build(obj, callback):
@@ -440,12 +607,19 @@ class LoadStatus:
           unresolved.append(self._graph.variable(var_node)[0])
     return unresolved
 
+  def _raise_if_failed(self):
+    if self.legacy.error is not None:
+      raise AssertionError(
+          f"Restoring {self.legacy.source!r} failed, nothing of it is "
+          f"restored: {self.legacy.error}") from self.legacy.error
+
   def assert_consumed(self):
     """Raises `AssertionError` unless every value and object was restored.
 
     Returns:
       self.
     """
+    self._raise_if_failed()
     lines = self.legacy.unconsumed()
     lines += [f"checkpoint value not restored: {k}"
               for k in self._native_unresolved()]
@@ -463,6 +637,7 @@ class LoadStatus:
     Returns:
       self.
     """
+    self._raise_if_failed()
     objects = [line for line in self.legacy.unconsumed()
                if line.startswith("not restored from the checkpoint")]
     if objects:
@@ -479,6 +654,7 @@ class LoadStatus:
     Returns:
       self.
     """
+    self._raise_if_failed()
     if self.legacy.matched_any():
       return self
     if self._native is not None:
@@ -499,11 +675,13 @@ class LoadStatus:
 
   def run_restore_ops(self, session=None):
     """Runs TF's restore ops when graph building (the legacy part is eager)."""
+    self._raise_if_failed()
     if self._native is not None:
       self._native.run_restore_ops(session)
 
   def initialize_or_restore(self, session=None):
     """As TF's: restores (the legacy part is already restored eagerly)."""
+    self._raise_if_failed()
     if self._native is not None:
       self._native.initialize_or_restore(session)
 
@@ -557,11 +735,11 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if parts.others:
     sub = make_checkpoint(**parts.others)
     native = original(sub, save_path, *args, **kwargs)
-    if parts.has_stand_ins:
-      # A stand-in lacks the Keras objects restored above, which TF would
-      # otherwise list at exit as "could not be found"; what TF's part
-      # really leaves unrestored is named by this restore's own checks.
-      native.expect_partial()
+    # TF's part lacks the Keras objects restored above, which TF would
+    # otherwise list at exit as "could not be found" (and fail to name the
+    # slot entries, only reachable through them); what TF's part really
+    # leaves unrestored is named by this restore's own checks.
+    native.expect_partial()
     entries = dict(graph.children(0))
     native_nodes = [entries[n] for n in parts.others if n in entries]
   _restore_save_counter(checkpoint, reader, graph)

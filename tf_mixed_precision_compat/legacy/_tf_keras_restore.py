@@ -165,6 +165,7 @@ def make_create_or_restore_slot_variable(tf_keras):
 
   def _create_or_restore_slot_variable(self, slot_variable_position,
                                        slot_name, variable, **unused_kwargs):
+    check_slot_value(self, slot_variable_position, slot_name, variable)
     optimizer = _inner(self)
     names = _SLOTS.get(_class_name(optimizer, tf_keras), {})
     current_name = names.get(slot_name)
@@ -183,6 +184,57 @@ def make_create_or_restore_slot_variable(tf_keras):
       _restore_after_build(optimizer)
     waiting.append((slot_variable_position, variable, current_name))
     return None
+
+  return _create_or_restore_slot_variable
+
+
+def check_slot_value(optimizer, position, slot_name, variable):
+  """Raises `ValueError` unless a checkpoint's slot fits its variable.
+
+  TF hands a slot over while it walks the checkpoint, before it assigns the
+  values it gathered: refusing it here leaves everything as it was, as TF
+  2.4 did, where tf_keras would create a slot of the checkpoint's shape or
+  fail at the first step, after the weights were assigned. What the failed
+  restore left waiting on the optimizer (its step, created on first use, and
+  slots waiting for its build) is dropped, so that none of it lands later.
+
+  Args:
+    optimizer: The optimizer TF hands the slot to.
+    position: TF's `CheckpointPosition` of the slot's value.
+    slot_name: The slot's name in the checkpoint.
+    variable: The variable the slot belongs to.
+  """
+  problem = None
+  shape = position.value_shape()
+  dtype = _private_api.checkpoint_position_dtype(position)
+  want_dtype = tf.as_dtype(variable.dtype).base_dtype
+  if shape is not None and tuple(shape) != tuple(variable.shape):
+    problem = (f"has shape {tuple(shape)}, the variable "
+               f"{tuple(variable.shape)}")
+  elif dtype is not None and tf.as_dtype(dtype) != want_dtype:
+    problem = (f"has dtype {tf.as_dtype(dtype).name}, the variable "
+               f"{want_dtype.name}")
+  if problem is None:
+    return
+  for obj in {id(optimizer): optimizer,
+              id(_inner(optimizer)): _inner(optimizer)}.values():
+    _private_api.deferred_dependencies(obj).clear()
+    _pending.pop(obj, None)
+  raise ValueError(
+      f"Restoring a checkpoint: its slot {slot_name!r} of variable "
+      f"{variable.name!r} {problem}; nothing was restored (is it the same "
+      "model?).")
+
+
+def wrap_v2_create_or_restore_slot_variable(original):
+  """OptimizerV2's `_create_or_restore_slot_variable`, checking the value."""
+
+  @functools.wraps(original)
+  def _create_or_restore_slot_variable(self, slot_variable_position,
+                                       slot_name, variable, *args, **kwargs):
+    check_slot_value(self, slot_variable_position, slot_name, variable)
+    return original(self, slot_variable_position, slot_name, variable,
+                    *args, **kwargs)
 
   return _create_or_restore_slot_variable
 

@@ -23,6 +23,7 @@ True
 
 import contextlib
 import inspect
+import weakref
 
 import keras
 import numpy as np
@@ -30,6 +31,17 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.optimizers import _keras2_config
+
+# Keras 3 optimizers a checkpoint restore waits to build (their slots are
+# made then) -> what builds them. `get_slot` before the first step builds
+# one, so it returns the restored slot, as TF 2.x made a restored slot when
+# asked for it. Set by legacy/_checkpoint_restore.py.
+_BUILD_BEFORE_GET_SLOT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def build_before_get_slot(optimizer, build):
+  """Has `get_slot` on unbuilt `optimizer` call `build()` first (once)."""
+  _BUILD_BEFORE_GET_SLOT[optimizer] = build
 
 try:  # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
   import tf_keras as _tf_keras  # pylint: disable=g-import-not-at-top
@@ -226,6 +238,10 @@ class Keras3Inner(InnerOptimizer):
           _keras2_config.keras_class_name(self.optimizer), {}).get(slot_name)
       if keras3_name is not None:
         slot = self._find_slot(var, keras3_name)
+    build = _BUILD_BEFORE_GET_SLOT.pop(self.optimizer, None)
+    if slot is None and build is not None:
+      build()  # A restore's slots land as the optimizer builds.
+      return self.get_slot(var, slot_name)
     if slot is None:
       raise KeyError(f"No slot {slot_name!r} for variable {var.name!r}; "
                      f"slots: {self.get_slot_names()}")

@@ -1,0 +1,249 @@
+"""Restores on the tf_keras target: TF 2.21's checkpoints, failures, slots.
+
+The TF 2.4.4 job of tools/gen_restore_failure_fixtures.py runs unchanged on
+this target (`tf.keras` is tf_keras). Its checkpoints
+(tests/fixtures/restore_failures/) and TF 2.4.4's recorded outcomes are the
+reference:
+
+* a checkpoint TF 2.21 itself wrote (custom layers with `add_weight`,
+  nested layers, a subclassed model; tf_keras's current Adam and its
+  OptimizerV2 Adam in the loss-scale optimizer) resumes exactly;
+* a deferred restore into a model of another width raises at every call
+  and the status' `assert_consumed()` raises;
+* a slot of the wrong shape raises at restore time with nothing assigned,
+  also when the optimizer has no slots yet, and nothing of that restore
+  lands later;
+* `get_slot(var, "m")` right after a restore returns the restored slot.
+
+Eagerly, in `tf.function` and on 2 replicas.
+"""
+
+import json
+import os
+import re
+import tempfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_mixed_precision_compat as mp
+
+_FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures",
+                         "restore_failures")
+X = np.ones((2, 4), np.float32)
+MODES = ["eager", "function", "mirrored"]
+
+
+@pytest.fixture(autouse=True)
+def _installed():
+  mp.install()
+  try:
+    yield
+  finally:
+    mp.uninstall()
+
+
+def _record():
+  with open(os.path.join(_FIXTURES, "tf24_outcomes.json")) as f:
+    return json.load(f)
+
+
+def _prefix(name):
+  return tf.train.latest_checkpoint(os.path.join(_FIXTURES, name))
+
+
+class Lin(tf.keras.layers.Layer):
+
+  def __init__(self, units, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+
+  def build(self, input_shape):
+    self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
+                             initializer="glorot_uniform")
+    self.b = self.add_weight(name="b", shape=(self.units,),
+                             initializer="zeros")
+
+  def call(self, x):
+    return tf.matmul(x, self.w) + self.b
+
+
+class Block(tf.keras.layers.Layer):
+
+  def __init__(self, width, **kwargs):
+    super().__init__(**kwargs)
+    self.lin = Lin(width, name="lin")
+
+  def call(self, x):
+    return tf.nn.relu(self.lin(x))
+
+
+class Net(tf.keras.Model):
+  """The fixture job's model, as its TF 2.4 code wrote it."""
+
+  def __init__(self, width=3):
+    super().__init__(name="net")
+    self.block = Block(width, name="block")
+    self.head = Lin(1, name="head")
+
+  def call(self, x):
+    return self.head(self.block(x))
+
+
+def _optimizer(kind):
+  inner = (tf.keras.optimizers.legacy.Adam(0.01) if kind == "v2" else
+           tf.keras.optimizers.Adam(0.01))
+  return tf.keras.mixed_precision.LossScaleOptimizer(
+      inner, initial_scale=2.0**10, dynamic_growth_steps=2000)
+
+
+def _variables(opt):
+  found = opt.variables
+  return found() if callable(found) else found
+
+
+class _Job:
+  """The fixture job's objects and step, optionally on 2 replicas."""
+
+  def __init__(self, mode, strategy, kind="v2", width=3, build=False):
+    self.strategy = strategy if mode == "mirrored" else None
+    with self._scope():
+      self.model, self.opt = Net(width), _optimizer(kind)
+      if build:
+        self.model(X)
+
+    def replica_step():
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(self.model(X))
+        scaled = self.opt.get_scaled_loss(loss)
+      grads = self.opt.get_unscaled_gradients(
+          tape.gradient(scaled, self.model.trainable_variables))
+      self.opt.apply_gradients(zip(grads, self.model.trainable_variables))
+
+    step = replica_step
+    if self.strategy is not None:
+      step = lambda: self.strategy.run(replica_step)
+    # Each use traces anew (TF never runs again a tf.function whose first
+    # trace created variables and then raised).
+    self.step = step if mode == "eager" else lambda: tf.function(step)()
+
+  def _scope(self):
+    return self.strategy.scope() if self.strategy else _Null()
+
+  def restore(self, prefix):
+    with self._scope():
+      return tf.train.Checkpoint(model=self.model,
+                                 optimizer=self.opt).restore(prefix)
+
+  def state(self):
+    """Every value of the job, by name (replicas' copies must agree)."""
+    values = {}
+    for v in self.model.weights + _variables(self.opt):
+      copies = getattr(v, "values", None) or [v]
+      for copy in copies[1:]:
+        np.testing.assert_array_equal(copy.numpy(), copies[0].numpy())
+      values[_name(v)] = np.asarray(v.numpy())
+    values["loss_scale"] = float(self.opt.loss_scale.numpy())
+    return values
+
+
+def _name(variable):
+  """A variable's name without the scopes its creation happened to run in.
+
+  An optimizer's variables are named after the scope of their first step
+  (`Adam/...`, `cond_1/...` in a loss-scale optimizer's tf.function step)
+  or of the restore that created them.
+  """
+  name = re.sub(r"(^|/)cond(_\d+)?/", r"\1", variable.name)
+  name = re.sub(r"^Adam/", "", name)
+  return name.split(":")[0]
+
+
+class _Null:
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused):
+    return False
+
+
+def _assert_same(got, want):
+  assert sorted(got) == sorted(want)
+  for name in want:
+    np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["v2", "current"])
+def test_a_tf221_checkpoint_resumes_exactly(mode, kind, mirrored_strategy):
+  job = _Job(mode, mirrored_strategy, kind, build=True)
+  job.step()
+  job.step()
+  path = tf.train.Checkpoint(model=job.model, optimizer=job.opt).save(
+      os.path.join(tempfile.mkdtemp(), "ckpt"))
+  resumed = _Job(mode, mirrored_strategy, kind, build=True)
+  status = resumed.restore(path)
+  job.step()
+  resumed.step()
+  status.assert_consumed()
+  _assert_same(resumed.state(), job.state())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_model_of_another_width_fails_at_every_call(mode,
+                                                      mirrored_strategy):
+  want = _record()["wrong_width"]
+  job = _Job(mode, mirrored_strategy, width=4)
+  status = job.restore(_prefix("ckpt_good"))
+  for outcome in ("first_call", "second_call", "train_step"):
+    assert want[outcome]["raised"] == "ValueError"
+    with pytest.raises(ValueError, match="shape"):
+      job.step()
+  assert want["assert_consumed"]["raised"] == "AssertionError"
+  with pytest.raises(AssertionError):
+    status.assert_consumed()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("kind", ["v2", "current"])
+@pytest.mark.parametrize("slots_first", [False, True])
+def test_a_slot_of_the_wrong_shape_raises_at_restore(mode, kind, slots_first,
+                                                     mirrored_strategy):
+  record = _record()
+  want = record["bad_slot_slots_exist" if slots_first else
+                "bad_slot_fresh_optimizer"]
+  job = _Job(mode, mirrored_strategy, kind, build=True)
+  if slots_first:
+    job.step()
+  iterations = int(job.opt.iterations.numpy())
+  before = job.state()
+  assert want["restore"]["raised"] == "ValueError"
+  with pytest.raises(ValueError,
+                     match=r"shape \(1, 5\), the variable \(3, 1\)"):
+    job.restore(_prefix("ckpt_bad_slot"))
+  assert not want["weights_changed_at_restore"]
+  assert not want["iterations_changed_at_restore"]
+  # Nothing was assigned, and nothing of the failed restore lands later
+  # (the step counter is made at its first use).
+  assert int(job.opt.iterations.numpy()) == iterations
+  _assert_same(job.state(), before)
+  assert want["train_step"]["raised"] is None  # TF 2.4.4 went on, as here.
+  job.step()
+  assert int(job.opt.iterations.numpy()) == iterations + 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_get_slot_right_after_a_restore_returns_the_restored_slot(
+    mode, mirrored_strategy):
+  want = _record()["get_slot_after_restore"]
+  assert want["raised"] is None and want["equals_saved"]
+  job = _Job(mode, mirrored_strategy, build=True)
+  job.restore(_prefix("ckpt_good"))
+  slot = job.opt.get_slot(job.model.head.w, "m")
+  for copy in getattr(slot, "values", None) or [slot]:
+    np.testing.assert_array_equal(copy.numpy(),
+                                  np.asarray(want["value"], np.float32))
+  job.step()
+  assert int(job.opt.iterations.numpy()) == _record()["saved_iterations"] + 1
