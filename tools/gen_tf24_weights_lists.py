@@ -5,7 +5,7 @@ Run under the TF 2.4.4 reference interpreter:
     .ref/tf24/bin/python tools/gen_tf24_weights_lists.py
 
 For each inner optimizer (Adam, SGD with momentum, RMSprop with momentum and
-centered, Adagrad) wrapping a dynamic `tf.keras.mixed_precision.
+centered, Adagrad, Adam with amsgrad, Nadam, Adamax, Adadelta, Ftrl) wrapping a dynamic `tf.keras.mixed_precision.
 LossScaleOptimizer`, applies two steps of fixed gradients to a kernel (3, 2)
 and a bias (2,) and writes to tests/fixtures/keras_lso/weights_tf24.json the
 names and shapes of `opt.weights` and the values of `opt.get_weights()`, in
@@ -26,6 +26,8 @@ OUT = os.path.join(
     "fixtures", "keras_lso", "weights_tf24.json")
 KERNEL = [[0.5, -1.0], [0.25, 2.0], [-0.75, 1.5]]
 BIAS = [0.1, -0.2]
+CASES = ("adam", "sgd_momentum", "rmsprop", "adagrad", "adam_amsgrad", "nadam",
+         "adamax", "adadelta", "ftrl")
 GRADS = [([[0.1, -0.2], [0.3, 0.4], [-0.5, 0.6]], [0.05, -0.05]),
          ([[-0.2, 0.1], [0.2, -0.3], [0.4, 0.1]], [0.1, 0.2])]
 
@@ -38,7 +40,17 @@ def make_inner(case):
     return tf.keras.optimizers.SGD(0.1, momentum=0.9)
   if case == "rmsprop":
     return tf.keras.optimizers.RMSprop(0.01, momentum=0.5, centered=True)
-  return tf.keras.optimizers.Adagrad(0.1)
+  if case == "adagrad":
+    return tf.keras.optimizers.Adagrad(0.1)
+  if case == "adam_amsgrad":
+    return tf.keras.optimizers.Adam(0.01, amsgrad=True)
+  if case == "nadam":
+    return tf.keras.optimizers.Nadam(0.01)
+  if case == "adamax":
+    return tf.keras.optimizers.Adamax(0.01)
+  if case == "adadelta":
+    return tf.keras.optimizers.Adadelta(1.0)
+  return tf.keras.optimizers.Ftrl(0.1)
 
 
 def _record(case):
@@ -61,7 +73,7 @@ def main():
   assert tf.__version__ == "2.4.4", tf.__version__
   data = {"tensorflow_version": tf.__version__, "kernel": KERNEL, "bias": BIAS,
           "grads": GRADS}
-  for case in ("adam", "sgd_momentum", "rmsprop", "adagrad"):
+  for case in CASES:
     data[case] = _record(case)
   with open(OUT, "w") as f:
     json.dump(data, f, indent=1, sort_keys=True)

@@ -103,6 +103,60 @@ def _dynamic_arguments(loss_scale):
   return kwargs, message
 
 
+def _loss_scale_types():
+  return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
+
+
+def tf24_representable(loss_scale):
+  """Whether TF 2.4's non-experimental arguments can express `loss_scale`.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    True for a `FixedLossScale` and a `DynamicLossScale` of multiplier 2.
+  """
+  if isinstance(loss_scale, _fixed_types()):
+    return True
+  return (isinstance(loss_scale, _dynamic_types()) and
+          loss_scale.multiplier == 2)
+
+
+def tf23_loss_scale(loss_scale, custom_objects=None):
+  """The `LossScale` TF 2.3's experimental class holds for `loss_scale`.
+
+  TF 2.3.4 took any `LossScale`; TF 2.4 refused those its non-experimental
+  arguments cannot express (a `DynamicLossScale` whose multiplier is not 2,
+  a user's own subclass). The experimental class follows TF 2.3: it keeps
+  the object itself.
+
+  Args:
+    loss_scale: As `LossScaleOptimizerV1`'s argument (also a serialized
+      loss scale dict).
+    custom_objects: Optional classes, by name, for a serialized user
+      `LossScale`.
+
+  Returns:
+    `(loss_scale, message)`: the `LossScale` (the one passed, or the one
+    "dynamic", a number or a dict stands for) and the deprecation message
+    to log.
+
+  Raises:
+    ValueError: For a value that is neither a `LossScale`, "dynamic", a
+      number nor a serialized loss scale.
+  """
+  if isinstance(loss_scale, dict):
+    loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
+  if (isinstance(loss_scale, _loss_scale_types()) and
+      not tf24_representable(loss_scale)):
+    return loss_scale, (
+        V1_WARNING_PREFIX + "The non-experimental LossScaleOptimizer cannot "
+        f"express {loss_scale!r}; the experimental one uses it as TF 2.3 "
+        "did.")
+  _, message = v1_arguments(loss_scale)
+  return loss_scale_module.get(loss_scale), message
+
+
 def tf23_config_arguments(serialized):
   """TF 2.4 constructor arguments equivalent to a TF 2.3 config's loss scale.
 
