@@ -19,7 +19,8 @@ Writes under tests/fixtures/keras_lso/:
     iterations, `opt.loss_scale()` read inside the step and after it, and
     the loss scale's variables;
   - `checkpoint`: `tf.train.list_variables` of `ckpt_v1_tf23_<case>/ckpt-1`,
-    a `tf.train.Checkpoint(var=..., optimizer=...)` saved after step 5 of
+    a `tf.train.Checkpoint(model=..., optimizer=...)` (the model a Keras
+    layer whose weight `var` is the variable) saved after step 5 of
     the eager trajectory (its steps 6-10 are the resume reference).
 """
 
@@ -122,16 +123,27 @@ def _trajectory(case, function):
 def _checkpointed_trajectory(case):
   """Eager trajectory, saving a checkpoint after step SAVE_AFTER."""
   opt = _optimizer(case)
-  var = tf.Variable([1.0, -2.0])
+  holder = Holder()
+  var = holder.var
   step = _step_fn(opt, var)
   rows = _record(opt, var, step, GRADIENTS[:SAVE_AFTER])
   directory = os.path.join(OUT, f"ckpt_v1_tf23_{case}")
   shutil.rmtree(directory, ignore_errors=True)
-  prefix = tf.train.Checkpoint(var=var, optimizer=opt).save(
+  prefix = tf.train.Checkpoint(model=holder, optimizer=opt).save(
       os.path.join(directory, "ckpt"))
   rows += _record(opt, var, step, GRADIENTS[SAVE_AFTER:])
   names = [[name, shape] for name, shape in tf.train.list_variables(prefix)]
   return rows, {"prefix": os.path.relpath(prefix, OUT), "variables": names}
+
+
+class Holder(tf.keras.layers.Layer):
+  """The job's model: a Keras layer whose one weight is the variable."""
+
+  def __init__(self):
+    super().__init__()
+    self.var = self.add_weight(
+        "var", shape=(2,), initializer=tf.keras.initializers.Constant(
+            [1.0, -2.0]))
 
 
 def _calls(case):

@@ -50,9 +50,19 @@ def _counter_of(loss_scale):
   return getattr(loss_scale, "_num_good_steps", None)
 
 
-def _custom_objects(custom_objects):
-  merged = dict(keras.saving.get_custom_objects())
-  merged.update(custom_objects or {})
+def _custom_objects(custom_objects, serialized):
+  """`custom_objects` plus the loss scale class Keras knows by that name.
+
+  A user `LossScale` may come from `custom_objects`, a
+  `keras.saving.custom_object_scope` or a registration, as Keras looked it up
+  in TF 2.3.
+  """
+  merged = dict(custom_objects or {})
+  name = serialized.get("class_name") if isinstance(serialized, dict) else None
+  if isinstance(name, str) and name not in merged:
+    found = keras.saving.get_registered_object(name, custom_objects)
+    if found is not None:
+      merged[name] = found
   return merged
 
 
@@ -198,7 +208,8 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
     config = dict(config)
     if "loss_scale" in config:
       loss_scale = loss_scale_module.deserialize(
-          config["loss_scale"], _custom_objects(custom_objects))
+          config["loss_scale"],
+          _custom_objects(custom_objects, config["loss_scale"]))
       optimizer = config["optimizer"]
     elif config["dynamic"]:
       loss_scale = loss_scale_module.DynamicLossScale(
@@ -225,7 +236,8 @@ class _SerializedV1:
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
     if "loss_scale" in config:
       loss_scale = loss_scale_module.deserialize(
-          config["loss_scale"], _custom_objects(custom_objects))
+          config["loss_scale"],
+          _custom_objects(custom_objects, config["loss_scale"]))
       if not _v1_args.tf24_representable(loss_scale):
         return LossScaleOptimizerV1.from_config(config, custom_objects)
     return LossScaleOptimizer.from_config(config, custom_objects)
