@@ -270,3 +270,11 @@ def tf_keras_v2_create_slots(optimizer, variables):
     return False
   create(variables)
   return True
+
+
+# Keras 3's Nadam keeps the running product of its momentum schedule (TF 2.4's
+# `momentum_cache` weight) in an unnamed variable with no public accessor;
+# TF 2.4's `optimizer.weights` listed it after `iterations`.
+def keras_nadam_u_product(optimizer):
+  """Keras 3 Nadam's momentum-schedule product variable, or None."""
+  return getattr(optimizer, "_u_product", None)

@@ -23,12 +23,15 @@ Example:
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Optimizers whose TF 2.4 `_create_slots` looped over variables outermost.
 _VARIABLE_MAJOR = ("Ftrl",)
-# Keras 3's name for a non-slot variable TF 2.4 listed after `iterations`.
-_EXTRA_WEIGHTS = {"Nadam": (("u_product", "momentum_cache"),)}
+# Non-slot variables TF 2.4 listed after `iterations`: (name, getter).
+_EXTRA_WEIGHTS = {
+    "Nadam": (("momentum_cache", _private_api.keras_nadam_u_product),)
+}
 
 
 def _named_variable(optimizer, name):
@@ -51,8 +54,8 @@ def layout(adapter):
   optimizer = adapter.optimizer
   entries = [("iterations", adapter.iterations_variable())]
   class_name = _keras2_config.keras_class_name(optimizer)
-  for keras3_name, tf24_name in _EXTRA_WEIGHTS.get(class_name, ()):
-    variable = _named_variable(optimizer, keras3_name)
+  for tf24_name, getter in _EXTRA_WEIGHTS.get(class_name, ()):
+    variable = getter(optimizer)
     if variable is not None:
       entries.append((tf24_name, variable))
   names = _keras2_config.TF2_SLOT_NAMES.get(class_name)
@@ -70,7 +73,7 @@ def layout(adapter):
       slot = adapter.get_slot(var, tf24_name)
     except KeyError:  # Not made with these arguments (SGD without momentum).
       continue
-    entries.append((f"{var.name}/{tf24_name}", slot))
+    entries.append((f"{var.name.split(':')[0]}/{tf24_name}", slot))
   return entries
 
 
