@@ -278,3 +278,14 @@ def tf_keras_v2_create_slots(optimizer, variables):
 def keras_nadam_u_product(optimizer):
   """Keras 3 Nadam's momentum-schedule product variable, or None."""
   return getattr(optimizer, "_u_product", None)
+
+
+# tf_keras's loss-scale optimizers update the loss scale only when their
+# state is an instance of this class (their `apply_gradients` tests it); the
+# tf_keras target's experimental class holds TF 2.3's `LossScale` in a
+# subclass of it, as TF 2.3 updated any `LossScale`.
+def tf_keras_dynamic_loss_scale_state_class():
+  """tf_keras's `_DynamicLossScaleState` class (imported on call)."""
+  # pylint: disable-next=g-import-not-at-top
+  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
+  return lso._DynamicLossScaleState  # pylint: disable=protected-access
