@@ -289,3 +289,16 @@ def tf_keras_dynamic_loss_scale_state_class():
   # pylint: disable-next=g-import-not-at-top
   from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
   return lso._DynamicLossScaleState  # pylint: disable=protected-access
+
+
+# TF 2.4 code in a `tf.compat.v1` session fetches `opt.loss_scale`, a tensor
+# there; the experimental class's loss scale is a tensor-like object
+# (`optimizers/_loss_scale_value`), which `Session.run` fetches only through
+# this registry (its only entry point, with no public alias). It concerns
+# that class alone and changes nothing for any other fetch.
+def register_session_fetch(cls, to_tensor):
+  """Makes `Session.run` fetch instances of `cls` as `to_tensor(obj)`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.python.client import session
+  session.register_session_run_conversion_functions(
+      cls, lambda obj: ([to_tensor(obj)], lambda values: values[0]))

@@ -9,7 +9,7 @@ TF 2.4 made the same attribute of the same class a float32 tensor, which TF
 passes `isinstance` checks against its class, and behaves as the current
 scale tensor everywhere TF 2.4 code used one (`tf.convert_to_tensor` through
 the `__tf_tensor__` protocol, arithmetic, comparisons, `numpy()`, `float()`,
-`tf.summary.scalar`, `K.get_value`, formatting).
+`tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
 
 Example:
 
@@ -23,6 +23,8 @@ from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
 
 
 def _tensor_method(name):
@@ -150,3 +152,6 @@ class LossScaleValue:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
       return not self.__eq__(other)
     return self.tensor() != other
+
+
+_private_api.register_session_fetch(LossScaleValue, LossScaleValue.tensor)
