@@ -190,13 +190,14 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return not isinstance(self._tf23_loss_scale, _v1_args._fixed_types())  # pylint: disable=protected-access
+    return _v1_args.fixed_scale(self._tf23_loss_scale) is None
 
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    if isinstance(self._tf23_loss_scale, _v1_args._fixed_types()):  # pylint: disable=protected-access
-      return float(self._tf23_loss_scale.get_config()["loss_scale_value"])
+    fixed = _v1_args.fixed_scale(self._tf23_loss_scale)
+    if fixed is not None:
+      return fixed
     return getattr(self._tf23_loss_scale, "initial_loss_scale", None)
 
   @property

@@ -5,11 +5,12 @@ Run under the TF 2.4.4 reference interpreter:
     .ref/tf24/bin/python tools/gen_tf24_weights_lists.py
 
 For each inner optimizer (Adam, SGD with momentum, RMSprop with momentum and
-centered, Adagrad, Adam with amsgrad, Nadam, Adamax, Adadelta, Ftrl) wrapping a dynamic `tf.keras.mixed_precision.
-LossScaleOptimizer`, applies two steps of fixed gradients to a kernel (3, 2)
-and a bias (2,) and writes to tests/fixtures/keras_lso/weights_tf24.json the
-names and shapes of `opt.weights` and the values of `opt.get_weights()`, in
-TF 2.4.4's order, plus the variable values after the steps. A TF 2.4 job that
+centered, Adagrad, Adam with amsgrad, Nadam, Adamax, Adadelta, Ftrl) wrapped
+by a dynamic `tf.keras.mixed_precision.LossScaleOptimizer`, applies two
+steps of fixed gradients to a kernel (3, 2) and a bias (2,) and writes to
+tests/fixtures/keras_lso/weights_tf24.json the names and shapes of
+`opt.weights` and the values of `opt.get_weights()`, in TF 2.4.4's order,
+plus the variable values after the steps. A TF 2.4 job that
 saved `opt.get_weights()` with NumPy saved exactly such a list.
 """
 

@@ -9,9 +9,9 @@ inner optimizer seen through the wrapper:
   options and `iterations` are properties that read and write the inner
   optimizer's;
 * variables and slots: `variables` (Keras 3's list), `weights` /
-  `get_weights` / `set_weights` (TF 2.4's `[iterations] + slots`), `add_weight`, `add_slot`,
-  `get_slot` (also under TF 2.x's slot names for a Keras 3 inner optimizer),
-  `get_slot_names`;
+  `get_weights` / `set_weights` (TF 2.4's `[iterations] + slots`),
+  `add_weight`, `add_slot`, `get_slot` (also under TF 2.x's slot names
+  for a Keras 3 inner optimizer), `get_slot_names`;
 * checkpoints: the wrapper is invisible to `tf.train.Checkpoint`; its
   children are the inner optimizer's plus its own (`_wrapper_children`), and
   restorations waiting for variables the inner optimizer creates later are

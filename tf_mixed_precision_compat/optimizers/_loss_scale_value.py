@@ -141,14 +141,14 @@ class LossScaleValue:
   __gt__ = _tensor_method("__gt__")
   __ge__ = _tensor_method("__ge__")
 
-  def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+  def __eq__(self, other: Any) -> Any:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
       return other is self or other is self._loss_scale or (
           isinstance(other, LossScaleValue) and
           other._loss_scale is self._loss_scale)
     return self.tensor() == other
 
-  def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+  def __ne__(self, other: Any) -> Any:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
       return not self.__eq__(other)
     return self.tensor() != other

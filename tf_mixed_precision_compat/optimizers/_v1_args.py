@@ -103,6 +103,20 @@ def _dynamic_arguments(loss_scale):
   return kwargs, message
 
 
+def fixed_scale(loss_scale):
+  """The value of a `FixedLossScale` (ours or TF's), else None.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    A Python float, or None for any other loss scale.
+  """
+  if isinstance(loss_scale, _fixed_types()):
+    return float(_fixed_value(loss_scale))
+  return None
+
+
 def _loss_scale_types():
   return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
 

@@ -210,10 +210,10 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         a bool.
       ValueError: If `inner_optimizer` is already a loss scale optimizer
         (also an `AttributeError` as in TF 2.4), is already wrapped by
-        another `LossScaleOptimizer` (as TF 2.4), or scales losses itself, `initial_scale` is missing with
-        `dynamic=False`, `dynamic_growth_steps` is given with
-        `dynamic=False`, a number is out of range, or the current strategy
-        does not support loss scaling.
+        another `LossScaleOptimizer` (as TF 2.4), or scales losses itself;
+        if `initial_scale` is missing with `dynamic=False`,
+        `dynamic_growth_steps` is given with `dynamic=False`, a number is out
+        of range, or the current strategy does not support loss scaling.
     """
     adapter = _inner.adapt(inner_optimizer)
     if not isinstance(dynamic, bool):

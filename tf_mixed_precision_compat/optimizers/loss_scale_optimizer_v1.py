@@ -125,13 +125,14 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return not isinstance(self._loss_scale, _v1_args._fixed_types())  # pylint: disable=protected-access
+    return _v1_args.fixed_scale(self._loss_scale) is None
 
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    if isinstance(self._loss_scale, _v1_args._fixed_types()):  # pylint: disable=protected-access
-      return float(self._loss_scale.get_config()["loss_scale_value"])
+    fixed = _v1_args.fixed_scale(self._loss_scale)
+    if fixed is not None:
+      return fixed
     return getattr(self._loss_scale, "initial_loss_scale", None)
 
   @property
@@ -206,6 +207,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
         optimizer config cannot be honoured by Keras 3.
     """
     config = dict(config)
+    loss_scale: Any
     if "loss_scale" in config:
       loss_scale = loss_scale_module.deserialize(
           config["loss_scale"],
@@ -252,8 +254,8 @@ def _deserialize_v1_as_v2():
   See `_SerializedV1`. TF 2.4.4's `tf.keras.optimizers.deserialize` mapped
   the class name "LossScaleOptimizerV1" to `LossScaleOptimizer` (the
   experimental class was to be removed); `LossScaleOptimizerV1.from_config`
-  called directly still returns a V1. V1 instances keep serializing under their own name: the
-  second registration gives `LossScaleOptimizer` its own name back.
+  called directly still returns a V1. V1 instances keep serializing under
+  their own name; the second registration keeps `LossScaleOptimizer`'s.
   """
   register = keras.saving.register_keras_serializable
   register(package=loss_scale_optimizer.SERIALIZATION_PACKAGE,
