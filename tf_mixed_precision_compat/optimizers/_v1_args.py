@@ -16,6 +16,7 @@ Example:
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 
 # TF 2.4's LossScaleOptimizer defaults.
 DEFAULT_INITIAL_SCALE = 2**15
@@ -163,11 +164,19 @@ def tf23_loss_scale(loss_scale, custom_objects=None):
     loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
   if (isinstance(loss_scale, _loss_scale_types()) and
       not tf24_representable(loss_scale)):
+    if isinstance(loss_scale, _dynamic_types()):
+      # TF's own tf.compat.v1 class takes a scale float32 cannot hold.
+      dynamic_state.check_initial_scale(loss_scale.initial_loss_scale,
+                                        "initial_loss_scale")
     return loss_scale, (
         V1_WARNING_PREFIX + "The non-experimental LossScaleOptimizer cannot "
         f"express {loss_scale!r}; the experimental one uses it as TF 2.3 "
         "did.")
-  _, message = v1_arguments(loss_scale)
+  kwargs, message = v1_arguments(loss_scale)
+  if "initial_scale" in kwargs:
+    # As the non-experimental constructor checks it (TF's tf.compat.v1
+    # classes take a scale float32 cannot hold).
+    dynamic_state.check_initial_scale(kwargs["initial_scale"], "initial_scale")
   return loss_scale_module.get(loss_scale), message
 
 

@@ -82,7 +82,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
 
   >>> opt = LossScaleOptimizerV1(
   ...     tf.keras.optimizers.SGD(),
-  ...     tf.mixed_precision.experimental.DynamicLossScale(multiplier=4))
+  ...     loss_scale_module.DynamicLossScale(multiplier=4))
   >>> float(opt.loss_scale()), opt.loss_scale.multiplier
   (32768.0, 4.0)
   """
