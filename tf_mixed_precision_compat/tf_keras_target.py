@@ -272,7 +272,10 @@ class _SerializedV1:
     if "loss_scale" in config and not _v1_args.tf24_representable(
         _tf23_loss_scale_from(config["loss_scale"], custom_objects)):
       return LossScaleOptimizerV1.from_config(config, custom_objects)
-    return _BaseLossScaleOptimizer.from_config(config, custom_objects)
+    # What tf_keras's own deserialize makes of "LossScaleOptimizerV1".
+    return tf_keras.optimizers.deserialize(
+        {"class_name": "LossScaleOptimizer", "config": dict(config)},
+        custom_objects=custom_objects)
 
   def get_config(self) -> dict[str, Any]:
     raise NotImplementedError  # Never instantiated.

@@ -187,3 +187,20 @@ def test_policy_loss_scale_is_the_optimizers():
   assert model.optimizer.loss_scale == policy.loss_scale
   assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
       32.)
+
+
+def test_registered_name_deserializes_as_tf24_unless_only_tf23_can_hold():
+  data = cases.fixture()
+  deserialize = tf.keras.utils.deserialize_keras_object
+  opt = deserialize({"class_name": "LossScaleOptimizerV1",
+                     "config": data["multiplier_4"]["get_config"]})
+  assert isinstance(opt, tf.keras.mixed_precision.experimental.
+                    LossScaleOptimizer)
+  assert opt.loss_scale.multiplier == 4
+  fixed = deserialize({"class_name": "LossScaleOptimizerV1",
+                       "config": data["fixed"]["get_config"]})
+  # TF 2.4.4 made a LossScaleOptimizer of a serialized experimental one.
+  assert not isinstance(fixed, tf.keras.mixed_precision.experimental.
+                        LossScaleOptimizer)
+  assert isinstance(fixed, tf.keras.mixed_precision.LossScaleOptimizer)
+  assert float(fixed.loss_scale) == 128.
