@@ -210,3 +210,16 @@ def test_policy_loss_scale_is_the_optimizers():
   assert model.optimizer.loss_scale == policy.loss_scale
   assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
       32.)
+
+
+def test_tfs_own_compat_v1_dynamic_loss_scale_multiplier_4():
+  # TF 2.21 still ships TF 2.3's classes under tf.compat.v1; the
+  # experimental class uses them as it uses ours.
+  loss_scale = tf.compat.v1.mixed_precision.DynamicLossScale(
+      initial_loss_scale=8, increment_period=2, multiplier=4)
+  opt = LossScaleOptimizerV1(keras.optimizers.SGD(0.1, momentum=0.9),
+                             loss_scale)
+  var = tf.Variable([1.0, -2.0])
+  cases.check_rows(opt, var, tf.function(cases.step_fn(opt, var)),
+                   cases.gradients(),
+                   cases.fixture()["multiplier_4"]["trajectory_function"])
