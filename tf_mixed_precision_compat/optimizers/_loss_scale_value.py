@@ -65,9 +65,10 @@ class LossScaleValue:
     return self._loss_scale()
 
   def __getattr__(self, name: str) -> Any:
-    if name.startswith("__"):
+    loss_scale = self.__dict__.get("_loss_scale")
+    if name.startswith("__") or loss_scale is None:
       raise AttributeError(name)
-    return getattr(self.__dict__["_loss_scale"], name)
+    return getattr(loss_scale, name)
 
   def __setattr__(self, name: str, value: Any) -> None:
     setattr(self._loss_scale, name, value)
