@@ -187,8 +187,10 @@ class TestDelegation:
     opt.apply_gradients([(tf.constant([1., 1.]), var)])
     assert [v.name for v in opt.variables()] == [
         v.name for v in inner.variables]
-    assert len(opt.variables) == len(opt.weights) == len(inner.variables)
-    assert len(opt.get_weights()) == len(inner.variables)
+    assert len(opt.variables) == len(inner.variables)
+    # TF 2.4's layout: [iterations] + slots (no learning rate).
+    assert opt.weights == [inner.iterations, opt.get_slot(var, "momentum")]
+    assert len(opt.get_weights()) == 2
     assert opt.get_slot_names() == ["momentum"]
     momentum = opt.get_slot(var, "momentum")
     np.testing.assert_allclose(momentum.numpy(), [-0.1, -0.1])
@@ -451,9 +453,11 @@ class TestV1:
     assert messages and messages[0].endswith(
         "LossScaleOptimizer(opt, initial_scale=2048.0, "
         "dynamic_growth_steps=500)\n")
-    with pytest.raises(ValueError, match='When passing a DynamicLossScale to '
-                       '"loss_scale", DynamicLossScale.multiplier must be 2'):
-      LossScaleOptimizerV1(keras.optimizers.SGD(), cls(multiplier=4))
+    # TF 2.3.4 took any multiplier (TF 2.4 refused it); the V1 class uses
+    # the LossScale itself.
+    scale = cls(multiplier=4)
+    opt = LossScaleOptimizerV1(keras.optimizers.SGD(), scale)
+    assert opt.loss_scale.multiplier == 4 and opt.dynamic
 
   def test_serialized_dict(self):
     opt = LossScaleOptimizerV1(
@@ -476,10 +480,11 @@ class TestV1:
       def get_config(self):
         return {}
 
-    with pytest.raises(TypeError, match="Passing a LossScale that is not a "
-                       "FixedLossScale or a DynamicLossScale is no longer "
-                       "supported"):
-      LossScaleOptimizerV1(keras.optimizers.SGD(), OtherScale())
+    # A user LossScale is accepted, as by TF 2.3.4 (TF 2.4 refused it).
+    other = OtherScale()
+    opt = LossScaleOptimizerV1(keras.optimizers.SGD(), other)
+    assert isinstance(opt.loss_scale, OtherScale)
+    assert float(opt.loss_scale()) == 1.
     for bad in ["dynamc", None, True, [2]]:
       with pytest.raises(ValueError, match="Invalid value passed to "
                          "loss_scale. loss_scale must be the string "
@@ -573,11 +578,14 @@ class TestConfig:
 
   def test_tf23_multiplier_not_2(self):
     config = _fixture("configs_tf23.json")["dynamic_multiplier_4"]
-    for cls in (LossScaleOptimizer, LossScaleOptimizerV1):
-      with pytest.raises(ValueError, match="Cannot deserialize "
-                         "LossScaleOptimizer with a DynamicLossScale whose "
-                         "multiplier is not 2"):
-        cls.from_config(config["get_config"])
+    # The TF 2.4 class keeps TF 2.4's rule; the TF 2.3 one takes it.
+    with pytest.raises(ValueError, match="Cannot deserialize "
+                       "LossScaleOptimizer with a DynamicLossScale whose "
+                       "multiplier is not 2"):
+      LossScaleOptimizer.from_config(config["get_config"])
+    opt = LossScaleOptimizerV1.from_config(config["get_config"])
+    assert opt.loss_scale.get_config() == (
+        config["get_config"]["loss_scale"]["config"])
 
   def test_unhonourable_keras2_options(self):
     config = {

@@ -205,9 +205,8 @@ CASES = [
     ("lso_v1_unknown_loss_scale",
      lambda l: mp.LossScaleOptimizerV1(_sgd(), loss_scale="dynamc"),
      ValueError, "Invalid value passed to loss_scale"),
-    ("lso_v1_multiplier_not_2", lambda l: mp.LossScaleOptimizerV1(
-        _sgd(), loss_scale=mp.DynamicLossScale(multiplier=3.)), ValueError,
-     "DynamicLossScale.multiplier must be 2"),
+    # (A DynamicLossScale whose multiplier is not 2 is accepted by the
+    # experimental class, as by TF 2.3.4: tests/test_keras_optimizer_v1_tf23.)
     # --- Keras LossScaleOptimizer configs.
     ("lso_config_missing_key", lambda l: mp.LossScaleOptimizer.from_config(
         _lso_config(l, inner_optimizer=_DROP)), KeyError, "inner_optimizer"),

@@ -518,9 +518,11 @@ def test_rewrite_warns_about_existing_sessions(tf_log, enable):
 
 def test_rewrite_accepts_tf_keras_legacy_optimizers():
   tf_keras = pytest.importorskip("tf_keras")
-  inner = tf_keras.optimizers.legacy.SGD(0.5)
   for enable in (mp.enable_mixed_precision_graph_rewrite,
                  mp.enable_mixed_precision_graph_rewrite_v1):
+    # One optimizer per wrapper: a second LossScaleOptimizer around the same
+    # one is refused, as by TF 2.4.
+    inner = tf_keras.optimizers.legacy.SGD(0.5)
     try:
       opt = enable(inner, loss_scale=4)
     finally:

@@ -307,3 +307,35 @@ def checkpoint_position_dtype(position):
 def tf_keras_v2_create_or_restore_slot_variable(optimizer_class):
   """tf_keras OptimizerV2's `_create_or_restore_slot_variable`."""
   return optimizer_class._create_or_restore_slot_variable  # pylint: disable=protected-access
+
+
+# Keras 3's Nadam keeps the running product of its momentum schedule (TF 2.4's
+# `momentum_cache` weight) in an unnamed variable with no public accessor;
+# TF 2.4's `optimizer.weights` listed it after `iterations`.
+def keras_nadam_u_product(optimizer):
+  """Keras 3 Nadam's momentum-schedule product variable, or None."""
+  return getattr(optimizer, "_u_product", None)
+
+
+# tf_keras's loss-scale optimizers update the loss scale only when their
+# state is an instance of this class (their `apply_gradients` tests it); the
+# tf_keras target's experimental class holds TF 2.3's `LossScale` in a
+# subclass of it, as TF 2.3 updated any `LossScale`.
+def tf_keras_dynamic_loss_scale_state_class():
+  """tf_keras's `_DynamicLossScaleState` class (imported on call)."""
+  # pylint: disable-next=g-import-not-at-top
+  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
+  return lso._DynamicLossScaleState  # pylint: disable=protected-access
+
+
+# TF 2.4 code in a `tf.compat.v1` session fetches `opt.loss_scale`, a tensor
+# there; the experimental class's loss scale is a tensor-like object
+# (`optimizers/_loss_scale_value`), which `Session.run` fetches only through
+# this registry (its only entry point, with no public alias). It concerns
+# that class alone and changes nothing for any other fetch.
+def register_session_fetch(cls, to_tensor):
+  """Makes `Session.run` fetch instances of `cls` as `to_tensor(obj)`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.python.client import session
+  session.register_session_run_conversion_functions(
+      cls, lambda obj: ([to_tensor(obj)], lambda values: values[0]))

@@ -7,8 +7,9 @@ both of its optimizer families, `Policy`, `set_global_policy`,
 exactly what was dropped, on top of tf_keras's own classes:
 
 * `LossScaleOptimizerV1(optimizer, loss_scale)`, the experimental class, taking
-  this package's (or `tf.compat.v1`'s) `LossScale` objects, "dynamic" or a
-  number; it is a tf_keras `LossScaleOptimizer` of the family of `optimizer`;
+  any `LossScale` (this package's, `tf.compat.v1`'s, a user's), "dynamic" or
+  a number, and behaving as TF 2.3.4's; it is a tf_keras
+  `LossScaleOptimizer` of the family of `optimizer`;
 * `PolicyV1(name, loss_scale="auto")`, a tf_keras `Policy` with a loss scale;
 * `get_layer_policy`, and `Model.compile` wrapping by a `PolicyV1`'s loss
   scale as TF 2.3/2.4 did (`wrap_get_optimizer`, applied by `install()`).
@@ -24,6 +25,8 @@ import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.loss_scale import dynamic_state
+from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _v1_args
 
@@ -117,20 +120,48 @@ class _V1Meta(_LossScaleOptimizerMeta):
                     f"{optimizer}.")
 
 
+def _tf23_state_class():
+  """tf_keras's dynamic state class, holding a TF 2.3 `LossScale` instead.
+
+  tf_keras's `apply_gradients` calls `update` only on an instance of its
+  `_DynamicLossScaleState`; this subclass (none of whose own variables is
+  created) hands `update` to the `LossScale`, as TF 2.3 updated any.
+  """
+  base = _private_api.tf_keras_dynamic_loss_scale_state_class()
+
+  class _TF23LossScaleState(base):
+
+    def __init__(self, loss_scale):  # pylint: disable=super-init-not-called
+      tf.__internal__.tracking.Trackable.__init__(self)
+      self._tf23_loss_scale = loss_scale
+
+    def update(self, grads):
+      update_op, should_apply = self._tf23_loss_scale.update(grads)
+      return (tf.no_op() if update_op is None else update_op), should_apply
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+      return {}  # The LossScale itself is the "loss_scale" dependency.
+
+  return _TF23LossScaleState
+
+
 class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   """TF 2.3's experimental `LossScaleOptimizer(optimizer, loss_scale)`.
 
   A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
-  2.4's `LossScaleOptimizer` for `optimizers.legacy.*`) configured from a TF
-  2.3 loss scale: "dynamic", an int or float (fixed), or a `FixedLossScale`
-  / `DynamicLossScale` (this package's or `tf.compat.v1`'s; multiplier 2).
-  Each construction logs TF 2.4's deprecation message.
+  2.4's `LossScaleOptimizer` for `optimizers.legacy.*`) that behaves as TF
+  2.3.4's class where TF 2.4 broke TF 2.3 code (as the Keras 3 target's,
+  `loss_scale_optimizer_v1`): it holds and updates any `LossScale`
+  ("dynamic", a number, a `DynamicLossScale` of any multiplier, a user
+  subclass), checkpointed under `optimizer/loss_scale/`; `loss_scale` is that
+  `LossScale`, callable (`opt.loss_scale()`) and a float32 tensor for TF 2.4
+  code. Each construction logs TF 2.4's deprecation message.
 
   Example:
 
   >>> opt = LossScaleOptimizerV1(tf_keras.optimizers.SGD(), loss_scale=128)
-  >>> float(opt.loss_scale)
-  128.0
+  >>> float(opt.loss_scale), float(opt.loss_scale())
+  (128.0, 128.0)
   """
 
   def __init__(self, optimizer: Any, loss_scale: Any) -> None:
@@ -141,12 +172,54 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
       loss_scale: See the class docstring; a serialized loss scale dict too.
 
     Raises:
-      TypeError: For a `LossScale` neither fixed nor dynamic.
-      ValueError: For a dynamic multiplier other than 2, or any other value.
+      ValueError: For any other value, or if `optimizer` is already wrapped.
     """
-    kwargs, message = _v1_args.v1_arguments(loss_scale)
-    super().__init__(optimizer, **kwargs)
+    resolved, message = _v1_args.tf23_loss_scale(loss_scale)
+    super().__init__(optimizer, dynamic=False, initial_scale=1.)
+    self._loss_scale = _tf23_state_class()(resolved)
+    self._track_trackable(resolved, "loss_scale")
+    self._tf23_loss_scale = resolved
+    self._loss_scale_value = _loss_scale_value.LossScaleValue(resolved)
     tf.get_logger().warning(message)
+
+  @property
+  def loss_scale(self) -> Any:
+    """The `LossScale`: callable (TF 2.3) and a float32 tensor (TF 2.4)."""
+    return self._loss_scale_value
+
+  @property
+  def dynamic(self) -> bool:
+    """Whether the loss scale may change (any but a `FixedLossScale`)."""
+    return _v1_args.fixed_scale(self._tf23_loss_scale) is None
+
+  @property
+  def initial_scale(self) -> Any:
+    """The fixed or initial loss scale, or None for a user `LossScale`."""
+    fixed = _v1_args.fixed_scale(self._tf23_loss_scale)
+    if fixed is not None:
+      return fixed
+    return getattr(self._tf23_loss_scale, "initial_loss_scale", None)
+
+  @property
+  def dynamic_growth_steps(self) -> Optional[int]:
+    """A `DynamicLossScale`'s `increment_period`, else None."""
+    return getattr(self._tf23_loss_scale, "increment_period", None)
+
+  @property
+  def dynamic_counter(self) -> Optional[tf.Variable]:
+    """A `DynamicLossScale`'s good-steps counter, else None."""
+    if isinstance(self._tf23_loss_scale, dynamic_state.DynamicScaleCore):
+      return dynamic_state.counter_variable(self._tf23_loss_scale)
+    return getattr(self._tf23_loss_scale, "_num_good_steps", None)
+
+  def get_config(self) -> dict[str, Any]:
+    """TF 2.4's config where it can express the loss scale, else TF 2.3's."""
+    if _v1_args.tf24_representable(self._tf23_loss_scale):
+      return super().get_config()
+    return {
+        "optimizer": tf_keras.optimizers.serialize(self._optimizer),
+        "loss_scale": loss_scale_module.serialize(self._tf23_loss_scale),
+    }
 
   @classmethod
   def from_config(cls, config: dict[str, Any],
@@ -155,14 +228,15 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
 
     Args:
       config: TF 2.3's `{"optimizer", "loss_scale"}` or TF 2.4's config.
-      custom_objects: Optional dict of user classes, by name.
+      custom_objects: Optional dict of user classes (a user `LossScale`
+        too), by name.
 
     Returns:
       A `LossScaleOptimizerV1`.
     """
     config = dict(config)
     if "loss_scale" in config:
-      loss_scale = config["loss_scale"]
+      loss_scale = _tf23_loss_scale_from(config["loss_scale"], custom_objects)
       inner = config["optimizer"]
     else:
       inner = config["inner_optimizer"]
@@ -172,6 +246,39 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
     inner = tf_keras.optimizers.deserialize(
         inner, custom_objects=custom_objects, use_legacy_optimizer=True)
     return LossScaleOptimizerV1(inner, loss_scale)
+
+
+def _tf23_loss_scale_from(serialized, custom_objects):
+  """A serialized TF 2.3 loss scale, a user class found as Keras finds it."""
+  merged = dict(custom_objects or {})
+  name = serialized.get("class_name") if isinstance(serialized, dict) else None
+  if isinstance(name, str) and name not in merged:
+    found = tf_keras.utils.get_registered_object(name, custom_objects)
+    if found is not None:
+      merged[name] = found
+  return loss_scale_module.deserialize(serialized, merged)
+
+
+class _SerializedV1:
+  """What tf_keras deserializes the class name "LossScaleOptimizerV1" as.
+
+  TF 2.4.4 made a `LossScaleOptimizer` of it; a TF 2.3 config whose loss
+  scale only TF 2.3 could hold becomes a `LossScaleOptimizerV1` again.
+  """
+
+  @classmethod
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
+    if "loss_scale" in config and not _v1_args.tf24_representable(
+        _tf23_loss_scale_from(config["loss_scale"], custom_objects)):
+      return LossScaleOptimizerV1.from_config(config, custom_objects)
+    # What tf_keras's own deserialize makes of "LossScaleOptimizerV1".
+    return tf_keras.optimizers.deserialize(
+        {"class_name": "LossScaleOptimizer", "config": dict(config)},
+        custom_objects=custom_objects)
+
+  def get_config(self) -> dict[str, Any]:
+    raise NotImplementedError  # Never instantiated.
 
 
 class _V1OnOptimizerV2(LossScaleOptimizerV1, _LSO_V2):
@@ -359,7 +466,7 @@ def custom_objects() -> dict[str, Any]:
   """TF 2.3/2.4 config class names, for tf_keras deserialization."""
   return {
       "PolicyV1": PolicyV1,
-      "LossScaleOptimizerV1": _BaseLossScaleOptimizer,
+      "LossScaleOptimizerV1": _SerializedV1,
       "FixedLossScale": loss_scale_module.FixedLossScale,
       "DynamicLossScale": loss_scale_module.DynamicLossScale,
   }

@@ -572,7 +572,7 @@ def assign(plan, optimizers):
     with tf.init_scope():
       report.iterations = int(inner.iterations.numpy())
       if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
-          optimizer.dynamic):
+          optimizer.dynamic_counter is not None):
         report.loss_scale = float(optimizer.loss_scale.numpy())
         report.counter = int(optimizer.dynamic_counter.numpy())
   return report
@@ -744,6 +744,28 @@ def _plan_loss_scale(reader, graph, source, optimizer, loss_scale_node, plan):
     description = ("optimizer/loss_scale" if attr == "current_loss_scale" else
                    "optimizer/loss_scale counter")
     plan.bind(info[0], getattr(state, attr), value, description)
+  if dynamic and loss_scale_optimizer.loss_scale_state(optimizer) is None:
+    _plan_user_loss_scale(reader, graph, source, optimizer, loss_scale_node,
+                          plan)
+
+
+def _plan_user_loss_scale(reader, graph, source, optimizer, loss_scale_node,
+                          plan):
+  """Binds the variables of a user `LossScale` (TF 2.3's experimental class
+  took any), by their checkpoint names, shapes checked."""
+  loss_scale = _private_api.lookup_dependency(optimizer, "loss_scale")
+  children = _private_api.trackable_children(loss_scale, "checkpoint")
+  for name, variable in sorted(children.items()):
+    child = graph.child(loss_scale_node, name)
+    info = None if child is None else graph.variable(child)
+    if info is None or not isinstance(variable, tf.Variable):
+      continue
+    value = _get_tensor(reader, info[0], source)
+    if tuple(np.shape(value)) != tuple(variable.shape):
+      plan.problems.append(f"{info[0]}: shape {np.shape(value)} where the "
+                           f"loss scale's {name} has {tuple(variable.shape)}")
+      continue
+    plan.bind(info[0], variable, value, f"optimizer/loss_scale/{name}")
 
 
 def _number(value):

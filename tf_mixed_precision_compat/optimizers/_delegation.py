@@ -8,9 +8,10 @@ inner optimizer seen through the wrapper:
   attributes (Adam's `epsilon`) do not. `learning_rate` (`lr`), the clipping
   options and `iterations` are properties that read and write the inner
   optimizer's;
-* variables and slots: `variables`, `weights`, `add_weight`, `add_slot`,
-  `get_slot` (also under TF 2.x's slot names for a Keras 3 inner optimizer),
-  `get_slot_names`;
+* variables and slots: `variables` (Keras 3's list), `weights` /
+  `get_weights` / `set_weights` (TF 2.4's `[iterations] + slots`),
+  `add_weight`, `add_slot`, `get_slot` (also under TF 2.x's slot names
+  for a Keras 3 inner optimizer), `get_slot_names`;
 * checkpoints: the wrapper is invisible to `tf.train.Checkpoint`; its
   children are the inner optimizer's plus its own (`_wrapper_children`), and
   restorations waiting for variables the inner optimizer creates later are
@@ -29,7 +30,11 @@ Example:
 0.7
 """
 
+import numpy as np
 import tensorflow as tf
+
+from tf_mixed_precision_compat.optimizers import _inner
+from tf_mixed_precision_compat.optimizers import _tf24_weights
 
 
 def _delegated_property(name):
@@ -117,18 +122,39 @@ class InnerDelegation:
     """The inner optimizer's variables; also callable, as TF 2.4's method."""
     return self._adapter.variables()
 
+  def _tf24_weights(self):
+    """`(description, variable)` of TF 2.4's `weights`, in its order."""
+    if not isinstance(self._adapter, _inner.Keras3Inner):
+      # A tf_keras OptimizerV2 lists TF 2.4's weights itself.
+      return [(v.name, v) for v in self._optimizer.weights]
+    return _tf24_weights.layout(self._adapter)
+
   @property
   def weights(self):
-    """The inner optimizer's variables."""
-    return list(self.variables)
+    """The inner optimizer's weights as TF 2.4 listed them.
+
+    `[iterations] + slots`, the slots in the order TF 2.4's optimizer made
+    them (Adam: every `m`, then every `v`); see `_tf24_weights`. Keras 3's
+    own list is `variables`.
+    """
+    return [v for _, v in self._tf24_weights()]
 
   def get_weights(self):
-    """The inner optimizer's variable values, as NumPy arrays."""
-    return [v.numpy() for v in self.variables]
+    """The values of `weights` (TF 2.4's layout), as NumPy arrays."""
+    return [np.asarray(v.numpy()) for v in self.weights]
 
   def set_weights(self, weights):
-    """Sets the inner optimizer's variable values."""
-    return self._optimizer.set_weights(weights)
+    """Sets `weights` (TF 2.4's layout) from a list of arrays.
+
+    Args:
+      weights: One array per entry of `weights`, as `get_weights()` (of this
+        class or of TF 2.4's) returned them.
+
+    Raises:
+      ValueError: If the length or a shape does not match TF 2.4's layout
+        (the message lists it); nothing is assigned then.
+    """
+    _tf24_weights.set_values(self._tf24_weights(), weights)
 
   def finalize_variable_values(self, var_list):
     self._optimizer.finalize_variable_values(var_list)

@@ -16,6 +16,7 @@ Example:
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.loss_scale import dynamic_state
 
 # TF 2.4's LossScaleOptimizer defaults.
 DEFAULT_INITIAL_SCALE = 2**15
@@ -101,6 +102,82 @@ def _dynamic_arguments(loss_scale):
              "  opt = tf.keras.mixed_precision.experimental."
              f"LossScaleOptimizer(opt{extra})\n")
   return kwargs, message
+
+
+def fixed_scale(loss_scale):
+  """The value of a `FixedLossScale` (ours or TF's), else None.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    A Python float, or None for any other loss scale.
+  """
+  if isinstance(loss_scale, _fixed_types()):
+    return float(_fixed_value(loss_scale))
+  return None
+
+
+def _loss_scale_types():
+  return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
+
+
+def tf24_representable(loss_scale):
+  """Whether TF 2.4's non-experimental arguments can express `loss_scale`.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    True for a `FixedLossScale` and a `DynamicLossScale` of multiplier 2.
+  """
+  if isinstance(loss_scale, _fixed_types()):
+    return True
+  return (isinstance(loss_scale, _dynamic_types()) and
+          loss_scale.multiplier == 2)
+
+
+def tf23_loss_scale(loss_scale, custom_objects=None):
+  """The `LossScale` TF 2.3's experimental class holds for `loss_scale`.
+
+  TF 2.3.4 took any `LossScale`; TF 2.4 refused those its non-experimental
+  arguments cannot express (a `DynamicLossScale` whose multiplier is not 2,
+  a user's own subclass). The experimental class follows TF 2.3: it keeps
+  the object itself.
+
+  Args:
+    loss_scale: As `LossScaleOptimizerV1`'s argument (also a serialized
+      loss scale dict).
+    custom_objects: Optional classes, by name, for a serialized user
+      `LossScale`.
+
+  Returns:
+    `(loss_scale, message)`: the `LossScale` (the one passed, or the one
+    "dynamic", a number or a dict stands for) and the deprecation message
+    to log.
+
+  Raises:
+    ValueError: For a value that is neither a `LossScale`, "dynamic", a
+      number nor a serialized loss scale.
+  """
+  if isinstance(loss_scale, dict):
+    loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
+  if (isinstance(loss_scale, _loss_scale_types()) and
+      not tf24_representable(loss_scale)):
+    if isinstance(loss_scale, _dynamic_types()):
+      # TF's own tf.compat.v1 class takes a scale float32 cannot hold.
+      dynamic_state.check_initial_scale(loss_scale.initial_loss_scale,
+                                        "initial_loss_scale")
+    return loss_scale, (
+        V1_WARNING_PREFIX + "The non-experimental LossScaleOptimizer cannot "
+        f"express {loss_scale!r}; the experimental one uses it as TF 2.3 "
+        "did.")
+  kwargs, message = v1_arguments(loss_scale)
+  if "initial_scale" in kwargs:
+    # As the non-experimental constructor checks it (TF's tf.compat.v1
+    # classes take a scale float32 cannot hold).
+    dynamic_state.check_initial_scale(kwargs["initial_scale"], "initial_scale")
+  return loss_scale_module.get(loss_scale), message
 
 
 def tf23_config_arguments(serialized):

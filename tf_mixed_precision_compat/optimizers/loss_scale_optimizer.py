@@ -80,6 +80,7 @@ Example:
 """
 
 import threading
+import weakref
 from typing import Any, Iterable, Optional, Sequence
 
 import keras
@@ -102,6 +103,36 @@ def serializable(cls: type) -> type:
   """Registers `cls` with Keras as "tf_mixed_precision_compat>ClassName"."""
   return keras.saving.register_keras_serializable(
       package=SERIALIZATION_PACKAGE)(cls)
+
+
+# Inner optimizer -> weak reference to the LossScaleOptimizer wrapping it.
+_WRAPPERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
+def _claim_inner(wrapper, inner_optimizer):
+  """Records that `wrapper` wraps `inner_optimizer`; refuses a second one.
+
+  TF 2.4.4 (and TF 2.3.4) raised `ValueError` when a second
+  `LossScaleOptimizer` tracked its loss scale on an already wrapped
+  optimizer; both would scale the loss and share the inner optimizer's
+  slots and iterations.
+
+  Raises:
+    ValueError: If a live `LossScaleOptimizer` already wraps it.
+  """
+  try:
+    previous = _WRAPPERS.get(inner_optimizer)
+  except TypeError:  # Not weakly referenceable: nothing to track.
+    return
+  if previous is not None and previous() is not None:
+    raise ValueError(
+        f'"inner_optimizer" ({type(inner_optimizer).__name__} '
+        f"{getattr(inner_optimizer, 'name', '')!r}) is already wrapped by "
+        "another LossScaleOptimizer; two of them would both scale the loss "
+        "and share its slots and iterations. Use the existing "
+        "LossScaleOptimizer (its `inner_optimizer` is this optimizer), or wrap "
+        "a new optimizer.")
+  _WRAPPERS[inner_optimizer] = weakref.ref(wrapper)
 
 
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
@@ -178,11 +209,11 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
       ValueError: If `inner_optimizer` is already a loss scale optimizer
-        (also an `AttributeError` as in TF 2.4) or
-        scales losses itself, `initial_scale` is missing with
-        `dynamic=False`, `dynamic_growth_steps` is given with
-        `dynamic=False`, a number is out of range, or the current strategy
-        does not support loss scaling.
+        (also an `AttributeError` as in TF 2.4), is already wrapped by
+        another `LossScaleOptimizer` (as TF 2.4), or scales losses itself;
+        if `initial_scale` is missing with `dynamic=False`,
+        `dynamic_growth_steps` is given with `dynamic=False`, a number is out
+        of range, or the current strategy does not support loss scaling.
     """
     adapter = _inner.adapt(inner_optimizer)
     if not isinstance(dynamic, bool):
@@ -197,6 +228,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     initial_scale, dynamic_growth_steps = _scale_arguments(
         dynamic, initial_scale, dynamic_growth_steps)
     _step.raise_if_strategy_unsupported()
+    _claim_inner(self, inner_optimizer)
 
     # The wrapper's own attributes are no checkpoint dependencies: to
     # `tf.train.Checkpoint` it looks like the inner optimizer (see
@@ -534,19 +566,41 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
 
 
 def loss_scale_state(optimizer: Any) -> Any:
-  """The loss-scale state of a dynamic `LossScaleOptimizer`, else None.
+  """The dynamic loss-scale state of a `LossScaleOptimizer`, else None.
 
-  A `dynamic_state.DynamicLossScaleState`, whose `current_loss_scale` and
-  `counter` variables are what TF 2.x checkpoints hold under
-  `optimizer/loss_scale` (the legacy loaders restore them). Found as that
-  checkpoint dependency, so that the class keeps exactly TF 2.4's API.
+  An object whose `current_loss_scale` and `counter` variables are what TF
+  2.x checkpoints hold under `optimizer/loss_scale` (the legacy loaders
+  restore them): TF 2.4's `DynamicLossScaleState`, or the experimental
+  class's `DynamicLossScale` (any multiplier). Found as that checkpoint
+  dependency, so that the class keeps exactly TF 2.4's API.
 
   Args:
     optimizer: Any optimizer.
 
   Returns:
-    The state, or None for a fixed scale or another optimizer.
+    The state, or None for a fixed scale, a user `LossScale` or another
+    optimizer.
   """
   if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
     return None
-  return _private_api.lookup_dependency(optimizer, "loss_scale")
+  state = _private_api.lookup_dependency(optimizer, "loss_scale")
+  if isinstance(state, dynamic_state.DynamicLossScaleState):
+    return state
+  if isinstance(state, dynamic_state.DynamicScaleCore):
+    return _CoreState(state)
+  return None
+
+
+class _CoreState:
+  """A TF 2.3 `DynamicLossScale` under TF 2.4's state names."""
+
+  def __init__(self, core):
+    self._core = core
+
+  @property
+  def current_loss_scale(self):
+    return _private_api.lookup_dependency(self._core, "current_loss_scale")
+
+  @property
+  def counter(self):
+    return dynamic_state.counter_variable(self._core)

@@ -1,0 +1,111 @@
+"""TF 2.3.4's experimental LossScaleOptimizer cases, for both Keras targets.
+
+The fixture tests/fixtures/keras_lso/v1_tf23.json was recorded by
+tools/gen_tf23_lso_v1_fixtures.py under TF 2.3.4; these helpers replay its
+custom loop with this package's classes, reached as a TF 2.3 job reaches them
+(`tf.keras.mixed_precision.experimental.LossScaleOptimizer` and
+`tf.mixed_precision.experimental.*LossScale` after `install()`), so the same
+code serves the Keras 3 and the tf_keras target.
+"""
+
+import json
+
+import numpy as np
+import tensorflow as tf
+
+from tests import testing
+from tests import tf23_custom_loss_scale
+
+CASES = ("dynamic", "fixed", "multiplier_4", "custom")
+
+
+def fixture():
+  with open(testing.fixture_path("keras_lso", "v1_tf23.json")) as f:
+    return json.load(f)
+
+
+def custom_class():
+  """The user `LossScale` of the fixture, on TF 2.3's public base class."""
+  return tf23_custom_loss_scale.define(
+      tf.mixed_precision.experimental.LossScale, tf)
+
+
+def make_loss_scale(case):
+  """The `loss_scale` argument of `case`, as the TF 2.3 job wrote it."""
+  if case == "dynamic":
+    return "dynamic"
+  if case == "fixed":
+    return 128
+  if case == "multiplier_4":
+    return tf.mixed_precision.experimental.DynamicLossScale(
+        initial_loss_scale=8, increment_period=2, multiplier=4)
+  return custom_class()(1024.)
+
+
+def holder():
+  """The fixture job's model: a layer whose weight `var` is the variable."""
+
+  class Holder(tf.keras.layers.Layer):
+
+    def __init__(self):
+      super().__init__()
+      self.var = self.add_weight(name="var", shape=(2,), initializer="zeros")
+
+    def call(self, x):
+      return x * self.var
+
+  return Holder()
+
+
+def make_optimizer(case):
+  return tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+      tf.keras.optimizers.SGD(0.1, momentum=0.9), make_loss_scale(case))
+
+
+def gradients():
+  return [[float(x) for x in g] for g in fixture()["gradients"]]
+
+
+def step_fn(opt, var):
+  """The fixture job's step: TF 2.3's custom loop, `loss_scale()` called."""
+
+  def step(grad):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(var * grad)
+      scaled = opt.get_scaled_loss(loss)
+    (scaled_grad,) = tape.gradient(scaled, [var])
+    (unscaled,) = opt.get_unscaled_gradients([scaled_grad])
+    scale_in_step = opt.loss_scale()
+    opt.apply_gradients([(unscaled, var)])
+    return scale_in_step
+
+  return step
+
+
+def _loss_scale_variables(opt):
+  children = opt.loss_scale._trackable_children("checkpoint")  # pylint: disable=protected-access
+  return {name: float(v.numpy()) for name, v in children.items()
+          if isinstance(v, tf.Variable)}
+
+
+def _as_float(x):
+  return float(x) if not isinstance(x, str) else float(x)
+
+
+def check_rows(opt, var, step, grads, expected_rows):
+  """Runs `step` on `grads`, comparing every step with the TF 2.3.4 rows."""
+  for i, (grad, row) in enumerate(zip(grads, expected_rows)):
+    scale_in_step = step(tf.constant(grad, tf.float32))
+    where = f"step {i + 1}"
+    assert float(scale_in_step) == _as_float(row["scale_in_step"]), where
+    assert float(opt.loss_scale()) == _as_float(row["loss_scale"]), where
+    assert int(opt.iterations.numpy()) == row["iterations"], where
+    np.testing.assert_array_equal(var.numpy(),
+                                  np.float32(row["var"]), err_msg=where)
+    if hasattr(opt, "get_slot"):  # tf_keras's current optimizers have none.
+      np.testing.assert_array_equal(
+          opt.get_slot(var, "momentum").numpy(), np.float32(row["momentum"]),
+          err_msg=where)
+    assert _loss_scale_variables(opt) == {
+        k: _as_float(v) for k, v in row["loss_scale_variables"].items()
+    }, where

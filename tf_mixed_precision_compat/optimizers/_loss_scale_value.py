@@ -1,0 +1,158 @@
+"""`loss_scale` of the experimental (TF 2.3) LossScaleOptimizer, both ways.
+
+TF 2.3's experimental `LossScaleOptimizer.loss_scale` was the `LossScale`
+object, which TF 2.3 code calls: `opt.loss_scale()` gives the float32 scale.
+TF 2.4 made the same attribute of the same class a float32 tensor, which TF
+2.4 code converts, multiplies, compares, prints or reads with `numpy()`.
+`LossScaleValue` serves both: it is callable as the `LossScale`, reaches the
+`LossScale`'s own attributes (`get_config`, `update`, `increment_period`),
+passes `isinstance` checks against its class, and behaves as the current
+scale tensor everywhere TF 2.4 code used one (`tf.convert_to_tensor` through
+the `__tf_tensor__` protocol, arithmetic, comparisons, `numpy()`, `float()`,
+`tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
+
+Example:
+
+>>> from tf_mixed_precision_compat import loss_scale as loss_scale_module
+>>> value = LossScaleValue(loss_scale_module.FixedLossScale(128))
+>>> float(value()), float(value), float(value * 2)
+(128.0, 128.0, 256.0)
+"""
+
+from typing import Any, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
+
+
+def _tensor_method(name):
+  """A method applying the float32 tensor's `name` to the current scale."""
+
+  def method(self, *args):
+    return getattr(self.tensor(), name)(*args)
+
+  method.__name__ = name
+  method.__doc__ = f"The current scale tensor's `{name}`."
+  return method
+
+
+class LossScaleValue:
+  """The `LossScale` of an experimental LossScaleOptimizer, tensor-like.
+
+  See the module docstring. Calling it or `tensor()` reads the current scale
+  (a float32 scalar tensor, in a `tf.function` too); any other attribute is
+  the `LossScale`'s.
+  """
+
+  # `tf.is_tensor` (and so `K.get_value`) treat it as the scale tensor.
+  is_tensor_like = True
+
+  def __init__(self, loss_scale: Any) -> None:
+    """Wraps `loss_scale`, a TF 2.3 `LossScale`."""
+    object.__setattr__(self, "_loss_scale", loss_scale)
+
+  # -------------------------------------------------- the LossScale --
+
+  @property  # type: ignore[misc]
+  def __class__(self):
+    # `isinstance(opt.loss_scale, DynamicLossScale)`, as TF 2.3 code checks.
+    return type(self._loss_scale)
+
+  def __call__(self) -> tf.Tensor:
+    """The current loss scale, a float32 scalar tensor (TF 2.3's call)."""
+    return self._loss_scale()
+
+  def __getattr__(self, name: str) -> Any:
+    loss_scale = self.__dict__.get("_loss_scale")
+    if name.startswith("__") or loss_scale is None:
+      raise AttributeError(name)
+    return getattr(loss_scale, name)
+
+  def __setattr__(self, name: str, value: Any) -> None:
+    setattr(self._loss_scale, name, value)
+
+  def __repr__(self) -> str:
+    return repr(self._loss_scale)
+
+  def __hash__(self) -> int:
+    return hash(self._loss_scale)
+
+  def __reduce__(self):
+    raise TypeError("The loss_scale of a LossScaleOptimizer cannot be pickled; "
+                    "use its get_config() or float(loss_scale).")
+
+  # -------------------------------------------- the float32 tensor --
+
+  def tensor(self) -> tf.Tensor:
+    """The current loss scale as a float32 scalar tensor."""
+    return tf.convert_to_tensor(self._loss_scale(), dtype=tf.float32)
+
+  def __tf_tensor__(self, dtype: Optional[tf.DType] = None,
+                    name: Optional[str] = None) -> tf.Tensor:
+    return tf.convert_to_tensor(self.tensor(), dtype=dtype, name=name)
+
+  @property
+  def dtype(self) -> tf.DType:
+    """float32, the dtype of the scale tensor."""
+    return tf.float32
+
+  @property
+  def shape(self) -> tf.TensorShape:
+    """The scalar shape of the scale tensor."""
+    return tf.TensorShape([])
+
+  def numpy(self) -> Any:
+    """The current loss scale as a NumPy float32 (eagerly)."""
+    return self.tensor().numpy()
+
+  def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    del copy
+    return np.asarray(self.numpy(), dtype=dtype)
+
+  def __float__(self) -> float:
+    return float(self.numpy())
+
+  def __int__(self) -> int:
+    return int(self.numpy())
+
+  def __format__(self, format_spec: str) -> str:
+    if not format_spec:
+      return str(self)
+    return format(self.numpy(), format_spec)
+
+  __add__ = _tensor_method("__add__")
+  __radd__ = _tensor_method("__radd__")
+  __sub__ = _tensor_method("__sub__")
+  __rsub__ = _tensor_method("__rsub__")
+  __mul__ = _tensor_method("__mul__")
+  __rmul__ = _tensor_method("__rmul__")
+  __truediv__ = _tensor_method("__truediv__")
+  __rtruediv__ = _tensor_method("__rtruediv__")
+  __floordiv__ = _tensor_method("__floordiv__")
+  __rfloordiv__ = _tensor_method("__rfloordiv__")
+  __mod__ = _tensor_method("__mod__")
+  __pow__ = _tensor_method("__pow__")
+  __rpow__ = _tensor_method("__rpow__")
+  __neg__ = _tensor_method("__neg__")
+  __abs__ = _tensor_method("__abs__")
+  __lt__ = _tensor_method("__lt__")
+  __le__ = _tensor_method("__le__")
+  __gt__ = _tensor_method("__gt__")
+  __ge__ = _tensor_method("__ge__")
+
+  def __eq__(self, other: Any) -> Any:
+    if isinstance(other, LossScaleValue) or other is self._loss_scale:
+      return other is self or other is self._loss_scale or (
+          isinstance(other, LossScaleValue) and
+          other._loss_scale is self._loss_scale)
+    return self.tensor() == other
+
+  def __ne__(self, other: Any) -> Any:
+    if isinstance(other, LossScaleValue) or other is self._loss_scale:
+      return not self.__eq__(other)
+    return self.tensor() != other
+
+
+_private_api.register_session_fetch(LossScaleValue, LossScaleValue.tensor)
