@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _model_config
+from tf_mixed_precision_compat.legacy import _training_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
@@ -255,14 +256,6 @@ def build_optimizer(optimizer_config, source, custom_objects):
                      f"{class_name!r}: {type(e).__name__}: {e}") from e
 
 
-def _loss_or_metric(value, getter):
-  if isinstance(value, dict) and "class_name" in value:
-    return getter(value)
-  if isinstance(value, list):
-    return [_loss_or_metric(v, getter) for v in value]
-  return value
-
-
 def compile_model(model, training_config, source, custom_objects, safe_mode):
   """Compiles `model` as `training_config` says; returns the optimizer.
 
@@ -284,10 +277,11 @@ def _compile(model, training_config, source, custom_objects):
   try:
     loss = training_config.get("loss")
     if loss is not None:
-      kwargs["loss"] = _loss_or_metric(loss, keras.losses.get)
+      kwargs["loss"] = _training_config.losses(loss, source, custom_objects)
     for key in ("metrics", "weighted_metrics"):
       if training_config.get(key):
-        kwargs[key] = _loss_or_metric(training_config[key], keras.metrics.get)
+        kwargs[key] = _training_config.metrics(
+            training_config[key], source, len(model.outputs), custom_objects)
     if training_config.get("loss_weights") is not None:
       kwargs["loss_weights"] = training_config["loss_weights"]
     model.compile(optimizer=optimizer, **kwargs)
