@@ -63,7 +63,10 @@ def build(with_lambda):
   h = K.layers.Dense(2, activation="tanh", name="fc2")(h)
   outputs = K.layers.Activation("linear", dtype="float32", name="out")(h)
   if with_lambda:
-    outputs = K.layers.Lambda(lambda x: x * 1.2, name="scale_1p2")(outputs)
+    # float32 like the output layer: with a float16 model output TF 2.4
+    # computed the loss in float16 (Keras 3 computes it in float32).
+    outputs = K.layers.Lambda(lambda x: x * 1.2, dtype="float32",
+                              name="scale_1p2")(outputs)
   return K.Model(inputs, outputs, name="cosmoflow_tiny")
 
 
