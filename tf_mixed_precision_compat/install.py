@@ -13,9 +13,9 @@ unchanged:
   (`from tensorflow.keras.mixed_precision import experimental`, as TF 2.3's
   guide wrote it);
 * the class names TF 2.3/2.4 wrote into configs (`Policy`, `PolicyV1`,
-  `LossScaleOptimizer`, `LossScaleOptimizerV1`, `FixedLossScale`,
-  `DynamicLossScale`) are registered with Keras 3 deserialization
-  (`keras.saving.get_custom_objects()`);
+  `LossScaleOptimizer`, `LossScaleOptimizerV1`) are registered with Keras 3
+  deserialization (`keras.saving.get_custom_objects()`); the loss-scale
+  classes are found only where a config expects a loss scale;
 * `Model.compile` wraps optimizers as TF 2.3/2.4 did (see `_compile`;
   `enable_compile_integration()` makes only this change);
 * plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
@@ -69,7 +69,6 @@ from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.legacy import _tf_keras_restore
-from tf_mixed_precision_compat import loss_scale
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import targets
 
@@ -89,15 +88,20 @@ _journal = None  # The undo log while installed, else None.
 
 
 def _legacy_custom_objects():
-  """Class names TF 2.3/2.4 wrote into configs, mapped to ours."""
+  """Class names TF 2.3/2.4 wrote into configs, mapped to ours.
+
+  The loss-scale classes are not among them: configs name them only where
+  a loss scale is expected (a TF 2.3 optimizer's or `PolicyV1`'s
+  `loss_scale`), and those places resolve them themselves. Registered
+  globally, they would also be found where a learning-rate schedule is
+  expected, which TF 2.4 refused.
+  """
   # Policy and PolicyV1, as TF 2.4 loaded them.
   objects = _model_config.custom_objects()
   objects.update({
       "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
       # TF 2.4.4 deserialized its V1 configs as LossScaleOptimizer.
       "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
-      "FixedLossScale": loss_scale.FixedLossScale,
-      "DynamicLossScale": loss_scale.DynamicLossScale,
   })
   return objects
 

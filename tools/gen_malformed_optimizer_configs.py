@@ -71,7 +71,8 @@ def _use(optimizer):
 def _record(config):
   entry = {"config": copy.deepcopy(config)}
   try:
-    optimizer = tf.keras.optimizers.deserialize(config)
+    # A copy: TF 2.4's deserialize lowercases the class names in place.
+    optimizer = tf.keras.optimizers.deserialize(copy.deepcopy(config))
   except Exception as e:  # pylint: disable=broad-except
     entry["deserialize"] = _error(e)
     return entry

@@ -251,7 +251,11 @@ def build_optimizer(optimizer_config, source, custom_objects):
       cls = LSO_CLASSES[class_name]
       return cls.from_config(options, custom_objects=custom_objects)
     return _inner.deserialize(optimizer_config, custom_objects)
-  except (TypeError, ValueError, KeyError, AttributeError) as e:
+  except (TypeError, ValueError) as e:
+    # TF 2.4's exception type (TypeError for unknown keys), with the source.
+    raise type(e)(f"{source!r}: cannot rebuild the optimizer "
+                  f"{class_name!r}: {e}") from e
+  except (KeyError, AttributeError) as e:
     raise ValueError(f"{source!r}: cannot rebuild the optimizer "
                      f"{class_name!r}: {type(e).__name__}: {e}") from e
 
