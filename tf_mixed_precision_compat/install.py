@@ -68,6 +68,7 @@ from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.legacy import _tf_keras_h5
 from tf_mixed_precision_compat.legacy import _tf_keras_restore
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import targets
@@ -296,14 +297,27 @@ def _apply_tf_keras_target(journal, target):
                    _tf_keras_restore.make_create_or_restore_slot_variable(
                        target.tf_keras))
   load_model = target.tf_keras.models.load_model
-  replacement = _tf_keras_restore.wrap_load_model(
-      load_model, _entry_points.is_tf2x_saved_model)
+  replacement = _tf_keras_h5.wrap_load_model(_tf_keras_restore.wrap_load_model(
+      load_model, _entry_points.is_tf2x_saved_model))
   for module in _public_holders("load_model", load_model, ("tf_keras.",)):
     journal.set_attr(module, "load_model", replacement)
+  _patch_tf_keras_h5(journal, target.tf_keras)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(
                        _private_api.tf_keras_model_get_optimizer(model)))
+
+
+def _patch_tf_keras_h5(journal, tf_keras):
+  """tf_keras's optimizer config and H5 weight loading (`_tf_keras_h5`)."""
+  for name, wrap in (("deserialize", _tf_keras_h5.wrap_optimizers_deserialize),
+                     ("get", _tf_keras_h5.wrap_optimizers_get)):
+    original = getattr(tf_keras.optimizers, name)
+    replacement = wrap(original, tf_keras)
+    for module in _public_holders(name, original, ("tf_keras.",)):
+      journal.set_attr(module, name, replacement)
+  journal.set_attr(tf_keras.Model, "load_weights",
+                   _tf_keras_h5.wrap_load_weights(tf_keras.Model.load_weights))
 
 
 def _patch_compile(set_attr):
