@@ -11,7 +11,9 @@ journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
   the way out for such a model rebuilt in code; TF 2.4 read the weights only.
 * `optimizers.deserialize` / `get` refuse a Keras 2 config whose
   `learning_rate` names no learning-rate schedule (a loss scale), as TF 2.4
-  did ("Unknown decay"); tf_keras would keep the class name as the rate.
+  did ("Unknown decay"; tf_keras would keep the class name as the rate),
+  and one whose `learning_rate` is neither a number nor a schedule config,
+  with the exception type TF 2.4 raised at the first step.
 """
 
 import functools
@@ -152,9 +154,18 @@ def _check_learning_rate(config, custom_objects, tf_keras):
     return
   for key in ("inner_optimizer", "optimizer"):  # TF 2.4's / TF 2.3's LSO.
     _check_learning_rate(options.get(key), custom_objects, tf_keras)
-  rate = options.get("learning_rate", options.get("lr"))
-  if not isinstance(rate, dict) or "module" in rate:
+  rate = options.get("learning_rate", options.get("lr", 0.001))
+  if isinstance(rate, dict) and "module" in rate:
     return
+  if rate is None or isinstance(rate, (str, list, tuple)):
+    # TF 2.4 (and tf_keras) failed on the first step, eagerly with this
+    # type; in a tf.function with another. Refused on loading instead.
+    error = TypeError if rate is None else ValueError
+    raise error(f"The TF 2.x {config.get('class_name')} config's "
+                "learning_rate must be a number or a LearningRateSchedule "
+                f"config, got {rate!r}.")
+  if not isinstance(rate, dict):
+    return  # A number, or a schedule or callable built in Python.
   name = rate.get("class_name")
   schedules = tf_keras.optimizers.schedules
   cls = ((custom_objects or {}).get(name) or

@@ -163,8 +163,10 @@ def _check_decay(decay):
 
 def _check_learning_rate(class_name, learning_rate):
   """TF 2.4 failed on the first step for these; here they fail on loading."""
-  if isinstance(learning_rate, (int, float)):
-    return  # Negative rates included: TF 2.4 trained with them.
+  if not (learning_rate is None or isinstance(learning_rate,
+                                              (str, list, tuple))):
+    return  # Numbers (negative ones too: TF 2.4 trained with them), or a
+    # schedule or callable a Python-built config holds.
   error = TypeError if learning_rate is None else ValueError
   raise error(f"The TF 2.x {class_name} config's learning_rate must be a "
               "number or a LearningRateSchedule config, got "
