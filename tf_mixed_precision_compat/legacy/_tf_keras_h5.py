@@ -68,6 +68,12 @@ def wrap_load_model(original):
   return load_model
 
 
+def _variables(inner):
+  """An optimizer's variables (a method of OptimizerV2, a list otherwise)."""
+  variables = inner.variables
+  return variables() if callable(variables) else variables
+
+
 def _current_slot(inner, variable, slot):
   """`variable`'s slot `slot` (a TF 2.x name) in `inner`, or None."""
   if hasattr(inner, "get_slot_names"):  # OptimizerV2: TF 2.x's own names.
@@ -79,7 +85,7 @@ def _current_slot(inner, variable, slot):
   current = _CURRENT_SLOTS_BY_CLASS.get(name, {}).get(
       slot, _CURRENT_SLOTS.get(slot))
   wanted = f"{current}/{variable.name}"
-  found = [v for v in inner.variables
+  found = [v for v in _variables(inner)
            if v.name == wanted or v.name.endswith("/" + wanted)]
   return found[0] if len(found) == 1 else None
 
@@ -110,8 +116,8 @@ def _optimizer_plan(model, group):
       return None, f"{name} has no counterpart of its shape"
     plan.append((target, value))
     covered.add(id(target))
-  left = [v.name for v in inner.variables if id(v) not in covered and
-          "iteration" not in v.name and "learning_rate" not in v.name]
+  left = [v.name for v in _variables(inner) if id(v) not in covered and
+          "iter" not in v.name and "learning_rate" not in v.name]
   if left:
     return None, f"nothing restores {left[:3]}"
   return plan, None
