@@ -244,3 +244,24 @@ def test_writer_python_is_told_from_the_code_layout():
   # Keras 2.4.0 (TF 2.3/2.4) ran on Python 3.5-3.8: that layout is 3.8's.
   with pytest.raises(ValueError, match=r"Python 3\.8 \(Keras 2\.4\.0\)"):
     _h5.check_lambda_bytecode(config, "2.4.0", "f.h5")
+
+
+def _labels_for(metric):
+  """Dense labels, or sparse ones for a metric that takes class indices."""
+  dense = np.zeros((4, 3), np.float32)
+  dense[:, 1] = 1.0
+  sparse = np.ones((4, 1), np.float32)
+  preds = np.array([[0.1, 0.7, 0.2]] * 4, np.float32)
+  return (sparse if "sparse" in metric.name else dense), preds
+
+
+def test_every_tf24_metric_config_rebuilds_as_a_working_metric():
+  with open(testing.fixture_path("legacy", "tf24_metric_configs.json")) as f:
+    saved = json.load(f)["metrics"]
+  assert len(saved) == 50
+  for config in saved:
+    (metric,) = _training_config.metrics([[config]], "f.h5", num_outputs=1)
+    assert metric.name == config["config"]["name"]
+    y_true, y_pred = _labels_for(metric)
+    metric.update_state(y_true, y_pred)
+    assert np.all(np.isfinite(np.asarray(metric.result()))), metric.name

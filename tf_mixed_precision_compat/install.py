@@ -298,7 +298,7 @@ def _apply_tf_keras_target(journal, target):
                        target.tf_keras))
   load_model = target.tf_keras.models.load_model
   replacement = _tf_keras_h5.wrap_load_model(_tf_keras_restore.wrap_load_model(
-      load_model, _entry_points.is_tf2x_saved_model))
+      load_model, _entry_points.is_tf2x_saved_model), target.tf_keras)
   for module in _public_holders("load_model", load_model, ("tf_keras.",)):
     journal.set_attr(module, "load_model", replacement)
   _patch_tf_keras_h5(journal, target.tf_keras)

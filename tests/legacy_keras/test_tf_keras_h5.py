@@ -9,7 +9,9 @@ TF 2.4 loaded them.
 
 import json
 import os
+import shutil
 
+import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -166,3 +168,28 @@ def test_way_out_under_mirrored_strategy(mirrored_strategy):
   assert np.all(np.isfinite(history["loss"]))
   steps = int(model.optimizer.iterations.numpy())
   assert steps == meta["loaded_iterations"] + 8
+
+
+def test_every_tf24_metric_config_loads_as_a_working_metric(tmp_path):
+  # The CosmoFlow-like job's file, its metrics replaced by every metric
+  # class and function as TF 2.4.4 saved them.
+  with open(os.path.join(_FIXTURES, "tf24_metric_configs.json")) as f:
+    saved = json.load(f)["metrics"]
+  assert len(saved) == 50
+  _, _, _, source = _job("mlperf_h5_tf24")
+  path = str(tmp_path / "checkpoint-2.h5")
+  shutil.copy(source, path)
+  with h5py.File(path, "r+") as f:
+    training_config = json.loads(f.attrs["training_config"])
+    training_config["metrics"] = [saved]
+    f.attrs["training_config"] = json.dumps(training_config)
+  model = tf.keras.models.load_model(path)
+  metrics = tf.nest.flatten(model.compiled_metrics._user_metrics)  # pylint: disable=protected-access
+  assert [m.name for m in metrics] == [c["config"]["name"] for c in saved]
+  dense = np.zeros((4, 3), np.float32)
+  dense[:, 1] = 1.0
+  preds = np.array([[0.1, 0.7, 0.2]] * 4, np.float32)
+  for metric in metrics:
+    y_true = np.ones((4, 1), np.float32) if "sparse" in metric.name else dense
+    metric.update_state(y_true, preds)
+    assert np.all(np.isfinite(np.asarray(metric.result()))), metric.name

@@ -5,7 +5,9 @@ journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
 
 * `load_model` of a TF 2.2-2.4 H5 file whose `Lambda` layers hold bytecode
   this Python cannot read raises `_h5.check_lambda_bytecode`'s one clear
-  error (tf_keras would fail with "bad marshal data").
+  error (tf_keras would fail with "bad marshal data"); metric functions the
+  file names that tf_keras cannot look up are handed to it, so that `fit`
+  resumes.
 * `Model.load_weights` of a whole-model TF 2.x H5 file into a compiled model
   also restores the optimizer's iterations and slots (by name, all or none),
   the way out for such a model rebuilt in code; TF 2.4 read the weights only.
@@ -50,21 +52,66 @@ def _tf2x_h5(filepath):
   return path if version is not None and version.startswith("2.") else None
 
 
-def wrap_load_model(original):
+def _metric_functions(training_config, tf_keras):
+  """TF 2.x metric functions a config names that tf_keras cannot look up.
+
+  tf_keras resolves a saved `MeanMetricWrapper`'s function by name among
+  the names its metrics module imports; TF 2.4's `kl_divergence` is not one
+  of them, and tf_keras then keeps the name, so `fit` fails ("'str' object
+  is not callable"). Such functions go to the loader as custom objects.
+  """
+  found = {}
+  stack = [training_config]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, list):
+      stack.extend(node)
+    elif isinstance(node, dict):
+      fn = (node.get("config") or {}).get("fn") if node.get(
+          "class_name") == "MeanMetricWrapper" else None
+      if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
+        function = getattr(tf_keras.metrics, fn, None)
+        if callable(function):
+          found[fn] = function
+      stack.extend(node.values())
+  return found
+
+
+def _checked_custom_objects(path, tf_keras):
+  """Checks the file's Lambda layers; the custom objects it also needs."""
+  with h5py.File(path, "r") as f:
+    version = _h5.keras_version(f)
+    config = f.attrs.get("model_config")
+    training_config = f.attrs.get("training_config")
+    if config is not None:
+      _h5.check_lambda_bytecode(
+          _config.parse_json(config, "model_config", path), version, path)
+    if training_config is None:
+      return {}
+    return _metric_functions(
+        _config.parse_json(training_config, "training_config", path),
+        tf_keras)
+
+
+def wrap_load_model(original, tf_keras):
   """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly."""
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
     path = _tf2x_h5(filepath)
     if path is not None:
-      with h5py.File(path, "r") as f:
-        version = _h5.keras_version(f)
-        config = f.attrs.get("model_config")
-        if config is not None:
-          _h5.check_lambda_bytecode(
-              _config.parse_json(config, "model_config", path), version, path)
+      extra = _checked_custom_objects(path, tf_keras)
+      if extra:
+        if args:  # custom_objects, given positionally.
+          args = (dict(extra, **(args[0] or {})),) + tuple(args[1:])
+        else:
+          kwargs["custom_objects"] = dict(
+              extra, **(kwargs.get("custom_objects") or {}))
     return original(filepath, *args, **kwargs)
 
+  # `original` may itself wrap tf_keras's function: name that one, as
+  # `functools.wraps` of a single wrapper would.
+  load_model.__wrapped__ = getattr(original, "__wrapped__", original)
   return load_model
 
 
