@@ -73,9 +73,7 @@ def test_load_model_then_fit_trains_on_as_tf24():
 def test_load_model_then_fit_eagerly():
   meta, x, y, path = _job("mlperf_h5_tf24")
   model = K.models.load_model(path)
-  model.compile(optimizer=model.optimizer, loss=model.loss,
-                metrics=model._compile_config.config["metrics"],  # pylint: disable=protected-access
-                run_eagerly=True)
+  model.run_eagerly = True
   _assert_history(_resume(model, meta, x, y), meta)
 
 
