@@ -18,7 +18,10 @@ from tf_mixed_precision_compat import endpoints
 install_module = importlib.import_module("tf_mixed_precision_compat.install")
 
 _LEGACY_NAMES = ("Policy", "PolicyV1", "LossScaleOptimizer",
-                 "LossScaleOptimizerV1", "FixedLossScale", "DynamicLossScale")
+                 "LossScaleOptimizerV1")
+# Resolved only where a config expects a loss scale (TF 2.4 registered them
+# nowhere): a learning rate naming one is refused.
+_LOSS_SCALE_NAMES = ("FixedLossScale", "DynamicLossScale")
 
 
 def _resolve(root, path):
@@ -246,11 +249,6 @@ def test_legacy_configs_deserialize_only_while_installed():
                  "config": {"name": "mixed_float16"}},
       "PolicyV1": {"class_name": "PolicyV1",
                    "config": {"name": "mixed_float16", "loss_scale": None}},
-      "DynamicLossScale": {"class_name": "DynamicLossScale", "config": {
-          "initial_loss_scale": 256.0, "increment_period": 3,
-          "multiplier": 2.0}},
-      "FixedLossScale": {"class_name": "FixedLossScale",
-                         "config": {"loss_scale_value": 8.0}},
       "LossScaleOptimizer": {"class_name": "LossScaleOptimizer", "config": {
           "inner_optimizer": {"class_name": "SGD", "config": {
               "name": "SGD", "learning_rate": 0.5, "decay": 0.0,
@@ -275,10 +273,6 @@ def test_legacy_configs_deserialize_only_while_installed():
     mp.uninstall()
   assert objects["Policy"] == mp.Policy("mixed_float16")
   assert type(objects["PolicyV1"]) is mp.Policy  # As TF 2.4 loaded it.
-  dls = objects["DynamicLossScale"]
-  assert isinstance(dls, mp.DynamicLossScale)
-  assert (dls.initial_loss_scale, dls.increment_period) == (256., 3)
-  assert float(objects["FixedLossScale"]()) == 8.
   lso = objects["LossScaleOptimizer"]
   assert type(lso) is mp.LossScaleOptimizer
   assert (lso.initial_scale, lso.dynamic_growth_steps) == (64., 5)
@@ -289,6 +283,15 @@ def test_legacy_configs_deserialize_only_while_installed():
   for config in configs.values():
     with pytest.raises(TypeError):
       keras.saving.deserialize_keras_object(config)
+
+
+def test_loss_scales_are_not_global_custom_objects(installed):
+  del installed
+  for name in _LOSS_SCALE_NAMES:
+    assert name not in keras.saving.get_custom_objects()
+    with pytest.raises(TypeError, match="Could not locate class"):
+      keras.saving.deserialize_keras_object(
+          {"class_name": name, "config": {}})
 
 
 def test_keras_3_configs_still_load_as_keras_3_while_installed(installed):

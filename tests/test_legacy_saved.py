@@ -192,8 +192,7 @@ class SavedModelTest(parameterized.TestCase):
 
 class SafeModeTest(parameterized.TestCase):
 
-  @parameterized.parameters("lambda_tf23.h5", "lambda_tf24.h5",
-                            "sm_lambda_tf23", "sm_lambda_tf24")
+  @parameterized.parameters("sm_lambda_tf23", "sm_lambda_tf24")
   def test_lambda_refused_without_running_code(self, name):
     with mock.patch("marshal.loads") as loads:
       with self.assertRaisesRegex(ValueError, "safe_mode=False") as cm:
@@ -201,6 +200,19 @@ class SafeModeTest(parameterized.TestCase):
     loads.assert_not_called()
     self.assertIn(name, str(cm.exception))
     self.assertIn("Lambda", str(cm.exception))
+
+  @parameterized.product(name=["lambda_tf23.h5", "lambda_tf24.h5"],
+                         safe_mode=[True, False])
+  def test_old_lambda_bytecode_refused_unread(self, name, safe_mode):
+    # Python 3.8 bytecode: no safe_mode makes it loadable here, so the
+    # error names the way out instead, and nothing is unmarshalled.
+    with mock.patch("marshal.loads") as loads:
+      with self.assertRaisesRegex(ValueError, "Python 3.8") as cm:
+        legacy.load_model(testing.fixture_path("legacy", name),
+                          safe_mode=safe_mode)
+    loads.assert_not_called()
+    for part in (name, "Lambda layer 'double'", "load_weights"):
+      self.assertIn(part, str(cm.exception))
 
   def test_unsafe_still_guarded_by_keras(self):
     # safe_mode=False lets the config past our check; Keras 3's own switch

@@ -17,11 +17,14 @@ import sys
 import uuid
 
 import keras
+import tensorflow as tf
 import pytest
 
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy as policy_module
+from tf_mixed_precision_compat.optimizers import _keras2_config
+from tests import testing
 
 _EVIL_SOURCE = '''
 import os
@@ -179,3 +182,109 @@ def test_allowed_classes_still_round_trip():
       {"class_name": "PolicyV1", "config": {"name": "mixed_float16",
                                             "loss_scale": None}}).name == \
       "mixed_float16"
+
+
+# ------------------------------------------ malformed TF 2.x configs --
+# How real TF 2.4.4 deserialized malformed old optimizer configs
+# (tools/gen_malformed_optimizer_configs.py): what it refused is refused
+# with its exception type (and its message where it raised at deserialize);
+# what it accepted trains as it did; learning rates it refused only at the
+# first step are refused on loading, with that step's exception type.
+
+
+def _malformed_cases():
+  with open(testing.fixture_path("keras_lso",
+                                 "malformed_configs_tf24.json")) as f:
+    record = json.load(f)
+  return record
+
+
+_MALFORMED = _malformed_cases()
+# Where our message is our own (the exception type is still TF 2.4's).
+_OWN_MESSAGES = ("LossScaleOptimizer/string_initial_scale",
+                 "LossScaleOptimizerTF23/negative_loss_scale")
+
+
+def _three_steps(optimizer, mode, strategy):
+  with strategy.scope():
+    var = tf.Variable([1.0])
+
+  # Replicas' gradients are summed: each gives its share of TF's 1.
+  grad = 1.0 / strategy.num_replicas_in_sync
+
+  def step():
+    optimizer.apply_gradients([(tf.constant([grad]), var)])
+
+  for _ in range(3):
+    if mode == "eager":
+      step()
+    elif mode == "function":
+      tf.function(step)()
+    else:
+      strategy.run(tf.function(step))
+  return float(var.numpy()[0])
+
+
+def check_malformed_case(name, mode="eager", strategy=None):
+  """Asserts that tf.keras.optimizers.deserialize matches TF 2.4.4 on `name`."""
+  entry = _MALFORMED["cases"][name]
+  want, use = entry["deserialize"], entry.get("use")
+  config = json.loads(json.dumps(entry["config"]))
+  if want["outcome"] == "raised" or use["outcome"] == "raised":
+    expected = want if want["outcome"] == "raised" else use
+    with pytest.raises(Exception) as info:
+      optimizer = tf.keras.optimizers.deserialize(config)
+      _three_steps(optimizer, mode, strategy or tf.distribute.get_strategy())
+    assert type(info.value).__name__ == expected["type"], info.value
+    if want["outcome"] == "raised" and name not in _OWN_MESSAGES:
+      assert want["message"] in str(info.value)
+    return
+  strategy = strategy or tf.distribute.get_strategy()
+  with strategy.scope():
+    optimizer = tf.keras.optimizers.deserialize(config)
+  value = _three_steps(optimizer, mode, strategy)
+  assert value == pytest.approx(use["value"], rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("name", sorted(_MALFORMED["cases"]))
+def test_malformed_tf2x_optimizer_configs_as_tf24(name):
+  check_malformed_case(name)
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("mode", ["function", "mirrored"])
+@pytest.mark.parametrize("name", ["SGD/negative_lr",
+                                  "LossScaleOptimizer/Adam/negative_lr_key",
+                                  "LossScaleOptimizer/RMSprop/negative_lr",
+                                  "Adam/negative_decay"])
+def test_malformed_configs_in_function_and_mirrored(name, mode,
+                                                    mirrored_strategy):
+  check_malformed_case(name, mode, mirrored_strategy if mode == "mirrored"
+                       else None)
+
+
+def test_keras2_argument_table_is_tf24s():
+  assert _keras2_config.KERAS2_ARGUMENTS == {
+      k: tuple(v) for k, v in _MALFORMED["keras2_arguments"].items()}
+  assert sorted(_keras2_config.KERAS2_KWARGS) == \
+      _MALFORMED["keras2_allowed_kwargs"]
+
+
+@pytest.mark.usefixtures("installed")
+def test_loss_scales_are_custom_objects_only_where_a_loss_scale_is_expected():
+  assert "FixedLossScale" not in keras.saving.get_custom_objects()
+  assert "DynamicLossScale" not in keras.saving.get_custom_objects()
+  # Where a loss scale is expected, both still load.
+  opt = tf.keras.optimizers.deserialize({
+      "class_name": "LossScaleOptimizer", "config": {
+          "optimizer": {"class_name": "SGD", "config": {"learning_rate": 0.1,
+                                                        "decay": 0.0}},
+          "loss_scale": {"class_name": "FixedLossScale",
+                         "config": {"loss_scale_value": 5.0}}}})
+  assert not opt.dynamic and float(opt.loss_scale) == 5.0
+  policy = mp.PolicyV1.from_config({"name": "mixed_float16", "loss_scale": {
+      "class_name": "DynamicLossScale", "config": {
+          "initial_loss_scale": 8.0, "increment_period": 3,
+          "multiplier": 2.0}}})
+  assert float(policy.loss_scale()) == 8.0

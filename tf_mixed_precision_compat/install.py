@@ -13,9 +13,9 @@ unchanged:
   (`from tensorflow.keras.mixed_precision import experimental`, as TF 2.3's
   guide wrote it);
 * the class names TF 2.3/2.4 wrote into configs (`Policy`, `PolicyV1`,
-  `LossScaleOptimizer`, `LossScaleOptimizerV1`, `FixedLossScale`,
-  `DynamicLossScale`) are registered with Keras 3 deserialization
-  (`keras.saving.get_custom_objects()`);
+  `LossScaleOptimizer`, `LossScaleOptimizerV1`) are registered with Keras 3
+  deserialization (`keras.saving.get_custom_objects()`); the loss-scale
+  classes are found only where a config expects a loss scale;
 * `Model.compile` wraps optimizers as TF 2.3/2.4 did (see `_compile`;
   `enable_compile_integration()` makes only this change);
 * plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
@@ -68,8 +68,8 @@ from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.legacy import _tf_keras_h5
 from tf_mixed_precision_compat.legacy import _tf_keras_restore
-from tf_mixed_precision_compat import loss_scale
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import targets
 
@@ -89,15 +89,20 @@ _journal = None  # The undo log while installed, else None.
 
 
 def _legacy_custom_objects():
-  """Class names TF 2.3/2.4 wrote into configs, mapped to ours."""
+  """Class names TF 2.3/2.4 wrote into configs, mapped to ours.
+
+  The loss-scale classes are not among them: configs name them only where
+  a loss scale is expected (a TF 2.3 optimizer's or `PolicyV1`'s
+  `loss_scale`), and those places resolve them themselves. Registered
+  globally, they would also be found where a learning-rate schedule is
+  expected, which TF 2.4 refused.
+  """
   # Policy and PolicyV1, as TF 2.4 loaded them.
   objects = _model_config.custom_objects()
   objects.update({
       "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
       # TF 2.4.4 deserialized its V1 configs as LossScaleOptimizer.
       "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
-      "FixedLossScale": loss_scale.FixedLossScale,
-      "DynamicLossScale": loss_scale.DynamicLossScale,
   })
   return objects
 
@@ -298,14 +303,27 @@ def _apply_tf_keras_target(journal, target):
                        _private_api.tf_keras_v2_create_or_restore_slot_variable(
                            v2)))
   load_model = target.tf_keras.models.load_model
-  replacement = _tf_keras_restore.wrap_load_model(
-      load_model, _entry_points.is_tf2x_saved_model)
+  replacement = _tf_keras_h5.wrap_load_model(_tf_keras_restore.wrap_load_model(
+      load_model, _entry_points.is_tf2x_saved_model), target.tf_keras)
   for module in _public_holders("load_model", load_model, ("tf_keras.",)):
     journal.set_attr(module, "load_model", replacement)
+  _patch_tf_keras_h5(journal, target.tf_keras)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(
                        _private_api.tf_keras_model_get_optimizer(model)))
+
+
+def _patch_tf_keras_h5(journal, tf_keras):
+  """tf_keras's optimizer config and H5 weight loading (`_tf_keras_h5`)."""
+  for name, wrap in (("deserialize", _tf_keras_h5.wrap_optimizers_deserialize),
+                     ("get", _tf_keras_h5.wrap_optimizers_get)):
+    original = getattr(tf_keras.optimizers, name)
+    replacement = wrap(original, tf_keras)
+    for module in _public_holders(name, original, ("tf_keras.",)):
+      journal.set_attr(module, name, replacement)
+  journal.set_attr(tf_keras.Model, "load_weights",
+                   _tf_keras_h5.wrap_load_weights(tf_keras.Model.load_weights))
 
 
 def _patch_compile(set_attr):

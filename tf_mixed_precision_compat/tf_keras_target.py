@@ -463,12 +463,15 @@ def _deferred_in_wrapped(self):
 
 
 def custom_objects() -> dict[str, Any]:
-  """TF 2.3/2.4 config class names, for tf_keras deserialization."""
+  """TF 2.3/2.4 config class names, for tf_keras deserialization.
+
+  Not the loss-scale classes: where a config expects a loss scale, it is
+  resolved there; registered globally, a loss scale would also pass as a
+  learning-rate schedule, which TF 2.4 refused.
+  """
   return {
       "PolicyV1": PolicyV1,
       "LossScaleOptimizerV1": _SerializedV1,
-      "FixedLossScale": loss_scale_module.FixedLossScale,
-      "DynamicLossScale": loss_scale_module.DynamicLossScale,
   }
 
 

@@ -69,3 +69,56 @@ def test_deserialize_as_tf24(entry):
   got = opt.inner_optimizer.get_config()
   for key, value in inner.items():
     assert got[key] == pytest.approx(value), key
+
+
+# ------------------------------------------ malformed TF 2.x configs --
+# As on the Keras 3 target (tests/test_reliability_deserialization.py), from
+# the same TF 2.4.4 record: tf_keras's OptimizerV2 refuses and defers what
+# TF 2.4 did; a learning rate naming a loss scale is refused on loading.
+
+with open(os.path.join(_FIXTURES, "malformed_configs_tf24.json")) as _f:
+  _MALFORMED = json.load(_f)["cases"]
+_OWN_MESSAGES = ("LossScaleOptimizer/string_initial_scale",
+                 "LossScaleOptimizerTF23/negative_loss_scale",
+                 "LossScaleOptimizerTF23/schedule_loss_scale")
+
+
+def _three_steps(optimizer, mode):
+  var = tf.Variable([1.0])
+
+  def step():
+    optimizer.apply_gradients([(tf.constant([1.0]), var)])
+
+  for _ in range(3):
+    if mode == "eager":
+      step()
+    else:
+      tf.function(step)()
+  return float(var.numpy()[0])
+
+
+@pytest.mark.parametrize("mode", ["eager", "function"])
+@pytest.mark.parametrize("name", sorted(_MALFORMED))
+def test_malformed_tf2x_optimizer_configs_as_tf24(name, mode):
+  entry = _MALFORMED[name]
+  want, use = entry["deserialize"], entry.get("use")
+  if want["outcome"] == "raised" or use["outcome"] == "raised":
+    expected = want if want["outcome"] == "raised" else use
+    with pytest.raises(Exception) as info:
+      _three_steps(tf.keras.optimizers.deserialize(entry["config"]), mode)
+    assert type(info.value).__name__ == expected["type"], info.value
+    if want["outcome"] == "raised" and name not in _OWN_MESSAGES:
+      assert want["message"] in str(info.value)
+    return
+  value = _three_steps(tf.keras.optimizers.deserialize(entry["config"]), mode)
+  assert value == pytest.approx(use["value"], rel=1e-4, abs=1e-5)
+
+
+def test_loss_scales_are_not_global_custom_objects():
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  assert "FixedLossScale" not in tf_keras.utils.get_custom_objects()
+  with pytest.raises(ValueError, match="Unknown decay: FixedLossScale"):
+    tf.keras.optimizers.get({"class_name": "SGD", "config": {
+        "learning_rate": {"class_name": "FixedLossScale",
+                          "config": {"loss_scale_value": 5.0}},
+        "decay": 0.0}})

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _model_config
+from tf_mixed_precision_compat.legacy import _training_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
@@ -250,17 +251,13 @@ def build_optimizer(optimizer_config, source, custom_objects):
       cls = LSO_CLASSES[class_name]
       return cls.from_config(options, custom_objects=custom_objects)
     return _inner.deserialize(optimizer_config, custom_objects)
-  except (TypeError, ValueError, KeyError, AttributeError) as e:
+  except (TypeError, ValueError) as e:
+    # TF 2.4's exception type (TypeError for unknown keys), with the source.
+    raise type(e)(f"{source!r}: cannot rebuild the optimizer "
+                  f"{class_name!r}: {e}") from e
+  except (KeyError, AttributeError) as e:
     raise ValueError(f"{source!r}: cannot rebuild the optimizer "
                      f"{class_name!r}: {type(e).__name__}: {e}") from e
-
-
-def _loss_or_metric(value, getter):
-  if isinstance(value, dict) and "class_name" in value:
-    return getter(value)
-  if isinstance(value, list):
-    return [_loss_or_metric(v, getter) for v in value]
-  return value
 
 
 def compile_model(model, training_config, source, custom_objects, safe_mode):
@@ -284,10 +281,11 @@ def _compile(model, training_config, source, custom_objects):
   try:
     loss = training_config.get("loss")
     if loss is not None:
-      kwargs["loss"] = _loss_or_metric(loss, keras.losses.get)
+      kwargs["loss"] = _training_config.losses(loss, source, custom_objects)
     for key in ("metrics", "weighted_metrics"):
       if training_config.get(key):
-        kwargs[key] = _loss_or_metric(training_config[key], keras.metrics.get)
+        kwargs[key] = _training_config.metrics(
+            training_config[key], source, len(model.outputs), custom_objects)
     if training_config.get("loss_weights") is not None:
       kwargs["loss_weights"] = training_config["loss_weights"]
     model.compile(optimizer=optimizer, **kwargs)

@@ -37,6 +37,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy import _checkpoint
 from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _h5
 from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
@@ -476,5 +477,50 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
     _plan_topological(model, path, saved_layers, plan)
   if plan.problems:
     raise _checkpoint.RestoreError(path, problems=plan.problems)
-  for _, target, value, _ in plan.assignments:
+  optimizer_plan = _plan_h5_optimizer(model, path, plan)
+  for _, target, value, _ in plan.assignments + optimizer_plan:
     target.assign(value)
+  if optimizer_plan:
+    _config.log_no_loss_scale(path, model.optimizer)
+
+
+def _plan_h5_optimizer(model, path, weights_plan):
+  """The optimizer state of a whole-model H5 file, bound to `model`'s.
+
+  TF 2.4's `load_weights` read only the model's weights. A model rebuilt in
+  code (e.g. because the file's `Lambda` bytecode is unreadable here) and
+  compiled as the job did also gets its optimizer's iterations and slots
+  back, so that `fit` resumes as after `load_model`. When the file's state
+  does not fit that optimizer entirely, the optimizer is left untouched and
+  a warning says why.
+
+  Returns:
+    [(key, variable, value, description)] to assign; [] for none.
+  """
+  optimizer = getattr(model, "optimizer", None)
+  if optimizer is None:
+    return []
+  with h5py.File(path, "r") as f:
+    group = f.get("optimizer_weights")
+    if not isinstance(group, h5py.Group) or "weight_names" not in group.attrs:
+      return []
+    by_tf_name = {key.split("/", 1)[1][:-2] if key.endswith(":0") else
+                  key.split("/", 1)[1]: target
+                  for key, target, _, _ in weights_plan.assignments}
+    _checkpoint.ensure_optimizer_built(model, optimizer)
+    plan = _checkpoint.Plan(path)
+    _h5.plan_optimizer(group, path, optimizer, by_tf_name, plan)
+  missing = [d for obj, d in _checkpoint.expected_optimizer_objects(optimizer)
+             if id(obj) not in plan.targets and
+             not d.startswith("optimizer/loss_scale") and
+             d != "optimizer/learning_rate"]
+  if plan.problems or plan.unmatched_checkpoint or missing:
+    tf.get_logger().warning(
+        "Loaded the weights of model '%s' from %s; its optimizer state was "
+        "not restored, as it does not fit the model's optimizer (%s).",
+        model.name, path, "; ".join(
+            plan.problems + [f"{k} has no counterpart"
+                             for k in plan.unmatched_checkpoint] +
+            [f"nothing restores {d}" for d in missing])[:500])
+    return []
+  return plan.assignments

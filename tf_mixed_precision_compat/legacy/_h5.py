@@ -10,6 +10,9 @@ name, a slot by the longest model weight name it ends with. The loss scale
 was never stored.
 """
 
+import base64
+import sys
+
 import h5py
 import numpy as np
 
@@ -34,6 +37,16 @@ def _names(group, source, attribute="weight_names", required=True):
   except (TypeError, ValueError, OSError) as e:
     raise ValueError(f"{source!r}: {group.name}'s {attribute} is unreadable "
                      f"({e}); the file is corrupted.") from None
+
+
+def keras_version(f):
+  """The `keras_version` attribute of an open H5 file, as a str, or None."""
+  version = f.attrs.get("keras_version")
+  if version is None and isinstance(f.get("model_weights"), h5py.Group):
+    version = f["model_weights"].attrs.get("keras_version")
+  if isinstance(version, bytes):
+    version = version.decode("utf-8", "replace")
+  return None if version is None else str(version)
 
 
 def _strip(name):
@@ -118,6 +131,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
                      "(use model.load_weights) or is not a Keras H5 file.")
   config = _config.parse_json(f.attrs["model_config"], "model_config",
                               path)
+  check_lambda_bytecode(config, keras_version(f), path)
   model = _config.build_model(config, path, safe_mode, custom_objects)
   plan = _checkpoint.Plan(path)
 
@@ -131,7 +145,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
                                       custom_objects, safe_mode)
     _checkpoint.ensure_optimizer_built(model, optimizer)
     if "optimizer_weights" in f:
-      _plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,
+      plan_optimizer(f["optimizer_weights"], path, optimizer, by_tf_name,
                       plan)
 
   expected = _checkpoint.expected_objects(model, optimizer)
@@ -155,7 +169,7 @@ def _load(f, path, safe_mode, custom_objects, compile, allow_partial):  # pylint
   return model
 
 
-def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
+def plan_optimizer(group, path, optimizer, by_tf_name, plan):
   inner = _checkpoint.inner_optimizer_of(optimizer)
   slots = _keras2_config.TF2_SLOT_NAMES.get(
       _keras2_config.keras_class_name(inner), {})
@@ -183,3 +197,121 @@ def _plan_optimizer(group, path, optimizer, by_tf_name, plan):
     plan.bind(key, target, _read(group, name, path, target),
               f"optimizer/{target.name}")
 
+
+
+# --------------------------------------------------------------------------
+# Lambda layers: Python bytecode of the writer's Python.
+
+# The Pythons each Keras 2 `keras_version` (as TF 2.2-2.4 wrote it) ran on.
+_KERAS_PYTHONS = {
+    "2.3.0-tf": ((3, 5), (3, 8)),  # TF 2.2
+    "2.4.0": ((3, 5), (3, 8)),  # TF 2.3 (3.5-3.8) and TF 2.4 (3.6-3.8)
+}
+# A marshalled code object starts with its type byte and, before its
+# bytecode (a bytes object), 5 int32 fields up to Python 3.7 and from 3.11
+# on, 6 in Python 3.8-3.10 (posonlyargcount was added, nlocals later left).
+_LAYOUTS = ((6, ((3, 8), (3, 10))), (5, ((3, 0), (3, 7))),
+            (5, ((3, 11), (3, 99))))
+_CODE, _BYTES, _FLAG_REF = ord("c"), ord("s"), 0x80
+
+
+def _layout_pythons(code):
+  """The (lowest, highest) Pythons whose marshal layout `code` has, or None."""
+  if not code or code[0] & ~_FLAG_REF != _CODE:
+    return None
+  found = [pythons for ints, pythons in _LAYOUTS
+           if len(code) > 1 + 4 * ints and
+           code[1 + 4 * ints] & ~_FLAG_REF == _BYTES]
+  if not found:
+    return None
+  return (min(low for low, _ in found), max(high for _, high in found))
+
+
+def _bytecode(function_config):
+  """The marshalled code a Lambda config holds (TF 2.x: [code, defaults,
+  closure] or the code alone, base64), or None."""
+  if isinstance(function_config, (list, tuple)) and function_config:
+    function_config = function_config[0]
+  if not isinstance(function_config, str):
+    return None
+  try:
+    return base64.b64decode(function_config.encode("ascii"))
+  except (ValueError, UnicodeEncodeError):
+    return None
+
+
+def _writer_python(code, keras_version):
+  """A readable name of the Python(s) that wrote `code`, or None."""
+  layout = _layout_pythons(code) if code is not None else None
+  tf_pythons = _KERAS_PYTHONS.get(keras_version)
+  if layout and tf_pythons:
+    low = max(layout[0], tf_pythons[0])
+    high = min(layout[1], tf_pythons[1])
+    layout = (low, high) if low <= high else layout
+  elif tf_pythons:
+    layout = tf_pythons
+  if not layout:
+    return None
+  low, high = ("%d.%d" % v for v in layout)
+  return f"Python {low}" if low == high else f"Python {low}-{high}"
+
+
+def _readable_here(code, keras_version):
+  """Whether this Python can read `code` (never unmarshals untrusted data)."""
+  if keras_version in _KERAS_PYTHONS:
+    return False  # TF 2.2-2.4 ran on no Python TF 2.18+ supports.
+  layout = _layout_pythons(code) if code is not None else None
+  here = sys.version_info[:2]
+  return layout is None or layout[0] <= here <= layout[1]
+
+
+def _lambda_configs(node):
+  """Every Lambda layer config in a model config tree."""
+  stack = [node]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, dict):
+      if node.get("class_name") == "Lambda" and isinstance(
+          node.get("config"), dict):
+        yield node["config"]
+      stack.extend(node.values())
+    elif isinstance(node, list):
+      stack.extend(node)
+
+
+def check_lambda_bytecode(config, keras_version, source):
+  """Refuses a model whose Lambda layers hold bytecode this Python can't read.
+
+  Python bytecode is specific to the Python version that wrote it: Keras 2
+  (TF 2.2-2.4) saved a `Lambda`'s function as the marshalled code of Python
+  3.5-3.8, which the Pythons current TensorFlow runs on cannot load ("bad
+  marshal data"), or worse, misread. Nothing is unmarshalled here: the
+  writer is told from the file's `keras_version` and the code's layout.
+
+  Args:
+    config: The model config (parsed JSON).
+    keras_version: The file's `keras_version` attribute, or None.
+    source: The file, for the message.
+
+  Raises:
+    ValueError: Naming the layer, the Python that wrote it and the way out:
+      build the model in code, then `load_weights` the same file.
+  """
+  for layer in _lambda_configs(config):
+    for key, kind in (("function", "function_type"),
+                      ("output_shape", "output_shape_type")):
+      if layer.get(kind) != "lambda":
+        continue
+      code = _bytecode(layer.get(key))
+      if _readable_here(code, keras_version):
+        continue
+      writer = _writer_python(code, keras_version) or "another Python"
+      here = "%d.%d" % sys.version_info[:2]
+      raise ValueError(
+          f"{source!r}: Lambda layer {layer.get('name')!r} holds its "
+          f"{key.replace('_', ' ')} as Python bytecode written by {writer} "
+          f"(Keras {keras_version}), which Python {here} cannot read. Build "
+          "the model in code (the same layers and layer names, your lambda "
+          "included), compile it as the job did, then call "
+          f"model.load_weights({source!r}): that restores the weights and "
+          "the optimizer state from this file.")

@@ -88,27 +88,114 @@ def hyperparameter_names(optimizer):
       HYPERPARAMETERS.get(keras_class_name(optimizer), ()))
 
 
-def deserialize_schedule(config):
-  """A learning-rate schedule from its Keras 2 or Keras 3 serialized form."""
-  if isinstance(config, dict) and "module" not in config:
-    return keras.optimizers.schedules.deserialize(config)
-  return keras.saving.deserialize_keras_object(config)
+# Each Keras 2 optimizer's constructor arguments in TF 2.4, by Keras 3 class
+# name, and the keyword arguments every TF 2.4 optimizer also took; a config
+# key outside both made TF 2.4 raise a TypeError.
+KERAS2_ARGUMENTS = {
+    "SGD": ("learning_rate", "momentum", "nesterov", "name"),
+    "Adam": ("learning_rate", "beta_1", "beta_2", "epsilon", "amsgrad",
+             "name"),
+    "Adamax": ("learning_rate", "beta_1", "beta_2", "epsilon", "name"),
+    "Nadam": ("learning_rate", "beta_1", "beta_2", "epsilon", "name"),
+    "RMSprop": ("learning_rate", "rho", "momentum", "epsilon", "centered",
+                "name"),
+    "Adadelta": ("learning_rate", "rho", "epsilon", "name"),
+    "Adagrad": ("learning_rate", "initial_accumulator_value", "epsilon",
+                "name"),
+    "Ftrl": ("learning_rate", "learning_rate_power",
+             "initial_accumulator_value", "l1_regularization_strength",
+             "l2_regularization_strength", "name",
+             "l2_shrinkage_regularization_strength", "beta"),
+}
+KERAS2_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm", "lr", "decay")
 
 
-def _keras2_options(class_name, options):
-  """Keras 2 `options` as Keras 3 constructor arguments.
+def deserialize_schedule(config, custom_objects=None):
+  """A learning-rate schedule from its Keras 2 or Keras 3 serialized form.
+
+  Only a `LearningRateSchedule` is accepted: any other class a config names
+  (a loss scale, registered for loss-scale configs) is refused, as TF 2.4,
+  which looked schedules up among schedules only, did.
 
   Raises:
-    ValueError: For a nonzero `decay` together with a schedule.
+    ValueError: For a config naming no `LearningRateSchedule`.
   """
+  name = config.get("class_name") if isinstance(config, dict) else None
+  schedules = keras.optimizers.schedules
+  if isinstance(config, dict) and "module" in config:
+    # Keras 3's own form: its loader resolves (and checks) the module.
+    value = keras.saving.deserialize_keras_object(
+        config, custom_objects=custom_objects)
+  else:
+    cls = ((custom_objects or {}).get(name) or
+           getattr(schedules, str(name), None) or
+           keras.saving.get_custom_objects().get(name))
+    value = None
+    if isinstance(cls, type) and issubclass(cls,
+                                            schedules.LearningRateSchedule):
+      value = cls.from_config(dict(config.get("config") or {}))
+  if not isinstance(value, schedules.LearningRateSchedule):
+    raise ValueError(
+        f"Unknown decay: {name}. A TF 2.x optimizer config's learning_rate "
+        "is a number or a LearningRateSchedule config" +
+        (" (a loss scale belongs in a LossScaleOptimizer's loss_scale)."
+         if name in ("FixedLossScale", "DynamicLossScale") else "."))
+  return value
+
+
+def _check_keys(class_name, keras3_name, options):
+  allowed = set(KERAS2_ARGUMENTS.get(keras3_name, ())) | set(KERAS2_KWARGS)
+  for key in options:
+    if key not in allowed:
+      # TF 2.4's message, and its type.
+      raise TypeError(f"Unexpected keyword argument passed to optimizer: "
+                      f"{key} (in a TF 2.x {class_name} config; allowed: "
+                      f"{sorted(allowed)}).")
+
+
+def _check_decay(decay):
+  if isinstance(decay, (int, float)):
+    if decay < 0:
+      raise ValueError(f"Expected decay >= 0, received: {decay}")
+    return
+  raise TypeError(f"decay must be a number >= 0, got {decay!r}.")
+
+
+def _check_learning_rate(class_name, learning_rate):
+  """TF 2.4 failed on the first step for these; here they fail on loading."""
+  if not (learning_rate is None or isinstance(learning_rate,
+                                              (str, list, tuple))):
+    return  # Numbers (negative ones too: TF 2.4 trained with them), or a
+    # schedule or callable a Python-built config holds.
+  error = TypeError if learning_rate is None else ValueError
+  raise error(f"The TF 2.x {class_name} config's learning_rate must be a "
+              "number or a LearningRateSchedule config, got "
+              f"{learning_rate!r}.")
+
+
+def _keras2_options(class_name, options, keras3_name=None,
+                    custom_objects=None):
+  """Keras 2 `options` as Keras 3 constructor arguments, checked as TF 2.4.
+
+  Raises:
+    TypeError: For an unknown key, a None learning rate or a non-numeric
+      decay (as TF 2.4).
+    ValueError: For a negative decay, a learning rate that is neither a
+      number nor a schedule config, or a nonzero `decay` together with a
+      schedule.
+  """
+  _check_keys(class_name, keras3_name, options)
   if "lr" in options:
     options.setdefault("learning_rate", options.pop("lr"))
     options.pop("lr", None)
-  learning_rate = options.get("learning_rate", None)
+  learning_rate = options.get("learning_rate", 0.001)
   if isinstance(learning_rate, dict):
-    learning_rate = deserialize_schedule(learning_rate)
+    learning_rate = deserialize_schedule(learning_rate, custom_objects)
     options["learning_rate"] = learning_rate
-  decay = options.pop("decay", 0.0) or 0.0
+  else:
+    _check_learning_rate(class_name, learning_rate)
+  decay = options.pop("decay", 0.0)
+  _check_decay(decay)
   if decay:
     if not isinstance(learning_rate, (int, float)):
       raise ValueError(
@@ -133,7 +220,10 @@ def keras2_optimizer_to_keras3(config, custom_objects):
     A Keras 3 optimizer.
 
   Raises:
-    ValueError: For an unknown class or options Keras 3 cannot honour.
+    TypeError: For what TF 2.4 raised a TypeError for (an unknown key).
+    ValueError: For an unknown class, a negative decay, a learning rate
+      that is neither a number nor a schedule, or options Keras 3 cannot
+      honour.
   """
   class_name = config["class_name"]
   options = dict(config.get("config") or {})
@@ -145,12 +235,12 @@ def keras2_optimizer_to_keras3(config, custom_objects):
         f"Unknown optimizer in a TF 2.3/2.4 config: {class_name!r}. Known: "
         f"{sorted(KERAS2_OPTIMIZERS.values())}, or pass the class in "
         "custom_objects.")
-  options = _keras2_options(class_name, options)
+  options = _keras2_options(class_name, options, keras3_name, custom_objects)
   cls = getattr(keras.optimizers, keras3_name)
   try:
     return cls.from_config(options)
   except (TypeError, ValueError) as e:
-    raise ValueError(
+    raise type(e)(
         f"Keras 3's {keras3_name} cannot honour the TF 2.3/2.4 {class_name} "
         f"config {config.get('config')!r}: {e}") from e
 

@@ -1,0 +1,253 @@
+"""TF 2.x H5 models and optimizer configs on the tf_keras target.
+
+`install()` puts these around tf_keras's own functions (through its
+journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
+
+* `load_model` of a TF 2.2-2.4 H5 file whose `Lambda` layers hold bytecode
+  this Python cannot read raises `_h5.check_lambda_bytecode`'s one clear
+  error (tf_keras would fail with "bad marshal data"); metric functions the
+  file names that tf_keras cannot look up are handed to it, so that `fit`
+  resumes.
+* `Model.load_weights` of a whole-model TF 2.x H5 file into a compiled model
+  also restores the optimizer's iterations and slots (by name, all or none),
+  the way out for such a model rebuilt in code; TF 2.4 read the weights only.
+* `optimizers.deserialize` / `get` refuse a Keras 2 config whose
+  `learning_rate` names no learning-rate schedule (a loss scale), as TF 2.4
+  did ("Unknown decay"; tf_keras would keep the class name as the rate),
+  and one whose `learning_rate` is neither a number nor a schedule config,
+  with the exception type TF 2.4 raised at the first step.
+"""
+
+import functools
+import os
+
+import h5py
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _h5
+
+# TF 2.x slot name -> the name tf_keras's current classes give that slot's
+# variables (`<name>/<variable name>`); OptimizerV2 keeps TF 2.x's names.
+_CURRENT_SLOTS = {
+    "momentum": "m", "m": "m", "v": "v", "vhat": "vhat", "rms": "velocity",
+    "mg": "average_gradient", "accumulator": "accumulator",
+    "linear": "linear", "accum_grad": "accumulated_grad",
+    "accum_var": "accumulated_delta_var",
+}
+_CURRENT_SLOTS_BY_CLASS = {"Adamax": {"v": "u"},
+                           "RMSprop": {"momentum": "momentum"}}
+
+
+def _tf2x_h5(filepath):
+  try:
+    path = os.fsdecode(os.fspath(filepath))
+  except TypeError:
+    return None
+  if not os.path.isfile(path) or not h5py.is_hdf5(path):
+    return None
+  with h5py.File(path, "r") as f:
+    version = _h5.keras_version(f)
+  return path if version is not None and version.startswith("2.") else None
+
+
+def _metric_functions(training_config, tf_keras):
+  """TF 2.x metric functions a config names that tf_keras cannot look up.
+
+  tf_keras resolves a saved `MeanMetricWrapper`'s function by name among
+  the names its metrics module imports; TF 2.4's `kl_divergence` is not one
+  of them, and tf_keras then keeps the name, so `fit` fails ("'str' object
+  is not callable"). Such functions go to the loader as custom objects.
+  """
+  found = {}
+  stack = [training_config]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, list):
+      stack.extend(node)
+    elif isinstance(node, dict):
+      fn = (node.get("config") or {}).get("fn") if node.get(
+          "class_name") == "MeanMetricWrapper" else None
+      if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
+        function = getattr(tf_keras.metrics, fn, None)
+        if callable(function):
+          found[fn] = function
+      stack.extend(node.values())
+  return found
+
+
+def _checked_custom_objects(path, tf_keras):
+  """Checks the file's Lambda layers; the custom objects it also needs."""
+  with h5py.File(path, "r") as f:
+    version = _h5.keras_version(f)
+    config = f.attrs.get("model_config")
+    training_config = f.attrs.get("training_config")
+    if config is not None:
+      _h5.check_lambda_bytecode(
+          _config.parse_json(config, "model_config", path), version, path)
+    if training_config is None:
+      return {}
+    return _metric_functions(
+        _config.parse_json(training_config, "training_config", path),
+        tf_keras)
+
+
+def wrap_load_model(original, tf_keras):
+  """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly."""
+
+  @functools.wraps(original)
+  def load_model(filepath, *args, **kwargs):
+    path = _tf2x_h5(filepath)
+    if path is not None:
+      extra = _checked_custom_objects(path, tf_keras)
+      if extra:
+        if args:  # custom_objects, given positionally.
+          args = (dict(extra, **(args[0] or {})),) + tuple(args[1:])
+        else:
+          kwargs["custom_objects"] = dict(
+              extra, **(kwargs.get("custom_objects") or {}))
+    return original(filepath, *args, **kwargs)
+
+  # `original` may itself wrap tf_keras's function: name that one, as
+  # `functools.wraps` of a single wrapper would.
+  load_model.__wrapped__ = getattr(original, "__wrapped__", original)
+  return load_model
+
+
+def _variables(inner):
+  """An optimizer's variables (a method of OptimizerV2, a list otherwise)."""
+  variables = inner.variables
+  return variables() if callable(variables) else variables
+
+
+def _current_slot(inner, variable, slot):
+  """`variable`'s slot `slot` (a TF 2.x name) in `inner`, or None."""
+  if hasattr(inner, "get_slot_names"):  # OptimizerV2: TF 2.x's own names.
+    try:
+      return inner.get_slot(variable, slot)
+    except KeyError:
+      return None
+  name = type(inner).__name__
+  current = _CURRENT_SLOTS_BY_CLASS.get(name, {}).get(
+      slot, _CURRENT_SLOTS.get(slot))
+  wanted = f"{current}/{variable.name}"
+  found = [v for v in _variables(inner)
+           if v.name == wanted or v.name.endswith("/" + wanted)]
+  return found[0] if len(found) == 1 else None
+
+
+def _optimizer_plan(model, group):
+  """[(variable, value)] for every saved optimizer weight; or a reason."""
+  inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+  if not _private_api.tf_keras_v2_create_slots(inner,
+                                               model.trainable_variables):
+    inner.build(model.trainable_variables)
+  by_name = {v.name[:-2] if v.name.endswith(":0") else v.name: v
+             for v in model.trainable_variables}
+  known = sorted(by_name, key=len, reverse=True)
+  plan, covered = [], set()
+  for raw in group.attrs["weight_names"]:
+    name = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
+    stripped = name[:-2] if name.endswith(":0") else name
+    scope, _, slot = stripped.rpartition("/")
+    if slot == "iter":
+      target = inner.iterations
+    else:
+      owner = next((k for k in known
+                    if scope == k or scope.endswith("/" + k)), None)
+      target = None if owner is None else _current_slot(
+          inner, by_name[owner], slot)
+    value = group[name][()]
+    if target is None or tuple(target.shape) != tuple(value.shape):
+      return None, f"{name} has no counterpart of its shape"
+    plan.append((target, value))
+    covered.add(id(target))
+  left = [v.name for v in _variables(inner) if id(v) not in covered and
+          "iter" not in v.name and "learning_rate" not in v.name]
+  if left:
+    return None, f"nothing restores {left[:3]}"
+  return plan, None
+
+
+def wrap_load_weights(original):
+  """tf_keras `Model.load_weights`, with a whole-model H5's optimizer state."""
+
+  @functools.wraps(original)
+  def load_weights(self, filepath, *args, **kwargs):
+    path = _tf2x_h5(filepath)
+    if path is None or getattr(self, "optimizer", None) is None:
+      return original(self, filepath, *args, **kwargs)
+    with h5py.File(path, "r") as f:
+      group = f.get("optimizer_weights")
+      if not isinstance(group, h5py.Group) or "weight_names" not in (
+          group.attrs):
+        return original(self, filepath, *args, **kwargs)
+      plan, why = _optimizer_plan(self, group)
+    result = original(self, filepath, *args, **kwargs)
+    if plan is None:
+      tf.get_logger().warning(
+          "Loaded the weights of model '%s' from %s; its optimizer state was "
+          "not restored, as it does not fit the model's optimizer (%s).",
+          self.name, path, why)
+      return result
+    for target, value in plan:
+      target.assign(value)
+    return result
+
+  return load_weights
+
+
+def _check_learning_rate(config, custom_objects, tf_keras):
+  """Raises TF 2.4's error for a learning rate naming no schedule."""
+  if not isinstance(config, dict):
+    return
+  options = config.get("config")
+  if not isinstance(options, dict):
+    return
+  for key in ("inner_optimizer", "optimizer"):  # TF 2.4's / TF 2.3's LSO.
+    _check_learning_rate(options.get(key), custom_objects, tf_keras)
+  rate = options.get("learning_rate", options.get("lr", 0.001))
+  if isinstance(rate, dict) and "module" in rate:
+    return
+  if rate is None or isinstance(rate, (str, list, tuple)):
+    # TF 2.4 (and tf_keras) failed on the first step, eagerly with this
+    # type; in a tf.function with another. Refused on loading instead.
+    error = TypeError if rate is None else ValueError
+    raise error(f"The TF 2.x {config.get('class_name')} config's "
+                "learning_rate must be a number or a LearningRateSchedule "
+                f"config, got {rate!r}.")
+  if not isinstance(rate, dict):
+    return  # A number, or a schedule or callable built in Python.
+  name = rate.get("class_name")
+  schedules = tf_keras.optimizers.schedules
+  cls = ((custom_objects or {}).get(name) or
+         getattr(schedules, str(name), None) or
+         tf_keras.utils.get_custom_objects().get(name))
+  if not (isinstance(cls, type) and
+          issubclass(cls, schedules.LearningRateSchedule)):
+    raise ValueError(
+        f"Unknown decay: {name}. A TF 2.x optimizer config's learning_rate "
+        "is a number or a LearningRateSchedule config.")
+
+
+def wrap_optimizers_deserialize(original, tf_keras):
+  """tf_keras `optimizers.deserialize`, checking old learning rates."""
+
+  @functools.wraps(original)
+  def deserialize(config, custom_objects=None, **kwargs):
+    _check_learning_rate(config, custom_objects, tf_keras)
+    return original(config, custom_objects=custom_objects, **kwargs)
+
+  return deserialize
+
+
+def wrap_optimizers_get(original, tf_keras):
+  """tf_keras `optimizers.get`, checking old learning rates."""
+
+  @functools.wraps(original)
+  def get(identifier, **kwargs):
+    _check_learning_rate(identifier, None, tf_keras)
+    return original(identifier, **kwargs)
+
+  return get
