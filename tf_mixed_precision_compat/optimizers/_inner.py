@@ -134,6 +134,14 @@ class InnerOptimizer:
   def deferred_dependencies(self):
     return _private_api.deferred_dependencies(self.optimizer)
 
+  def slot_restorer(self):
+    """What restores checkpointed slots into the inner optimizer, or None.
+
+    None for optimizers whose slots are ordinary checkpoint children
+    (Keras 3's); TF's checkpoint restore then finds no such hook.
+    """
+    return None
+
 
 class Keras3Inner(InnerOptimizer):
   """A Keras 3 optimizer, given TF 2.4's optimizer API."""
@@ -271,9 +279,15 @@ class OptimizerV2Inner(InnerOptimizer):
     del experimental_aggregate_gradients  # OptimizerV2 takes either.
 
   def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
-    self.optimizer.apply_gradients(
+    # The op counting the step: in a `tf.compat.v1` graph it is the train op.
+    return self.optimizer.apply_gradients(
         pairs, name,
         experimental_aggregate_gradients=experimental_aggregate_gradients)
+
+  def slot_restorer(self):
+    # OptimizerV2 keeps slot values restored before its first step (slots
+    # are created then) and assigns them on creation, as TF 2.4 did.
+    return _private_api.optimizer_slot_restorer(self.optimizer)
 
   def clip_after_sum(self, distribution):
     del distribution  # OptimizerV2 sums the replicas' gradients, then clips.

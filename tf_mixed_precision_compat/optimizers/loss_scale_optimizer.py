@@ -353,7 +353,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         with one replica, as Keras 3 optimizers always aggregate.
 
     Returns:
-      The inner optimizer's `iterations` variable.
+      The inner optimizer's `iterations` variable; in a `tf.compat.v1`
+      graph, as TF 2.4, the op that runs the step.
 
     Raises:
       ValueError: In cross-replica context, under an unsupported strategy,
@@ -376,10 +377,13 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       # distributed tf.function step (initial values inside the trace).
       with tf.init_scope():
         self.build(variables)
-    tf.distribute.get_replica_context().merge_call(
+    train_op = tf.distribute.get_replica_context().merge_call(
         _step.update_and_apply,
         args=(self._loss_scale if self.dynamic else None, self._adapter,
               grads, variables, name, experimental_aggregate_gradients))
+    if train_op is not None and not tf.inside_function():
+      # A `tf.compat.v1` graph runs only what the returned op depends on.
+      return train_op
     return self.iterations
 
   @tf.autograph.experimental.do_not_convert
@@ -427,7 +431,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       tape: A `tf.GradientTape`; required when `loss` is a tensor.
 
     Returns:
-      The inner optimizer's `iterations` variable.
+      As `apply_gradients`: the inner optimizer's `iterations` variable, or
+      in a `tf.compat.v1` graph the op that runs the step.
 
     Raises:
       ValueError: If `loss` is a tensor and no `tape` is given.

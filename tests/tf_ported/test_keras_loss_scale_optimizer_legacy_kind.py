@@ -1,0 +1,451 @@
+"""TF 2.4's (and tf-keras's) Keras LossScaleOptimizer tests, legacy kind.
+
+Original: tensorflow/python/keras/mixed_precision/loss_scale_optimizer_test.py
+(TF r2.4), kept in tf-keras as tf_keras/src/mixed_precision/
+loss_scale_optimizer_test.py (its OptimizerV2 cases). Here our
+`tf.keras.mixed_precision.LossScaleOptimizer` (Keras 3 target, after
+`install()`) wraps tf_keras's legacy optimizers
+(`tf_keras.optimizers.legacy.*`), TF 2.4's own OptimizerV2, in every mode TF
+2.4 ran them: a `tf.compat.v1` graph (where `minimize` returns the train op),
+eagerly and in a `tf.function`, with the default strategy and a
+MirroredStrategy over 2 logical CPUs. Inputs, expected values and assertions
+are the original's; unlike the Keras 3 kind (test_keras_loss_scale_optimizer_
+tf24.py) nothing is skipped or adapted: OptimizerV2 has `gradient_aggregator`,
+variable hyperparameters, `_set_hyper`, `get_slot` and TF 2.4's one weight.
+
+One case asserts TF 2.4.4's result where tf-keras's later test differs:
+`test_custom_gradient_aggregator`. TF 2.4 checked the gradients for
+Inf/NaN before the inner optimizer aggregated them (a NaN its aggregator
+adds is applied; checked with TF 2.4.4), while tf-keras (TF >= 2.5)
+aggregates first and skips the step.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+
+from tests.tf_ported import harness
+
+MODES = ("graph", "eager", "function")
+STRATEGIES = harness.STRATEGIES
+
+
+def _lso(*args, **kwargs):
+  return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+
+
+def _sgd(*args, **kwargs):
+  return tf_keras.optimizers.legacy.SGD(*args, **kwargs)
+
+
+class _Runner:
+  """Builds replica steps for one mode and runs them, as TF's tests did.
+
+  In graph mode a step is built once (its op is what `minimize` returned)
+  and run in the session; variables are initialized when first needed.
+  """
+
+  def __init__(self, mode, strategy, evaluate):
+    self.mode = mode
+    self.strategy = strategy
+    self.evaluate = evaluate
+
+  def step(self, fn):
+    """A callable running `fn` on every replica once per call."""
+    if self.mode == "graph":
+      op = self.strategy.run(fn)
+      for local in self.strategy.experimental_local_results(op):
+        assert isinstance(local, tf.Operation), local
+      return lambda: self._run_graph(op)
+    call = lambda: self.strategy.run(fn)
+    return tf.function(call) if self.mode == "function" else call
+
+  def run(self, fn):
+    self.step(fn)()
+
+  def _run_graph(self, op):
+    session = self.evaluate.session
+    uninitialized = set(session.run(
+        tf.compat.v1.report_uninitialized_variables()))
+    new = [v for v in tf.compat.v1.global_variables()
+           if v.op.name.encode() in uninitialized]
+    session.run(tf.compat.v1.variables_initializer(new))
+    session.run(op)
+
+  def value(self, x):
+    if self.mode == "graph":
+      return self.evaluate.session.run(x)
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+@pytest.fixture(name="runner_for")
+def _runner_for():
+  """`runner_for(mode, strategy_name)` enters the mode and the strategy."""
+  stack = []
+
+  def enter(mode, strategy_name):
+    context = harness.mode_context("graph" if mode == "graph" else "eager")
+    evaluate = context.__enter__()
+    stack.append(context)
+    strategy = harness.make_strategy(strategy_name)
+    scope = strategy.scope()
+    scope.__enter__()
+    stack.append(scope)
+    return _Runner(mode, strategy, evaluate)
+
+  yield enter
+  while stack:
+    stack.pop().__exit__(None, None, None)
+
+
+def _minimize_with_grad_check(strategy, var, opt, expected_grad):
+  check = harness.identity_with_grad_check(expected_grad)
+  loss = lambda: check(var) / strategy.num_replicas_in_sync
+  return lambda: opt.minimize(loss, var_list=[var])
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, mode,
+                                                         strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([5.0])
+  loss_scale = 10.
+  opt = _lso(_sgd(2.0), dynamic=False, initial_scale=loss_scale)
+  assert runner.value(opt.loss_scale) == loss_scale
+  runner.run(_minimize_with_grad_check(
+      strategy, var, opt, loss_scale / strategy.num_replicas_in_sync))
+  # d(var)/d(var) is 1, so var becomes 5 - 1 * 2.
+  np.testing.assert_allclose(runner.value(var), [3.])
+
+
+def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    loss_scale = 10.
+    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
+    loss = harness.identity_with_grad_check(loss_scale)(var)
+    grads = opt.get_gradients(loss, [var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(grads)
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_loss_scale(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  learning_rate = 2.
+  expected_grad = tf.Variable(learning_rate / strategy.num_replicas_in_sync)
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd(learning_rate), initial_scale=2, dynamic_growth_steps=1)
+  step = runner.step(_minimize_with_grad_check(strategy, var, opt,
+                                               expected_grad))
+  step()
+  np.testing.assert_allclose(runner.value(var), [3.])
+  # The loss scale doubled, and so does the scaled gradient.
+  runner.value(expected_grad.assign(2 * learning_rate /
+                                    strategy.num_replicas_in_sync))
+  step()
+  np.testing.assert_allclose(runner.value(var), [1.])
+
+
+@pytest.mark.parametrize("clip_type", ["clipnorm", "global_clipnorm",
+                                       "clipvalue"])
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_clipping(runner_for, mode, strategy_name, clip_type):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  learning_rate = 2.
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd(learning_rate, **{clip_type: 2.0}), initial_scale=2,
+             dynamic_growth_steps=1)
+  assert getattr(opt, clip_type) == 2.0
+  loss = lambda: var * 4 / strategy.num_replicas_in_sync
+  run_fn = lambda: opt.minimize(loss, var_list=[var])
+  step = runner.step(run_fn)
+  step()
+  # The gradient 4 is clipped to 2: 5 - 2 * 2.
+  np.testing.assert_allclose(runner.value(var), [1.])
+  assert runner.value(opt.loss_scale) == 4
+
+  # Clipping is read when the step is built, as in TF 2.4.
+  setattr(opt, clip_type, 3.0)
+  step = runner.step(run_fn)
+  step()
+  np.testing.assert_allclose(runner.value(var), [-5.])
+  assert runner.value(opt.loss_scale) == 8
+
+  # Infinite gradients are skipped, not clipped.
+  loss = lambda: var * float("inf")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-5.])
+  assert runner.value(opt.loss_scale) == 4
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_update(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=1)
+  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
+  assert runner.value(opt.loss_scale) == 4.
+
+  loss = lambda: var * float("nan")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
+  assert runner.value(opt.loss_scale) == 2.
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_loss_scale_with_float16_loss(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd(2.), initial_scale=2, dynamic_growth_steps=1)
+  loss = lambda: tf.cast(var / strategy.num_replicas_in_sync, "float16")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [3.])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nan_on_one_replica_only(runner_for, mode):
+  runner = runner_for(mode, "mirrored")
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=2)
+
+  def loss():
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return tf.cond(
+        tf.equal(replica, 0), lambda: var * 2.,
+        lambda: var * tf.constant([1., float("nan")]))
+
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [1.0, 2.0])
+  assert runner.value(opt.loss_scale) == 1.
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_custom_gradient_aggregator(runner_for, mode):
+  runner = runner_for(mode, "default")
+
+  def gradient_aggregator(grads_and_vars):
+    # As if one replica's gradient were NaN: the last gradient becomes NaN.
+    grads_and_vars = list(grads_and_vars)
+    grad, var = grads_and_vars[-1]
+    grads_and_vars[-1] = (grad * float("nan"), var)
+    return grads_and_vars
+
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+             initial_scale=2, dynamic_growth_steps=2)
+  runner.run(lambda: opt.minimize(lambda: var * 2, var_list=[var]))
+  # The aggregator's NaN is applied: TF 2.4.4 checked before aggregating.
+  assert np.isnan(runner.value(var)).all()
+  assert runner.value(opt.loss_scale) == 2.
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_dynamic_loss_scale_with_slots(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([1.0, 2.0])
+  initial_scale = 2.
+  opt = _lso(_sgd(1.0, momentum=1.), initial_scale=initial_scale,
+             dynamic_growth_steps=1)
+  loss = lambda: var / strategy.num_replicas_in_sync
+  step = runner.step(lambda: opt.minimize(loss, var_list=[var]))
+  step()
+  np.testing.assert_allclose(runner.value(var), [0.0, 1.0])
+  assert runner.value(opt.loss_scale) == initial_scale * 2
+  step()
+  np.testing.assert_allclose(runner.value(var), [-2., -1.])
+  assert runner.value(opt.loss_scale) == initial_scale * 4
+  assert opt.get_slot_names() == ["momentum"]
+
+
+def test_iterations():
+  opt = _sgd(2.0)
+  lso = _lso(opt, dynamic=False, initial_scale=10.)
+  lso.iterations = 7
+  assert lso.iterations == 7
+  assert opt.iterations == 7
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_iterations_incremented(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  opt = _lso(_sgd(1.0))
+  var = tf.Variable([5.0])
+  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
+  runner.run(lambda: opt.minimize(loss, [var]))
+  assert runner.value(var) == 3.0
+  assert runner.value(opt.iterations) == 1
+
+  # Also incremented when NaN gradients skip the update.
+  loss = lambda: var * float("nan")
+  runner.run(lambda: opt.minimize(loss, [var]))
+  assert runner.value(var) == 3.0
+  assert runner.value(opt.iterations) == 2
+
+
+def test_weight_methods():
+  var = tf.Variable([1.0])
+  opt = _lso(_sgd(1.0), initial_scale=2., dynamic_growth_steps=1)
+  opt.minimize(lambda: var * 2, [var])
+  assert len(opt.weights) == 1  # The inner optimizer's iterations.
+  assert opt.weights[0].numpy() == 1
+  assert opt.get_weights()[0] == 1
+  assert opt.variables()[0].numpy() == 1
+  opt.set_weights([np.array(2.)])
+  assert opt.variables()[0].numpy() == 2
+
+
+def test_hyperparameters_exposed():
+  opt = tf_keras.optimizers.legacy.Adam(learning_rate=1.0, beta_1=0.5,
+                                        beta_2=0.9)
+  lso = _lso(opt)
+  assert isinstance(lso.beta_1, tf.Variable)
+  assert lso.beta_1.numpy() == 0.5
+  assert lso.lr.numpy() == 1.0
+  assert lso.lr is lso.learning_rate
+  lso.beta_1 = 0.25
+  assert lso.beta_1.numpy() == 0.25
+  assert opt.beta_1.numpy() == 0.25
+  assert lso.beta_1 is opt.beta_1
+  opt.beta_1 = 0.75
+  assert lso.beta_1.numpy() == 0.75
+  assert lso.beta_1 is opt.beta_1
+  lso.lr = 2.0
+  assert lso.lr.numpy() == 2.0
+  assert opt.lr.numpy() == 2.0
+  assert lso.lr is opt.lr
+
+  class MyOpt(tf_keras.optimizers.legacy.SGD):
+
+    def __init__(self):
+      super().__init__()
+      self._set_hyper("loss_scale", 123.)
+
+  # A hyperparameter named like an attribute of the wrapper is not reached.
+  lso = _lso(MyOpt())
+  with pytest.raises(AttributeError):
+    lso.loss_scale = 2.
+
+
+def test_apply_gradients_gets_unwrapped_tensors():
+  seen = []
+
+  class MyOptimizer(tf_keras.optimizers.legacy.SGD):
+
+    def apply_gradients(self, grads_and_vars, name=None,
+                        experimental_aggregate_gradients=True):
+      grads_and_vars = list(grads_and_vars)
+      for grad, _ in grads_and_vars:
+        seen.append(type(grad))
+        assert isinstance(grad, tf.Tensor), type(grad)
+      return super().apply_gradients(grads_and_vars, name,
+                                     experimental_aggregate_gradients)
+
+  with harness.make_strategy("mirrored").scope() as strategy:
+    var = tf.Variable([5.0])
+    opt = _lso(MyOptimizer(learning_rate=1.0), dynamic=False,
+               initial_scale=1)
+    strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  assert seen
+
+
+class _SGDWithExtraVariable(tf_keras.optimizers.legacy.SGD):
+  """An SGD that tracks one more variable, saved with the optimizer."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.my_var = tf.Variable(0.)
+    # OptimizerV2 is no AutoTrackable: TF 2.4's test tracked it likewise.
+    self._track_trackable(self.my_var, "my_var")
+
+
+@pytest.mark.parametrize("save_with_ls,restore_with_ls", [
+    (True, True), (True, False), (False, True)],
+                         ids=["save_and_restore", "save", "restore"])
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+def test_checkpoint(strategy_name, save_with_ls, restore_with_ls, tmp_path):
+  # Restored before the first step: the momentum slot does not exist yet, and
+  # must be assigned when the step creates it (a deferred slot restore).
+  strategy = harness.make_strategy(strategy_name)
+  replicas = strategy.num_replicas_in_sync
+
+  def build(with_ls):
+    inner = _SGDWithExtraVariable(1., momentum=1.)
+    opt = inner
+    if with_ls:
+      opt = _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
+    return inner, opt
+
+  def train(opt, var):
+    loss = lambda: var / replicas + 1.
+    strategy.run(lambda: opt.minimize(loss, var_list=[var]))
+
+  with strategy.scope():
+    var = tf.Variable([2.0])
+    inner_opt, opt = build(save_with_ls)
+    train(opt, var)
+    assert var.numpy() == 1.
+    if save_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 1
+    slot = opt.get_slot(var, "momentum")
+    assert slot.numpy().item() == -1
+    assert opt.iterations.numpy() == 1
+    inner_opt.my_var.assign(1.)
+
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    save_path = checkpoint.save(os.path.join(tmp_path, "ckpt"))
+
+    var = tf.Variable([2.0])
+    inner_opt, opt = build(restore_with_ls)
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    status = checkpoint.restore(save_path)
+    if save_with_ls:
+      status.assert_existing_objects_matched()
+    else:
+      status.assert_nontrivial_match()
+    assert var.numpy() == 1.
+    if save_with_ls and restore_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 1
+    elif restore_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 0
+    assert opt.iterations.numpy() == 1
+
+    train(opt, var)
+    assert var.numpy() == -1
+    slot = opt.get_slot(var, "momentum")
+    assert slot.numpy().item() == -2
+    assert opt.iterations.numpy() == 2
+    assert inner_opt.my_var.numpy() == 1
+
+    # Restoring again, now that the slots exist.
+    status = checkpoint.restore(save_path)
+    if save_with_ls and restore_with_ls:
+      status.assert_consumed()
+    elif save_with_ls:
+      status.assert_existing_objects_matched()
+    else:
+      status.assert_nontrivial_match()
+    assert var.numpy() == 1
+    assert slot.numpy().item() == -1
