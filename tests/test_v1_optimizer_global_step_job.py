@@ -7,12 +7,17 @@ computed from `global_step` outside the optimizer, and `apply_gradients`
 built under `control_dependencies([global_step.assign_add(1)])`; one step
 overflows. Its variables after every step must be TF 2.4.4's and TF 2.3.4's
 (recorded fixtures), with this package's optimizer as with TF 2.21's own
-`tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`.
+`tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`. Also with
+TF1 behaviour (`tf.compat.v1.disable_v2_behavior()`, as TF1-style scripts
+ran: reference variables, control flow v1), in a fresh interpreter since it
+is process-wide.
 """
 
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -37,8 +42,9 @@ def _job_module():
 _JOB = _job_module()
 
 
-def _recorded(version):
-  with open(os.path.join(_FIXTURES, f"global_step_job_tf{version}.json")) as f:
+def _recorded(version, tf1=False):
+  name = f"global_step_job_tf{version}{'_tf1' if tf1 else ''}.json"
+  with open(os.path.join(_FIXTURES, name)) as f:
     return json.load(f)
 
 
@@ -59,10 +65,12 @@ def _assert_steps_equal(actual, expected):
                                  err_msg=f"step {step}")
 
 
-def test_fixtures_cover_the_job():
+@pytest.mark.parametrize("tf1", [False, True], ids=["tf2", "tf1"])
+def test_fixtures_cover_the_job(tf1):
   for version in ("24", "23"):
-    record = _recorded(version)
+    record = _recorded(version, tf1)
     assert record["tensorflow"].startswith(f"2.{version[1]}.")
+    assert record["tf1_behavior"] is tf1
     assert sorted(record["variants"]) == sorted(_JOB.VARIANTS)
     assert record["step_factors"] == _JOB.STEP_FACTORS
 
@@ -85,3 +93,36 @@ def test_tf_own_v1_optimizer_agrees(variant):
     pytest.skip("this TensorFlow no longer ships its own v1 optimizer")
   _assert_steps_equal(_JOB.run_job(_tf_own, variant),
                       _recorded("24")["variants"][variant])
+
+
+_TF1_SCRIPT = """
+import importlib.util, json, sys
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()
+from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+    MixedPrecisionLossScaleOptimizer)
+spec = importlib.util.spec_from_file_location("job", sys.argv[1])
+job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+own = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
+makers = {"ours": lambda o: MixedPrecisionLossScaleOptimizer(o, "dynamic"),
+          "tf_own": lambda o: own(o, "dynamic")}
+print(json.dumps({name: {v: job.run_job(make, v) for v in job.VARIANTS}
+                  for name, make in makers.items()}))
+"""
+
+
+def test_tf1_behaviour_job_ends_with_tf24_and_tf23_weights():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=_ROOT)
+  proc = subprocess.run(
+      [sys.executable, "-c", _TF1_SCRIPT,
+       os.path.join(_ROOT, "tools", "gen_v1_global_step_job.py")],
+      cwd=_ROOT, env=env, capture_output=True, text=True, timeout=900,
+      check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads(proc.stdout.strip().splitlines()[-1])
+  for version in ("24", "23"):
+    recorded = _recorded(version, tf1=True)["variants"]
+    for variant in _JOB.VARIANTS:
+      _assert_steps_equal(results["ours"][variant], recorded[variant])
+      _assert_steps_equal(results["tf_own"][variant], recorded[variant])

@@ -5,7 +5,10 @@ Run under the reference environments (Python 3.8):
     .ref/tf24/bin/python tools/gen_v1_global_step_job.py
     .ref/tf23/bin/python tools/gen_v1_global_step_job.py
 
-and writes tests/fixtures/v1_optimizer/global_step_job_tf2X.json. The test
+and writes tests/fixtures/v1_optimizer/global_step_job_tf2X.json; with
+`--tf1` it first calls `tf.compat.v1.disable_v2_behavior()`, as TF1-style
+scripts did (reference variables, control flow v1), and writes
+global_step_job_tf2X_tf1.json. The test
 (tests/test_v1_optimizer_global_step_job.py) imports `run_job` from this file
 and runs the same job with this package's optimizer and with TF 2.21's own
 `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`.
@@ -107,19 +110,21 @@ def _build(make_optimizer, flags):
   return train_op, factor, [w, b, emb, global_step]
 
 
-def run_job(make_optimizer, variant):
+def run_job(make_optimizer, variant, threads=1):
   """Runs the job's steps; returns the variables after each step.
 
   Args:
     make_optimizer: Wraps the AdamW-like optimizer in a loss-scale optimizer.
     variant: One of `VARIANTS` (comma-separated flags, or "plain").
+    threads: The session's inter-op (and intra-op) threads; 0 is TF's
+      default (one per core).
 
   Returns:
     A list, per step, of `[w, b, emb, global_step]` as Python lists/numbers.
   """
   flags = set(variant.split(","))
-  config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1,
-                                    intra_op_parallelism_threads=1)
+  config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads,
+                                    intra_op_parallelism_threads=threads)
   with tf.Graph().as_default():
     train_op, factor, fetches = _build(make_optimizer, flags)
     with tf.compat.v1.Session(config=config) as sess:
@@ -137,10 +142,15 @@ def _tf_optimizer(inner):
 
 
 def main():
+  tf1 = "--tf1" in sys.argv[1:]
+  if tf1:
+    tf.compat.v1.disable_v2_behavior()
   version = ".".join(tf.__version__.split(".")[:2])
   record = {"tensorflow": tf.__version__, "step_factors": STEP_FACTORS,
+            "tf1_behavior": tf1,
             "variants": {v: run_job(_tf_optimizer, v) for v in VARIANTS}}
-  name = "global_step_job_tf%s.json" % version.replace(".", "")
+  name = "global_step_job_tf%s%s.json" % (version.replace(".", ""),
+                                          "_tf1" if tf1 else "")
   os.makedirs(OUT, exist_ok=True)
   with open(os.path.join(OUT, name), "w") as f:
     json.dump(record, f, indent=1)
