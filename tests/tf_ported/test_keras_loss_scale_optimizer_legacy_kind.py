@@ -13,6 +13,14 @@ are the original's; unlike the Keras 3 kind (test_keras_loss_scale_optimizer_
 tf24.py) nothing is skipped or adapted: OptimizerV2 has `gradient_aggregator`,
 variable hyperparameters, `_set_hyper`, `get_slot` and TF 2.4's one weight.
 
+tf-keras's cases for this kind are here too: the checkpoint also in a TF1
+graph (restore ops run before and after the slots exist), config and
+serialization round trips (the inner optimizer comes back as an
+OptimizerV2), and the learning rate reached through an inner wrapper.
+tf-keras cases of behaviour TF 2.4 did not have are not ported: the
+"You forgot to call get_scaled_loss" warnings, the errors for wrapping one
+optimizer twice, `LossScaleOptimizerV3` and `convert_to_legacy_optimizer`.
+
 One case asserts TF 2.4.4's result where tf-keras's later test differs:
 `test_custom_gradient_aggregator`. TF 2.4 checked the gradients for
 Inf/NaN before the inner optimizer aggregated them (a NaN its aggregator
@@ -346,7 +354,8 @@ def test_hyperparameters_exposed():
     lso.loss_scale = 2.
 
 
-def test_apply_gradients_gets_unwrapped_tensors():
+@pytest.mark.parametrize("mode", MODES)
+def test_apply_gradients_gets_unwrapped_tensors(runner_for, mode):
   seen = []
 
   class MyOptimizer(tf_keras.optimizers.legacy.SGD):
@@ -360,12 +369,13 @@ def test_apply_gradients_gets_unwrapped_tensors():
       return super().apply_gradients(grads_and_vars, name,
                                      experimental_aggregate_gradients)
 
-  with harness.make_strategy("mirrored").scope() as strategy:
-    var = tf.Variable([5.0])
-    opt = _lso(MyOptimizer(learning_rate=1.0), dynamic=False,
-               initial_scale=1)
-    strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  runner = runner_for(mode, "mirrored")
+  var = tf.Variable([5.0])
+  opt = _lso(MyOptimizer(learning_rate=1.0), dynamic=False, initial_scale=1)
+  runner.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
   assert seen
+  # Each replica's gradient 2 is summed: 5 - 2 * 2.
+  np.testing.assert_allclose(runner.value(var), [1.])
 
 
 class _SGDWithExtraVariable(tf_keras.optimizers.legacy.SGD):
@@ -449,3 +459,200 @@ def test_checkpoint(strategy_name, save_with_ls, restore_with_ls, tmp_path):
       status.assert_nontrivial_match()
     assert var.numpy() == 1
     assert slot.numpy().item() == -1
+
+
+def test_checkpoint_in_graph_mode(tmp_path):
+  # TF's graph case: restore ops run after initialization, before and after
+  # the slots exist (default strategy only, as in TF).
+
+  def build():
+    inner = _SGDWithExtraVariable(1., momentum=1.)
+    return inner, _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
+
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    inner_opt, opt = build()
+    op = opt.minimize(lambda: var + 1., var_list=[var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(op)
+    sess.run(inner_opt.my_var.assign(1.))
+    assert sess.run(opt.get_slot(var, "momentum")).item() == -1
+    save_path = tf.train.Checkpoint(optimizer=opt, var=var).save(
+        os.path.join(tmp_path, "ckpt"))
+
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    inner_opt, opt = build()
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    status = checkpoint.restore(save_path)
+    status.assert_existing_objects_matched()
+    op = opt.minimize(lambda: var + 1., var_list=[var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    status.run_restore_ops(sess)
+    sess.run(op)
+    assert sess.run(var) == -1
+    slot = opt.get_slot(var, "momentum")
+    assert sess.run(slot).item() == -2
+    assert sess.run(opt.iterations) == 2
+    assert sess.run(inner_opt.my_var) == 1
+    assert sess.run(opt.loss_scale) == 2.  # Grew after 2 finite steps.
+
+    status = checkpoint.restore(save_path)
+    status.assert_consumed()
+    status.run_restore_ops(sess)
+    assert sess.run(var) == 1
+    assert sess.run(slot).item() == -1
+
+
+_SGD_CONFIG_TF23 = {
+    "class_name": "SGD",
+    "config": {"learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
+               "nesterov": False, "name": "SGD"},
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
+def test_get_config_round_trip_keeps_the_kind(dynamic):
+  kwargs = (dict(initial_scale=2, dynamic_growth_steps=3) if dynamic else
+            dict(dynamic=False, initial_scale=2))
+  opt = _lso(_sgd(2.0, momentum=0.5), **kwargs)
+  opt = tf.keras.mixed_precision.LossScaleOptimizer.from_config(
+      opt.get_config())
+  assert type(opt.inner_optimizer) is tf_keras.optimizers.legacy.SGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.initial_scale == 2.
+  assert opt.dynamic is dynamic
+  assert opt.dynamic_growth_steps == (3 if dynamic else None)
+  var = tf.Variable([5.0])
+  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  assert var.numpy() == [3.]
+  if dynamic:
+    assert opt.dynamic_counter.numpy() == 1
+  else:
+    assert opt.dynamic_counter is None
+
+
+def test_serialization_with_built_in_optimizer():
+  opt = _lso(_sgd(2.0, momentum=0.5), initial_scale=2.,
+             dynamic_growth_steps=3.)
+  opt = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(opt))
+  assert type(opt) is tf.keras.mixed_precision.LossScaleOptimizer
+  assert type(opt.inner_optimizer) is tf_keras.optimizers.legacy.SGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.dynamic_growth_steps == 3.
+  var = tf.Variable([5.0])
+  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  assert var.numpy() == [3.]
+  assert opt.dynamic_counter.numpy() == 1
+
+
+def test_serialization_with_custom_optimizer():
+
+  class MySGD(tf_keras.optimizers.legacy.SGD):
+
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      self.my_attribute = 123
+
+  opt = _lso(MySGD(2., momentum=0.5), initial_scale=2., dynamic_growth_steps=3.)
+  opt = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(opt),
+                                        custom_objects={"MySGD": MySGD})
+  assert type(opt.inner_optimizer) is MySGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.dynamic_growth_steps == 3.
+  assert opt.inner_optimizer.my_attribute == 123
+
+
+def test_loss_scale_delegation_with_wrapper():
+  # The learning rate is reached through an inner optimizer that itself
+  # wraps another one.
+
+  class MyOptimizer(tf_keras.optimizers.legacy.Optimizer):
+
+    def __init__(self):
+      super().__init__("MyOptimizer")
+      self.inner_optimizer = _sgd(learning_rate=1.0)
+
+    @property
+    def learning_rate(self):
+      return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+      self.inner_optimizer.learning_rate = value
+
+    def get_config(self):
+      return {}
+
+  opt = _lso(MyOptimizer())
+  assert opt.learning_rate.numpy() == 1.0
+  opt.learning_rate = 2.0
+  assert opt.learning_rate.numpy() == 2.0
+  assert opt.inner_optimizer.inner_optimizer.learning_rate.numpy() == 2.0
+
+
+def test_attributes_and_dir():
+  opt = _sgd()
+  lso = _lso(opt, dynamic=False, initial_scale=2.)
+  assert not lso.dynamic
+  assert lso.dynamic_counter is None
+  assert lso.dynamic_growth_steps is None
+  assert not opt.nesterov
+  with pytest.raises(
+      AttributeError,
+      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
+    _ = lso.nesterov
+  lso.nesterov = True
+  assert lso.nesterov
+  assert not opt.nesterov
+  names = dir(_lso(_sgd()))
+  assert {"learning_rate", "lr", "minimize", "loss_scale"} <= set(names)
+  assert "nesterov" not in names
+  default = _lso(_sgd())
+  assert default.initial_scale == 2**15
+  assert default.dynamic_growth_steps == 2000
+  assert default.loss_scale.numpy() == 2**15
+
+
+def test_scaled_loss_and_unscaled_gradients():
+  opt = _lso(_sgd(), dynamic=False, initial_scale=2.)
+  for dtype in ("float32", "float16"):
+    loss = tf.convert_to_tensor(5., dtype=dtype)
+    assert opt.get_scaled_loss(loss).numpy() == 10.
+    assert opt.get_scaled_loss(lambda l=loss: l)().numpy() == 10.
+  scaled = [tf.constant(3.), None, tf.constant(-4., dtype="float16")]
+  assert [g if g is None else g.numpy()
+          for g in opt.get_unscaled_gradients(scaled)] == [1.5, None, -2.]
+  sparse = tf.IndexedSlices(
+      tf.constant([[4., 2.], [8., 5.]]), tf.constant([1, 3], dtype="int32"),
+      dense_shape=tf.constant([5, 2], dtype="int32"))
+  grad = opt.get_unscaled_gradients([sparse])[0]
+  assert isinstance(grad, tf.IndexedSlices)
+  np.testing.assert_array_equal(grad.values.numpy(), [[2., 1.], [4., 2.5]])
+
+
+def test_argument_errors_and_unsupported_strategy():
+  with pytest.raises(ValueError, match='"initial_scale" must be specified'):
+    _lso(_sgd(), dynamic=False)
+  with pytest.raises(ValueError, match='"dynamic_growth_steps" must be None '
+                     'if "dynamic" is False, but got: 2'):
+    _lso(_sgd(), dynamic=False, initial_scale=1, dynamic_growth_steps=2)
+  with pytest.raises(TypeError, match='"dynamic" argument to '
+                     "LossScaleOptimizer.__init__ must be a bool"):
+    _lso(_sgd(), "dynamic")
+  strategy = tf.distribute.experimental.CentralStorageStrategy()
+  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
+              "CentralStorageStrategy")
+  with strategy.scope(), pytest.raises(ValueError, match=expected):
+    _lso(_sgd())
+  opt = _lso(_sgd())
+  with strategy.scope():
+    var = tf.Variable(1.0)
+    with pytest.raises(ValueError, match=expected):
+      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
