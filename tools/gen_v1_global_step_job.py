@@ -123,8 +123,11 @@ def run_job(make_optimizer, variant, threads=1):
     A list, per step, of `[w, b, emb, global_step]` as Python lists/numbers.
   """
   flags = set(variant.split(","))
+  # Per-session threads: otherwise every session shares the process's
+  # inter-op pool, sized by whichever session came first.
   config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=threads,
-                                    intra_op_parallelism_threads=threads)
+                                    intra_op_parallelism_threads=threads,
+                                    use_per_session_threads=True)
   with tf.Graph().as_default():
     train_op, factor, fetches = _build(make_optimizer, flags)
     with tf.compat.v1.Session(config=config) as sess:

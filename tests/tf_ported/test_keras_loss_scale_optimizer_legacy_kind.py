@@ -13,6 +13,10 @@ are the original's; unlike the Keras 3 kind (test_keras_loss_scale_optimizer_
 tf24.py) nothing is skipped or adapted: OptimizerV2 has `gradient_aggregator`,
 variable hyperparameters, `_set_hyper`, `get_slot` and TF 2.4's one weight.
 
+The step cases (`KIND_MODES`) also run with Keras 3 optimizers in a TF1
+graph, which their own port (test_keras_loss_scale_optimizer_tf24.py) runs
+eagerly and in a `tf.function` only.
+
 tf-keras's cases for this kind are here too: the checkpoint also in a TF1
 graph (restore ops run before and after the slots exist), config and
 serialization round trips (the inner optimizer comes back as an
@@ -32,6 +36,7 @@ import os
 
 import numpy as np
 import pytest
+import keras
 import tensorflow as tf
 import tf_keras
 
@@ -47,6 +52,15 @@ def _lso(*args, **kwargs):
 
 def _sgd(*args, **kwargs):
   return tf_keras.optimizers.legacy.SGD(*args, **kwargs)
+
+
+def _sgd_of(kind):
+  return _sgd if kind == "legacy" else tf.keras.optimizers.SGD
+
+
+# The legacy kind in every mode; Keras 3 optimizers in the TF1 graph mode
+# their own port (test_keras_loss_scale_optimizer_tf24.py) lacks.
+KIND_MODES = [("legacy", mode) for mode in MODES] + [("keras3", "graph")]
 
 
 class _Runner:
@@ -85,6 +99,8 @@ class _Runner:
 
   def value(self, x):
     if self.mode == "graph":
+      if isinstance(x, keras.Variable):
+        x = x.value
       return self.evaluate.session.run(x)
     return x.numpy() if hasattr(x, "numpy") else x
 
@@ -116,14 +132,14 @@ def _minimize_with_grad_check(strategy, var, opt, expected_grad):
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, mode,
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, kind, mode,
                                                          strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   var = tf.Variable([5.0])
   loss_scale = 10.
-  opt = _lso(_sgd(2.0), dynamic=False, initial_scale=loss_scale)
+  opt = _lso(_sgd_of(kind)(2.0), dynamic=False, initial_scale=loss_scale)
   assert runner.value(opt.loss_scale) == loss_scale
   runner.run(_minimize_with_grad_check(
       strategy, var, opt, loss_scale / strategy.num_replicas_in_sync))
@@ -143,14 +159,15 @@ def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale(runner_for, mode, strategy_name):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   learning_rate = 2.
   expected_grad = tf.Variable(learning_rate / strategy.num_replicas_in_sync)
   var = tf.Variable([5.0])
-  opt = _lso(_sgd(learning_rate), initial_scale=2, dynamic_growth_steps=1)
+  opt = _lso(_sgd_of(kind)(learning_rate), initial_scale=2,
+             dynamic_growth_steps=1)
   step = runner.step(_minimize_with_grad_check(strategy, var, opt,
                                                expected_grad))
   step()
@@ -165,13 +182,13 @@ def test_dynamic_loss_scale(runner_for, mode, strategy_name):
 @pytest.mark.parametrize("clip_type", ["clipnorm", "global_clipnorm",
                                        "clipvalue"])
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_clipping(runner_for, mode, strategy_name, clip_type):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_clipping(runner_for, kind, mode, strategy_name, clip_type):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   learning_rate = 2.
   var = tf.Variable([5.0])
-  opt = _lso(_sgd(learning_rate, **{clip_type: 2.0}), initial_scale=2,
+  opt = _lso(_sgd_of(kind)(learning_rate, **{clip_type: 2.0}), initial_scale=2,
              dynamic_growth_steps=1)
   assert getattr(opt, clip_type) == 2.0
   loss = lambda: var * 4 / strategy.num_replicas_in_sync
@@ -197,12 +214,12 @@ def test_clipping(runner_for, mode, strategy_name, clip_type):
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_dynamic_update(runner_for, mode, strategy_name):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_update(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=1)
+  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=1)
   loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
   runner.run(lambda: opt.minimize(loss, var_list=[var]))
   np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
@@ -215,22 +232,23 @@ def test_dynamic_update(runner_for, mode, strategy_name):
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale_with_float16_loss(runner_for, mode, strategy_name):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale_with_float16_loss(runner_for, kind, mode,
+                                              strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   var = tf.Variable([5.0])
-  opt = _lso(_sgd(2.), initial_scale=2, dynamic_growth_steps=1)
+  opt = _lso(_sgd_of(kind)(2.), initial_scale=2, dynamic_growth_steps=1)
   loss = lambda: tf.cast(var / strategy.num_replicas_in_sync, "float16")
   runner.run(lambda: opt.minimize(loss, var_list=[var]))
   np.testing.assert_allclose(runner.value(var), [3.])
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_nan_on_one_replica_only(runner_for, mode):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_nan_on_one_replica_only(runner_for, kind, mode):
   runner = runner_for(mode, "mirrored")
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=2)
+  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=2)
 
   def loss():
     replica = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -264,13 +282,13 @@ def test_custom_gradient_aggregator(runner_for, mode):
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale_with_slots(runner_for, mode, strategy_name):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale_with_slots(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
   var = tf.Variable([1.0, 2.0])
   initial_scale = 2.
-  opt = _lso(_sgd(1.0, momentum=1.), initial_scale=initial_scale,
+  opt = _lso(_sgd_of(kind)(1.0, momentum=1.), initial_scale=initial_scale,
              dynamic_growth_steps=1)
   loss = lambda: var / strategy.num_replicas_in_sync
   step = runner.step(lambda: opt.minimize(loss, var_list=[var]))
@@ -292,11 +310,11 @@ def test_iterations():
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
-@pytest.mark.parametrize("mode", MODES)
-def test_iterations_incremented(runner_for, mode, strategy_name):
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_iterations_incremented(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
   strategy = runner.strategy
-  opt = _lso(_sgd(1.0))
+  opt = _lso(_sgd_of(kind)(1.0))
   var = tf.Variable([5.0])
   loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
   runner.run(lambda: opt.minimize(loss, [var]))

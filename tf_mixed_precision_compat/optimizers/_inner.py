@@ -125,6 +125,21 @@ class InnerOptimizer:
     variable = _private_api.keras_optimizer_iterations_variable(self.optimizer)
     return variable if variable is not None else self.optimizer.iterations
 
+  def in_order(self, build):
+    """Builds the apply: `build()`, whose ops the caller groups.
+
+    Returns:
+      The ops running the apply in a `tf.compat.v1` graph.
+    """
+    return build()
+
+  def count_skipped_step(self):
+    """Counts a skipped step, as the apply would have; its op in a graph."""
+    variable = self.iterations_variable()
+    if isinstance(variable, keras.Variable):
+      variable = variable.value
+    return variable.assign_add(1, read_value=False)
+
   def trackable_children(self, save_type, **kwargs):
     return _private_api.trackable_children(self.optimizer, save_type, **kwargs)
 
@@ -183,6 +198,22 @@ class Keras3Inner(InnerOptimizer):
     args, kwargs = _forwarded_apply_arguments(
         self.optimizer.apply_gradients, name, experimental_aggregate_gradients)
     self.optimizer.apply_gradients(pairs, *args, **kwargs)
+
+  def in_order(self, build):
+    # A `tf.compat.v1` graph orders nothing by itself: Keras 3's reads and
+    # writes of a variable rely on the automatic control dependencies of a
+    # `tf.function`, so there the apply is built as one, whose op is what
+    # runs it. (Around the replicas' apply, not inside it: Keras 3 sums the
+    # replicas' gradients with a `merge_call`.)
+    if not _in_session_graph():
+      return build()
+
+    @tf.function(autograph=False)
+    def ordered():
+      build()
+      return tf.constant(True)
+
+    return [ordered().op]
 
   def clip_after_sum(self, distribution):
     return _clip_after_sum(self.optimizer, distribution)
@@ -389,6 +420,21 @@ _TF_KERAS_LEGACY_MODULE = "keras.optimizers.legacy"
 def _is_tf_keras_legacy_config(config):
   return (_tf_keras is not None and isinstance(config, dict) and
           config.get("module") == _TF_KERAS_LEGACY_MODULE)
+
+
+def _in_session_graph():
+  """Whether ops built now go to a `tf.compat.v1` graph run by a session.
+
+  A conditional's or loop's branch there is itself a function graph, but,
+  unlike a `tf.function`'s, one without automatic control dependencies.
+  """
+  if tf.executing_eagerly():
+    return False
+  graph = tf.compat.v1.get_default_graph()
+  while any(base.__name__ == "ControlFlowFuncGraph"
+            for base in type(graph).__mro__):
+    graph = graph.outer_graph
+  return not hasattr(graph, "outer_graph")
 
 
 def _clips(inner):

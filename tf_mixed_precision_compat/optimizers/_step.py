@@ -204,16 +204,19 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
     return inner.apply_in_replica(list(zip(replica_grads, holder.value)),
                                   name, experimental_aggregate_gradients)
 
-  def apply_fn():
+  def build_apply():
     with inner.clip_after_sum(distribution):
       applied = distribution.extended.call_for_each_replica(
           in_replica, args=(grads, _Holder(variables)))
       return graph_ops(distribution, applied)
 
+  def apply_fn():
+    return inner.in_order(build_apply)
+
   def skip_fn():
     # The inner optimizer would have counted the step; TF 2.4.4 counts
     # skipped steps too.
-    return inner.iterations_variable().assign_add(1)
+    return inner.count_skipped_step()
 
   return smart_cond(should_apply, apply_fn, skip_fn)
 
