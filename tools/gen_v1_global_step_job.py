@@ -22,8 +22,9 @@ outside the optimizer; `apply_gradients` built under
 `tf.control_dependencies([global_step.assign_add(1)])`, so the job's read of
 the step and its increment are not ordered by the job. Variants add a sparse
 (embedding) gradient, a variable without a gradient, global-norm clipping,
-`global_step` also passed to `apply_gradients`, and the learning rate built
-before the loss. One scripted step overflows (skipped, scale halves).
+`global_step` also passed to `apply_gradients`, the learning rate built
+before the loss, and a callable learning rate (read inside the optimizer's
+apply). One scripted step overflows (skipped, scale halves).
 
 The session runs with one inter-op and one intra-op thread: with more, the
 order of ops a graph leaves unordered is decided by thread timing and TF
@@ -46,7 +47,7 @@ OUT = os.path.join(
 # The loss is multiplied by this per step; inf overflows the step.
 STEP_FACTORS = [1.0, 1.0, float("inf"), 1.0, 1.0]
 VARIANTS = ("plain", "sparse", "none", "clip", "gs", "lrfirst",
-            "lrfirst,sparse,none", "clip,gs,sparse")
+            "lrfirst,sparse,none", "clip,gs,sparse", "lrcall", "lrcall,gs")
 
 
 class AdamWLike(tf.compat.v1.train.AdamOptimizer):
@@ -98,6 +99,10 @@ def _build(make_optimizer, flags):
   loss *= factor
   if "lrfirst" not in flags:
     lr = _warmup_lr(global_step)
+  if "lrcall" in flags:
+    # Read when the optimizer prepares its apply, under the job's control
+    # dependencies.
+    lr = lambda: _warmup_lr(global_step)
   opt = make_optimizer(AdamWLike(0.01, lr))
   grads_and_vars = opt.compute_gradients(loss, var_list)
   if "clip" in flags:
