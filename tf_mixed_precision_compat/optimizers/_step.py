@@ -221,6 +221,17 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
   return smart_cond(should_apply, apply_fn, skip_fn)
 
 
+def train_op_or(train_op, iterations):
+  """What `apply_gradients` returns: `train_op` in a `tf.compat.v1` graph.
+
+  There, as TF 2.4's did, it returns the op running the step (a session
+  runs only what the fetched op depends on); else the `iterations` variable.
+  """
+  if train_op is not None and not tf.inside_function():
+    return train_op
+  return iterations
+
+
 def graph_ops(distribution, values):
   """`values`' ops and tensors on this worker, to run; [] eagerly.
 

@@ -353,8 +353,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         with one replica, as Keras 3 optimizers always aggregate.
 
     Returns:
-      The inner optimizer's `iterations` variable; in a `tf.compat.v1`
-      graph, as TF 2.4, the op that runs the step.
+      The inner `iterations` (in a `tf.compat.v1` graph: the step's op).
 
     Raises:
       ValueError: In cross-replica context, under an unsupported strategy,
@@ -381,10 +380,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         _step.update_and_apply,
         args=(self._loss_scale if self.dynamic else None, self._adapter,
               grads, variables, name, experimental_aggregate_gradients))
-    if train_op is not None and not tf.inside_function():
-      # A `tf.compat.v1` graph runs only what the returned op depends on.
-      return train_op
-    return self.iterations
+    return _step.train_op_or(train_op, self.iterations)
 
   @tf.autograph.experimental.do_not_convert
   def apply(self, grads: Sequence[Any],
@@ -431,8 +427,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       tape: A `tf.GradientTape`; required when `loss` is a tensor.
 
     Returns:
-      As `apply_gradients`: the inner optimizer's `iterations` variable, or
-      in a `tf.compat.v1` graph the op that runs the step.
+      As `apply_gradients`.
 
     Raises:
       ValueError: If `loss` is a tensor and no `tape` is given.
