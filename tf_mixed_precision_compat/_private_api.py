@@ -82,6 +82,15 @@ def deferred_dependencies(obj):
 # `assert_consumed()` of a restore split between TF and the legacy matcher
 # must know which checkpoint nodes TF's part resolved; TF's load status
 # keeps that only in its private restore-coordinator.
+# TF's checkpoint restore hands a slot variable's value to the optimizer
+# object it was saved under through this private hook (looked up with
+# `hasattr`); a wrapper of a tf_keras OptimizerV2 must pass it on so that a
+# restore made before the first step lands when the slot is created.
+def optimizer_slot_restorer(optimizer):
+  """The optimizer's `_create_or_restore_slot_variable`, or None."""
+  return getattr(optimizer, "_create_or_restore_slot_variable", None)
+
+
 def resolved_node_ids(status):
   """Checkpoint node ids a TF load status has matched to Python objects."""
   return set(status._checkpoint.object_by_proto_id.keys())  # pylint: disable=protected-access

@@ -7,11 +7,12 @@ experimental `LossScaleOptimizerV1`; here both are reached through
 optimizers (`tf.keras.optimizers.*`). Inputs, expected values and assertions
 are the original's.
 
-Modes: TF ran each case eagerly and in a TF1 graph. Keras 3 optimizers cannot
-run in a `tf.compat.v1` graph (their variables and updates are eager-only), so
-the graph half of each case runs as a `tf.function` graph instead ("function"
-mode); the one case that only ever ran in a TF1 graph (`get_gradients`) still
-does. Strategy cases run with the default strategy and a MirroredStrategy over
+Modes: TF ran each case eagerly and in a TF1 graph. Here the graph half of
+each case runs as a `tf.function` graph ("function" mode); the one case that
+only ever ran in a TF1 graph (`get_gradients`) still does. The step cases
+also run with Keras 3 optimizers in a TF1 graph and session, in
+test_keras_loss_scale_optimizer_legacy_kind.py (`kind="keras3"`). Strategy
+cases run with the default strategy and a MirroredStrategy over
 2 logical CPUs (TF ran 1 replica, or 2 with a GPU); losses are divided by the
 replica count as in the original, so expected values are unchanged. The GPU-only
 NaN-on-one-replica case runs here on the 2 logical CPUs.

@@ -69,7 +69,15 @@ def _is_model(obj):
 
 
 def _is_optimizer(obj):
-  return isinstance(obj, keras.optimizers.Optimizer)
+  """A Keras 3 optimizer, or our wrapper of one.
+
+  Our LossScaleOptimizer around a tf_keras legacy optimizer (TF 2.4's own
+  OptimizerV2, whose checkpoints TF restores itself, deferred slots
+  included) is left to TF, as a bare tf_keras optimizer is.
+  """
+  inner = _checkpoint.inner_optimizer_of(obj)
+  return (isinstance(obj, keras.optimizers.Optimizer) and
+          isinstance(inner, keras.optimizers.Optimizer))
 
 
 def _model_built(model):

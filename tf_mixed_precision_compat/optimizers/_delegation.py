@@ -77,6 +77,12 @@ class InnerDelegation:
         name not in self.__dict__ and not hasattr(type(self), name)):
       setattr(adapter.optimizer, name, value)
       return
+    if adapter is not None and name == "iterations":
+      # Straight to the inner optimizer: Keras' attribute tracking would
+      # first read `iterations`, which creates a tf_keras OptimizerV2's
+      # counter, and OptimizerV2 then refuses to have it set (TF 2.4 did not).
+      adapter.set_iterations(value)
+      return
     super().__setattr__(name, value)
 
   def __dir__(self):
@@ -255,6 +261,18 @@ class InnerDelegation:
     if adapter is None:
       return self._self_unconditional_deferred_dependencies
     return adapter.deferred_dependencies()
+
+  @property
+  def _create_or_restore_slot_variable(self):
+    # TF's restore gives the slots saved under this (invisible) wrapper to it
+    # through this hook, if the object has one: a tf_keras OptimizerV2 inner
+    # optimizer keeps them until its slots exist (restore before the first
+    # step). Keras 3 inner optimizers have no such hook, nor has the wrapper.
+    adapter = self.__dict__.get("_adapter")
+    restorer = None if adapter is None else adapter.slot_restorer()
+    if restorer is None:
+      raise AttributeError("_create_or_restore_slot_variable")
+    return restorer
 
   def _wrapper_children(self):
     """The wrapper's own checkpoint children, by name."""

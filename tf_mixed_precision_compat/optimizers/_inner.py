@@ -137,6 +137,21 @@ class InnerOptimizer:
     variable = _private_api.keras_optimizer_iterations_variable(self.optimizer)
     return variable if variable is not None else self.optimizer.iterations
 
+  def in_order(self, build):
+    """Builds the apply: `build()`, whose ops the caller groups.
+
+    Returns:
+      The ops running the apply in a `tf.compat.v1` graph.
+    """
+    return build()
+
+  def count_skipped_step(self):
+    """Counts a skipped step, as the apply would have; its op in a graph."""
+    variable = self.iterations_variable()
+    if isinstance(variable, keras.Variable):
+      variable = variable.value
+    return variable.assign_add(1, read_value=False)
+
   def trackable_children(self, save_type, **kwargs):
     return _private_api.trackable_children(self.optimizer, save_type, **kwargs)
 
@@ -145,6 +160,14 @@ class InnerOptimizer:
 
   def deferred_dependencies(self):
     return _private_api.deferred_dependencies(self.optimizer)
+
+  def slot_restorer(self):
+    """What restores checkpointed slots into the inner optimizer, or None.
+
+    None for optimizers whose slots are ordinary checkpoint children
+    (Keras 3's); TF's checkpoint restore then finds no such hook.
+    """
+    return None
 
 
 class Keras3Inner(InnerOptimizer):
@@ -187,6 +210,22 @@ class Keras3Inner(InnerOptimizer):
     args, kwargs = _forwarded_apply_arguments(
         self.optimizer.apply_gradients, name, experimental_aggregate_gradients)
     self.optimizer.apply_gradients(pairs, *args, **kwargs)
+
+  def in_order(self, build):
+    # A `tf.compat.v1` graph orders nothing by itself: Keras 3's reads and
+    # writes of a variable rely on the automatic control dependencies of a
+    # `tf.function`, so there the apply is built as one, whose op is what
+    # runs it. (Around the replicas' apply, not inside it: Keras 3 sums the
+    # replicas' gradients with a `merge_call`.)
+    if not _in_session_graph():
+      return build()
+
+    @tf.function(autograph=False)
+    def ordered():
+      build()
+      return tf.constant(True)
+
+    return [ordered().op]
 
   def clip_after_sum(self, distribution):
     return _clip_after_sum(self.optimizer, distribution)
@@ -287,9 +326,15 @@ class OptimizerV2Inner(InnerOptimizer):
     del experimental_aggregate_gradients  # OptimizerV2 takes either.
 
   def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
-    self.optimizer.apply_gradients(
+    # The op counting the step: in a `tf.compat.v1` graph it is the train op.
+    return self.optimizer.apply_gradients(
         pairs, name,
         experimental_aggregate_gradients=experimental_aggregate_gradients)
+
+  def slot_restorer(self):
+    # OptimizerV2 keeps slot values restored before its first step (slots
+    # are created then) and assigns them on creation, as TF 2.4 did.
+    return _private_api.optimizer_slot_restorer(self.optimizer)
 
   def clip_after_sum(self, distribution):
     del distribution  # OptimizerV2 sums the replicas' gradients, then clips.
@@ -374,8 +419,38 @@ def deserialize(config, custom_objects=None):
   """
   if kind_of(config) is not None:
     return config
+  if _is_tf_keras_legacy_config(config):
+    # What `get_config` wrote for a wrapped tf_keras OptimizerV2: it comes
+    # back as one, the kind TF 2.4's config round trip kept.
+    return _tf_keras.optimizers.deserialize(
+        config, custom_objects=custom_objects, use_legacy_optimizer=True)
   return _keras2_config.deserialize_serialized_optimizer(config,
                                                          custom_objects)
+
+
+# The module tf_keras's serializer names for its OptimizerV2 classes; TF
+# 2.3/2.4's Keras configs name none.
+_TF_KERAS_LEGACY_MODULE = "keras.optimizers.legacy"
+
+
+def _is_tf_keras_legacy_config(config):
+  return (_tf_keras is not None and isinstance(config, dict) and
+          config.get("module") == _TF_KERAS_LEGACY_MODULE)
+
+
+def _in_session_graph():
+  """Whether ops built now go to a `tf.compat.v1` graph run by a session.
+
+  A conditional's or loop's branch there is itself a function graph, but,
+  unlike a `tf.function`'s, one without automatic control dependencies.
+  """
+  if tf.executing_eagerly():
+    return False
+  graph = tf.compat.v1.get_default_graph()
+  while any(base.__name__ == "ControlFlowFuncGraph"
+            for base in type(graph).__mro__):
+    graph = graph.outer_graph
+  return not hasattr(graph, "outer_graph")
 
 
 def _clips(inner):

@@ -121,8 +121,11 @@ def smart_cond(pred, true_fn, false_fn):
 
   def branch(fn):
     def wrapped():
-      fn()
-      return tf.constant(True)
+      # The branch's ops feed its output, so that a `tf.compat.v1` cond
+      # (control flow v1 prunes what its output does not depend on) runs them.
+      ops = [x for x in tf.nest.flatten(fn()) if x is not None]
+      with tf.control_dependencies(ops):
+        return tf.constant(True)
     return wrapped
 
   return tf.cond(pred, branch(true_fn), branch(false_fn))
@@ -198,20 +201,57 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
   """
 
   def in_replica(replica_grads, holder):
-    inner.apply_in_replica(list(zip(replica_grads, holder.value)), name,
-                           experimental_aggregate_gradients)
+    return inner.apply_in_replica(list(zip(replica_grads, holder.value)),
+                                  name, experimental_aggregate_gradients)
+
+  def build_apply():
+    with inner.clip_after_sum(distribution):
+      applied = distribution.extended.call_for_each_replica(
+          in_replica, args=(grads, _Holder(variables)))
+      return graph_ops(distribution, applied)
 
   def apply_fn():
-    with inner.clip_after_sum(distribution):
-      distribution.extended.call_for_each_replica(
-          in_replica, args=(grads, _Holder(variables)))
+    return inner.in_order(build_apply)
 
   def skip_fn():
     # The inner optimizer would have counted the step; TF 2.4.4 counts
     # skipped steps too.
-    inner.iterations_variable().assign_add(1)
+    return inner.count_skipped_step()
 
-  smart_cond(should_apply, apply_fn, skip_fn)
+  return smart_cond(should_apply, apply_fn, skip_fn)
+
+
+def train_op_or(train_op, iterations):
+  """What `apply_gradients` returns: `train_op` in a `tf.compat.v1` graph.
+
+  There, as TF 2.4's did, it returns the op running the step (a session
+  runs only what the fetched op depends on); else the `iterations` variable.
+  """
+  if train_op is not None and not tf.inside_function():
+    return train_op
+  return iterations
+
+
+def graph_ops(distribution, values):
+  """`values`' ops and tensors on this worker, to run; [] eagerly.
+
+  In a `tf.compat.v1` graph they are what a train op must group: nothing
+  there runs unless the op the caller runs depends on it.
+  """
+  if tf.executing_eagerly():
+    return []
+  ops = []
+  for value in tf.nest.flatten(values):
+    if value is None:
+      continue
+    for local in distribution.experimental_local_results(value):
+      # A variable's assignment (OptimizerV2's step count) stands for its op,
+      # not for a read of the variable.
+      op = local if isinstance(local, tf.Operation) else getattr(
+          local, "op", None)
+      if op is not None:
+        ops.append(op)
+  return ops
 
 
 def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
@@ -228,7 +268,8 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
     experimental_aggregate_gradients: Handed on likewise.
 
   Returns:
-    The scale's update op when building a graph, else None.
+    When building a graph, an op running the step (the scale's update and
+    the apply or skip), else None.
   """
   if loss_scale is None:
     update_op, should_apply = None, True
@@ -241,11 +282,12 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
     _gated_apply.apply_when_finite(inner.optimizer, grads, variables,
                                    should_apply)
     return update_op
-  apply_or_skip(distribution, inner, should_apply, grads, variables, name,
-                experimental_aggregate_gradients)
-  if update_op is not None and not tf.executing_eagerly():
-    return update_op
-  return None
+  applied = apply_or_skip(distribution, inner, should_apply, grads, variables,
+                          name, experimental_aggregate_gradients)
+  if tf.executing_eagerly():
+    return None
+  # TF 2.4's train op: the conditional apply and the scale's update.
+  return tf.group(*graph_ops(distribution, [applied, update_op]))
 
 
 def graph_gradients(optimizer, loss, params):

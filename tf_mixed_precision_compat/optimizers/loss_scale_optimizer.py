@@ -385,7 +385,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         with one replica, as Keras 3 optimizers always aggregate.
 
     Returns:
-      The inner optimizer's `iterations` variable.
+      The inner `iterations` (in a `tf.compat.v1` graph: the step's op).
 
     Raises:
       ValueError: In cross-replica context, under an unsupported strategy,
@@ -408,11 +408,11 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       # distributed tf.function step (initial values inside the trace).
       with tf.init_scope():
         self.build(variables)
-    tf.distribute.get_replica_context().merge_call(
+    train_op = tf.distribute.get_replica_context().merge_call(
         _step.update_and_apply,
         args=(self._loss_scale if self.dynamic else None, self._adapter,
               grads, variables, name, experimental_aggregate_gradients))
-    return self.iterations
+    return _step.train_op_or(train_op, self.iterations)
 
   @tf.autograph.experimental.do_not_convert
   def apply(self, grads: Sequence[Any],
@@ -459,7 +459,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       tape: A `tf.GradientTape`; required when `loss` is a tensor.
 
     Returns:
-      The inner optimizer's `iterations` variable.
+      As `apply_gradients`.
 
     Raises:
       ValueError: If `loss` is a tensor and no `tape` is given.

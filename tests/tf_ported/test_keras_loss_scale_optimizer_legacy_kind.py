@@ -1,0 +1,717 @@
+"""TF 2.4's (and tf-keras's) Keras LossScaleOptimizer tests, legacy kind.
+
+Original: tensorflow/python/keras/mixed_precision/loss_scale_optimizer_test.py
+(TF r2.4), kept in tf-keras as tf_keras/src/mixed_precision/
+loss_scale_optimizer_test.py (its OptimizerV2 cases). Here our
+`tf.keras.mixed_precision.LossScaleOptimizer` (Keras 3 target, after
+`install()`) wraps tf_keras's legacy optimizers
+(`tf_keras.optimizers.legacy.*`), TF 2.4's own OptimizerV2, in every mode TF
+2.4 ran them: a `tf.compat.v1` graph (where `minimize` returns the train op),
+eagerly and in a `tf.function`, with the default strategy and a
+MirroredStrategy over 2 logical CPUs. Inputs, expected values and assertions
+are the original's; unlike the Keras 3 kind (test_keras_loss_scale_optimizer_
+tf24.py) nothing is skipped or adapted: OptimizerV2 has `gradient_aggregator`,
+variable hyperparameters, `_set_hyper`, `get_slot` and TF 2.4's one weight.
+
+The step cases (`KIND_MODES`) also run with Keras 3 optimizers in a TF1
+graph, which their own port (test_keras_loss_scale_optimizer_tf24.py) runs
+eagerly and in a `tf.function` only.
+
+tf-keras's cases for this kind are here too: the checkpoint also in a TF1
+graph (restore ops run before and after the slots exist), config and
+serialization round trips (the inner optimizer comes back as an
+OptimizerV2), and the learning rate reached through an inner wrapper.
+tf-keras cases of behaviour TF 2.4 did not have are not ported: the
+"You forgot to call get_scaled_loss" warnings, the errors for wrapping one
+optimizer twice, `LossScaleOptimizerV3` and `convert_to_legacy_optimizer`.
+
+One case asserts TF 2.4.4's result where tf-keras's later test differs:
+`test_custom_gradient_aggregator`. TF 2.4 checked the gradients for
+Inf/NaN before the inner optimizer aggregated them (a NaN its aggregator
+adds is applied; checked with TF 2.4.4), while tf-keras (TF >= 2.5)
+aggregates first and skips the step.
+"""
+
+import gc
+import logging
+import os
+
+import numpy as np
+import pytest
+import keras
+import tensorflow as tf
+import tf_keras
+
+from tests.tf_ported import harness
+
+MODES = ("graph", "eager", "function")
+STRATEGIES = harness.STRATEGIES
+
+
+def _lso(*args, **kwargs):
+  return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+
+
+def _sgd(*args, **kwargs):
+  return tf_keras.optimizers.legacy.SGD(*args, **kwargs)
+
+
+def _sgd_of(kind):
+  return _sgd if kind == "legacy" else tf.keras.optimizers.SGD
+
+
+# The legacy kind in every mode; Keras 3 optimizers in the TF1 graph mode
+# their own port (test_keras_loss_scale_optimizer_tf24.py) lacks.
+KIND_MODES = [("legacy", mode) for mode in MODES] + [("keras3", "graph")]
+
+
+class _Runner:
+  """Builds replica steps for one mode and runs them, as TF's tests did.
+
+  In graph mode a step is built once (its op is what `minimize` returned)
+  and run in the session; variables are initialized when first needed.
+  """
+
+  def __init__(self, mode, strategy, evaluate):
+    self.mode = mode
+    self.strategy = strategy
+    self.evaluate = evaluate
+
+  def step(self, fn):
+    """A callable running `fn` on every replica once per call."""
+    if self.mode == "graph":
+      op = self.strategy.run(fn)
+      for local in self.strategy.experimental_local_results(op):
+        assert isinstance(local, tf.Operation), local
+      return lambda: self._run_graph(op)
+    call = lambda: self.strategy.run(fn)
+    return tf.function(call) if self.mode == "function" else call
+
+  def run(self, fn):
+    self.step(fn)()
+
+  def _run_graph(self, op):
+    session = self.evaluate.session
+    uninitialized = set(session.run(
+        tf.compat.v1.report_uninitialized_variables()))
+    new = [v for v in tf.compat.v1.global_variables()
+           if v.op.name.encode() in uninitialized]
+    session.run(tf.compat.v1.variables_initializer(new))
+    session.run(op)
+
+  def value(self, x):
+    if self.mode == "graph":
+      if isinstance(x, keras.Variable):
+        x = x.value
+      return self.evaluate.session.run(x)
+    return x.numpy() if hasattr(x, "numpy") else x
+
+
+@pytest.fixture(name="runner_for")
+def _runner_for():
+  """`runner_for(mode, strategy_name)` enters the mode and the strategy."""
+  stack = []
+
+  def enter(mode, strategy_name):
+    context = harness.mode_context("graph" if mode == "graph" else "eager")
+    evaluate = context.__enter__()
+    stack.append(context)
+    strategy = harness.make_strategy(strategy_name)
+    scope = strategy.scope()
+    scope.__enter__()
+    stack.append(scope)
+    return _Runner(mode, strategy, evaluate)
+
+  yield enter
+  while stack:
+    stack.pop().__exit__(None, None, None)
+
+
+def _minimize_with_grad_check(strategy, var, opt, expected_grad):
+  check = harness.identity_with_grad_check(expected_grad)
+  loss = lambda: check(var) / strategy.num_replicas_in_sync
+  return lambda: opt.minimize(loss, var_list=[var])
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, kind, mode,
+                                                         strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([5.0])
+  loss_scale = 10.
+  opt = _lso(_sgd_of(kind)(2.0), dynamic=False, initial_scale=loss_scale)
+  assert runner.value(opt.loss_scale) == loss_scale
+  runner.run(_minimize_with_grad_check(
+      strategy, var, opt, loss_scale / strategy.num_replicas_in_sync))
+  # d(var)/d(var) is 1, so var becomes 5 - 1 * 2.
+  np.testing.assert_allclose(runner.value(var), [3.])
+
+
+def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    loss_scale = 10.
+    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
+    loss = harness.identity_with_grad_check(loss_scale)(var)
+    grads = opt.get_gradients(loss, [var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(grads)
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale(runner_for, kind, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  learning_rate = 2.
+  expected_grad = tf.Variable(learning_rate / strategy.num_replicas_in_sync)
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd_of(kind)(learning_rate), initial_scale=2,
+             dynamic_growth_steps=1)
+  step = runner.step(_minimize_with_grad_check(strategy, var, opt,
+                                               expected_grad))
+  step()
+  np.testing.assert_allclose(runner.value(var), [3.])
+  # The loss scale doubled, and so does the scaled gradient.
+  runner.value(expected_grad.assign(2 * learning_rate /
+                                    strategy.num_replicas_in_sync))
+  step()
+  np.testing.assert_allclose(runner.value(var), [1.])
+
+
+@pytest.mark.parametrize("clip_type", ["clipnorm", "global_clipnorm",
+                                       "clipvalue"])
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_clipping(runner_for, kind, mode, strategy_name, clip_type):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  learning_rate = 2.
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd_of(kind)(learning_rate, **{clip_type: 2.0}), initial_scale=2,
+             dynamic_growth_steps=1)
+  assert getattr(opt, clip_type) == 2.0
+  loss = lambda: var * 4 / strategy.num_replicas_in_sync
+  run_fn = lambda: opt.minimize(loss, var_list=[var])
+  step = runner.step(run_fn)
+  step()
+  # The gradient 4 is clipped to 2: 5 - 2 * 2.
+  np.testing.assert_allclose(runner.value(var), [1.])
+  assert runner.value(opt.loss_scale) == 4
+
+  # Clipping is read when the step is built, as in TF 2.4.
+  setattr(opt, clip_type, 3.0)
+  step = runner.step(run_fn)
+  step()
+  np.testing.assert_allclose(runner.value(var), [-5.])
+  assert runner.value(opt.loss_scale) == 8
+
+  # Infinite gradients are skipped, not clipped.
+  loss = lambda: var * float("inf")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-5.])
+  assert runner.value(opt.loss_scale) == 4
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_update(runner_for, kind, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=1)
+  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
+  assert runner.value(opt.loss_scale) == 4.
+
+  loss = lambda: var * float("nan")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
+  assert runner.value(opt.loss_scale) == 2.
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale_with_float16_loss(runner_for, kind, mode,
+                                              strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([5.0])
+  opt = _lso(_sgd_of(kind)(2.), initial_scale=2, dynamic_growth_steps=1)
+  loss = lambda: tf.cast(var / strategy.num_replicas_in_sync, "float16")
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [3.])
+
+
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_nan_on_one_replica_only(runner_for, kind, mode):
+  runner = runner_for(mode, "mirrored")
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=2)
+
+  def loss():
+    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return tf.cond(
+        tf.equal(replica, 0), lambda: var * 2.,
+        lambda: var * tf.constant([1., float("nan")]))
+
+  runner.run(lambda: opt.minimize(loss, var_list=[var]))
+  np.testing.assert_allclose(runner.value(var), [1.0, 2.0])
+  assert runner.value(opt.loss_scale) == 1.
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_custom_gradient_aggregator(runner_for, mode):
+  runner = runner_for(mode, "default")
+
+  def gradient_aggregator(grads_and_vars):
+    # As if one replica's gradient were NaN: the last gradient becomes NaN.
+    grads_and_vars = list(grads_and_vars)
+    grad, var = grads_and_vars[-1]
+    grads_and_vars[-1] = (grad * float("nan"), var)
+    return grads_and_vars
+
+  var = tf.Variable([1.0, 2.0])
+  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+             initial_scale=2, dynamic_growth_steps=2)
+  runner.run(lambda: opt.minimize(lambda: var * 2, var_list=[var]))
+  # The aggregator's NaN is applied: TF 2.4.4 checked before aggregating.
+  assert np.isnan(runner.value(var)).all()
+  assert runner.value(opt.loss_scale) == 2.
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_dynamic_loss_scale_with_slots(runner_for, kind, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  var = tf.Variable([1.0, 2.0])
+  initial_scale = 2.
+  opt = _lso(_sgd_of(kind)(1.0, momentum=1.), initial_scale=initial_scale,
+             dynamic_growth_steps=1)
+  loss = lambda: var / strategy.num_replicas_in_sync
+  step = runner.step(lambda: opt.minimize(loss, var_list=[var]))
+  step()
+  np.testing.assert_allclose(runner.value(var), [0.0, 1.0])
+  assert runner.value(opt.loss_scale) == initial_scale * 2
+  step()
+  np.testing.assert_allclose(runner.value(var), [-2., -1.])
+  assert runner.value(opt.loss_scale) == initial_scale * 4
+  assert opt.get_slot_names() == ["momentum"]
+
+
+def test_iterations():
+  opt = _sgd(2.0)
+  lso = _lso(opt, dynamic=False, initial_scale=10.)
+  lso.iterations = 7
+  assert lso.iterations == 7
+  assert opt.iterations == 7
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("kind,mode", KIND_MODES)
+def test_iterations_incremented(runner_for, kind, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  strategy = runner.strategy
+  opt = _lso(_sgd_of(kind)(1.0))
+  var = tf.Variable([5.0])
+  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
+  runner.run(lambda: opt.minimize(loss, [var]))
+  assert runner.value(var) == 3.0
+  assert runner.value(opt.iterations) == 1
+
+  # Also incremented when NaN gradients skip the update.
+  loss = lambda: var * float("nan")
+  runner.run(lambda: opt.minimize(loss, [var]))
+  assert runner.value(var) == 3.0
+  assert runner.value(opt.iterations) == 2
+
+
+def test_weight_methods():
+  var = tf.Variable([1.0])
+  opt = _lso(_sgd(1.0), initial_scale=2., dynamic_growth_steps=1)
+  opt.minimize(lambda: var * 2, [var])
+  assert len(opt.weights) == 1  # The inner optimizer's iterations.
+  assert opt.weights[0].numpy() == 1
+  assert opt.get_weights()[0] == 1
+  assert opt.variables()[0].numpy() == 1
+  opt.set_weights([np.array(2.)])
+  assert opt.variables()[0].numpy() == 2
+
+
+def test_hyperparameters_exposed():
+  opt = tf_keras.optimizers.legacy.Adam(learning_rate=1.0, beta_1=0.5,
+                                        beta_2=0.9)
+  lso = _lso(opt)
+  assert isinstance(lso.beta_1, tf.Variable)
+  assert lso.beta_1.numpy() == 0.5
+  assert lso.lr.numpy() == 1.0
+  assert lso.lr is lso.learning_rate
+  lso.beta_1 = 0.25
+  assert lso.beta_1.numpy() == 0.25
+  assert opt.beta_1.numpy() == 0.25
+  assert lso.beta_1 is opt.beta_1
+  opt.beta_1 = 0.75
+  assert lso.beta_1.numpy() == 0.75
+  assert lso.beta_1 is opt.beta_1
+  lso.lr = 2.0
+  assert lso.lr.numpy() == 2.0
+  assert opt.lr.numpy() == 2.0
+  assert lso.lr is opt.lr
+
+  class MyOpt(tf_keras.optimizers.legacy.SGD):
+
+    def __init__(self):
+      super().__init__()
+      self._set_hyper("loss_scale", 123.)
+
+  # A hyperparameter named like an attribute of the wrapper is not reached.
+  lso = _lso(MyOpt())
+  with pytest.raises(AttributeError):
+    lso.loss_scale = 2.
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_apply_gradients_gets_unwrapped_tensors(runner_for, mode):
+  seen = []
+
+  class MyOptimizer(tf_keras.optimizers.legacy.SGD):
+
+    def apply_gradients(self, grads_and_vars, name=None,
+                        experimental_aggregate_gradients=True):
+      grads_and_vars = list(grads_and_vars)
+      for grad, _ in grads_and_vars:
+        seen.append(type(grad))
+        assert isinstance(grad, tf.Tensor), type(grad)
+      return super().apply_gradients(grads_and_vars, name,
+                                     experimental_aggregate_gradients)
+
+  runner = runner_for(mode, "mirrored")
+  var = tf.Variable([5.0])
+  opt = _lso(MyOptimizer(learning_rate=1.0), dynamic=False, initial_scale=1)
+  runner.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  assert seen
+  # Each replica's gradient 2 is summed: 5 - 2 * 2.
+  np.testing.assert_allclose(runner.value(var), [1.])
+
+
+class _SGDWithExtraVariable(tf_keras.optimizers.legacy.SGD):
+  """An SGD that tracks one more variable, saved with the optimizer."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.my_var = tf.Variable(0.)
+    # OptimizerV2 is no AutoTrackable: TF 2.4's test tracked it likewise.
+    self._track_trackable(self.my_var, "my_var")
+
+
+@pytest.mark.parametrize("save_with_ls,restore_with_ls", [
+    (True, True), (True, False), (False, True)],
+                         ids=["save_and_restore", "save", "restore"])
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+def test_checkpoint(strategy_name, save_with_ls, restore_with_ls, tmp_path):
+  # Restored before the first step: the momentum slot does not exist yet, and
+  # must be assigned when the step creates it (a deferred slot restore).
+  strategy = harness.make_strategy(strategy_name)
+  replicas = strategy.num_replicas_in_sync
+
+  def build(with_ls):
+    inner = _SGDWithExtraVariable(1., momentum=1.)
+    opt = inner
+    if with_ls:
+      opt = _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
+    return inner, opt
+
+  def train(opt, var):
+    loss = lambda: var / replicas + 1.
+    strategy.run(lambda: opt.minimize(loss, var_list=[var]))
+
+  with strategy.scope():
+    var = tf.Variable([2.0])
+    inner_opt, opt = build(save_with_ls)
+    train(opt, var)
+    assert var.numpy() == 1.
+    if save_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 1
+    slot = opt.get_slot(var, "momentum")
+    assert slot.numpy().item() == -1
+    assert opt.iterations.numpy() == 1
+    inner_opt.my_var.assign(1.)
+
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    save_path = checkpoint.save(os.path.join(tmp_path, "ckpt"))
+
+    var = tf.Variable([2.0])
+    inner_opt, opt = build(restore_with_ls)
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    status = checkpoint.restore(save_path)
+    if save_with_ls:
+      status.assert_existing_objects_matched()
+    else:
+      status.assert_nontrivial_match()
+    assert var.numpy() == 1.
+    if save_with_ls and restore_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 1
+    elif restore_with_ls:
+      assert opt.loss_scale.numpy() == 1.
+      assert opt.dynamic_counter.numpy() == 0
+    assert opt.iterations.numpy() == 1
+
+    train(opt, var)
+    assert var.numpy() == -1
+    slot = opt.get_slot(var, "momentum")
+    assert slot.numpy().item() == -2
+    assert opt.iterations.numpy() == 2
+    assert inner_opt.my_var.numpy() == 1
+
+    # Restoring again, now that the slots exist.
+    status = checkpoint.restore(save_path)
+    if save_with_ls and restore_with_ls:
+      status.assert_consumed()
+    elif save_with_ls:
+      status.assert_existing_objects_matched()
+    else:
+      status.assert_nontrivial_match()
+    assert var.numpy() == 1
+    assert slot.numpy().item() == -1
+
+
+def test_checkpoint_in_graph_mode(tmp_path):
+  # TF's graph case: restore ops run after initialization, before and after
+  # the slots exist (default strategy only, as in TF).
+
+  def build():
+    inner = _SGDWithExtraVariable(1., momentum=1.)
+    return inner, _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
+
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    inner_opt, opt = build()
+    op = opt.minimize(lambda: var + 1., var_list=[var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    sess.run(op)
+    sess.run(inner_opt.my_var.assign(1.))
+    assert sess.run(opt.get_slot(var, "momentum")).item() == -1
+    save_path = tf.train.Checkpoint(optimizer=opt, var=var).save(
+        os.path.join(tmp_path, "ckpt"))
+
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    inner_opt, opt = build()
+    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
+    status = checkpoint.restore(save_path)
+    status.assert_existing_objects_matched()
+    op = opt.minimize(lambda: var + 1., var_list=[var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    status.run_restore_ops(sess)
+    sess.run(op)
+    assert sess.run(var) == -1
+    slot = opt.get_slot(var, "momentum")
+    assert sess.run(slot).item() == -2
+    assert sess.run(opt.iterations) == 2
+    assert sess.run(inner_opt.my_var) == 1
+    assert sess.run(opt.loss_scale) == 2.  # Grew after 2 finite steps.
+
+    status = checkpoint.restore(save_path)
+    status.assert_consumed()
+    status.run_restore_ops(sess)
+    assert sess.run(var) == 1
+    assert sess.run(slot).item() == -1
+
+
+_SGD_CONFIG_TF23 = {
+    "class_name": "SGD",
+    "config": {"learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
+               "nesterov": False, "name": "SGD"},
+}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
+def test_get_config_round_trip_keeps_the_kind(dynamic):
+  kwargs = (dict(initial_scale=2, dynamic_growth_steps=3) if dynamic else
+            dict(dynamic=False, initial_scale=2))
+  opt = _lso(_sgd(2.0, momentum=0.5), **kwargs)
+  opt = tf.keras.mixed_precision.LossScaleOptimizer.from_config(
+      opt.get_config())
+  assert type(opt.inner_optimizer) is tf_keras.optimizers.legacy.SGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.initial_scale == 2.
+  assert opt.dynamic is dynamic
+  assert opt.dynamic_growth_steps == (3 if dynamic else None)
+  var = tf.Variable([5.0])
+  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  assert var.numpy() == [3.]
+  if dynamic:
+    assert opt.dynamic_counter.numpy() == 1
+  else:
+    assert opt.dynamic_counter is None
+
+
+def test_serialization_with_built_in_optimizer():
+  opt = _lso(_sgd(2.0, momentum=0.5), initial_scale=2.,
+             dynamic_growth_steps=3.)
+  opt = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(opt))
+  assert type(opt) is tf.keras.mixed_precision.LossScaleOptimizer
+  assert type(opt.inner_optimizer) is tf_keras.optimizers.legacy.SGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.dynamic_growth_steps == 3.
+  var = tf.Variable([5.0])
+  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  assert var.numpy() == [3.]
+  assert opt.dynamic_counter.numpy() == 1
+
+
+def test_serialization_with_custom_optimizer():
+
+  class MySGD(tf_keras.optimizers.legacy.SGD):
+
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, **kwargs)
+      self.my_attribute = 123
+
+  opt = _lso(MySGD(2., momentum=0.5), initial_scale=2., dynamic_growth_steps=3.)
+  opt = tf.keras.optimizers.deserialize(tf.keras.optimizers.serialize(opt),
+                                        custom_objects={"MySGD": MySGD})
+  assert type(opt.inner_optimizer) is MySGD
+  assert opt.learning_rate.numpy() == 2.
+  assert opt.inner_optimizer.momentum.numpy() == 0.5
+  assert opt.loss_scale.numpy() == 2.
+  assert opt.dynamic_growth_steps == 3.
+  assert opt.inner_optimizer.my_attribute == 123
+
+
+def test_loss_scale_delegation_with_wrapper():
+  # The learning rate is reached through an inner optimizer that itself
+  # wraps another one.
+
+  class MyOptimizer(tf_keras.optimizers.legacy.Optimizer):
+
+    def __init__(self):
+      super().__init__("MyOptimizer")
+      self.inner_optimizer = _sgd(learning_rate=1.0)
+
+    @property
+    def learning_rate(self):
+      return self.inner_optimizer.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, value):
+      self.inner_optimizer.learning_rate = value
+
+    def get_config(self):
+      return {}
+
+  opt = _lso(MyOptimizer())
+  assert opt.learning_rate.numpy() == 1.0
+  opt.learning_rate = 2.0
+  assert opt.learning_rate.numpy() == 2.0
+  assert opt.inner_optimizer.inner_optimizer.learning_rate.numpy() == 2.0
+
+
+def test_attributes_and_dir():
+  opt = _sgd()
+  lso = _lso(opt, dynamic=False, initial_scale=2.)
+  assert not lso.dynamic
+  assert lso.dynamic_counter is None
+  assert lso.dynamic_growth_steps is None
+  assert not opt.nesterov
+  with pytest.raises(
+      AttributeError,
+      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
+    _ = lso.nesterov
+  lso.nesterov = True
+  assert lso.nesterov
+  assert not opt.nesterov
+  names = dir(_lso(_sgd()))
+  assert {"learning_rate", "lr", "minimize", "loss_scale"} <= set(names)
+  assert "nesterov" not in names
+  default = _lso(_sgd())
+  assert default.initial_scale == 2**15
+  assert default.dynamic_growth_steps == 2000
+  assert default.loss_scale.numpy() == 2**15
+
+
+def test_scaled_loss_and_unscaled_gradients():
+  opt = _lso(_sgd(), dynamic=False, initial_scale=2.)
+  for dtype in ("float32", "float16"):
+    loss = tf.convert_to_tensor(5., dtype=dtype)
+    assert opt.get_scaled_loss(loss).numpy() == 10.
+    assert opt.get_scaled_loss(lambda l=loss: l)().numpy() == 10.
+  scaled = [tf.constant(3.), None, tf.constant(-4., dtype="float16")]
+  assert [g if g is None else g.numpy()
+          for g in opt.get_unscaled_gradients(scaled)] == [1.5, None, -2.]
+  sparse = tf.IndexedSlices(
+      tf.constant([[4., 2.], [8., 5.]]), tf.constant([1, 3], dtype="int32"),
+      dense_shape=tf.constant([5, 2], dtype="int32"))
+  grad = opt.get_unscaled_gradients([sparse])[0]
+  assert isinstance(grad, tf.IndexedSlices)
+  np.testing.assert_array_equal(grad.values.numpy(), [[2., 1.], [4., 2.5]])
+
+
+def test_argument_errors_and_unsupported_strategy():
+  with pytest.raises(ValueError, match='"initial_scale" must be specified'):
+    _lso(_sgd(), dynamic=False)
+  with pytest.raises(ValueError, match='"dynamic_growth_steps" must be None '
+                     'if "dynamic" is False, but got: 2'):
+    _lso(_sgd(), dynamic=False, initial_scale=1, dynamic_growth_steps=2)
+  with pytest.raises(TypeError, match='"dynamic" argument to '
+                     "LossScaleOptimizer.__init__ must be a bool"):
+    _lso(_sgd(), "dynamic")
+  strategy = tf.distribute.experimental.CentralStorageStrategy()
+  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
+              "CentralStorageStrategy")
+  with strategy.scope(), pytest.raises(ValueError, match=expected):
+    _lso(_sgd())
+  opt = _lso(_sgd())
+  with strategy.scope():
+    var = tf.Variable(1.0)
+    with pytest.raises(ValueError, match=expected):
+      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+
+
+class _Records(logging.Handler):
+
+  def __init__(self):
+    super().__init__()
+    self.messages = []
+
+  def emit(self, record):
+    self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+def test_restore_before_first_step_leaves_nothing_behind(strategy_name,
+                                                          tmp_path):
+  # TF warns, when a restore's objects are garbage-collected, of checkpoint
+  # values never assigned: the deferred slot must have been consumed.
+  strategy = harness.make_strategy(strategy_name)
+  loss = lambda: var / strategy.num_replicas_in_sync + 1.
+  with strategy.scope():
+    var = tf.Variable([2.0])
+    opt = _lso(_sgd(1., momentum=1.), initial_scale=1.)
+    strategy.run(lambda: opt.minimize(loss, var_list=[var]))
+    save_path = tf.train.Checkpoint(optimizer=opt, var=var).save(
+        os.path.join(tmp_path, "ckpt"))
+    var = tf.Variable([2.0])
+    opt = _lso(_sgd(1., momentum=1.), initial_scale=1.)
+    status = tf.train.Checkpoint(optimizer=opt, var=var).restore(save_path)
+    strategy.run(lambda: opt.minimize(loss, var_list=[var]))
+    assert opt.get_slot(var, "momentum").numpy().item() == -2
+  status.assert_consumed()
+  records = _Records()
+  tf.get_logger().addHandler(records)
+  try:
+    del status
+    gc.collect()
+  finally:
+    tf.get_logger().removeHandler(records)
+  assert not [m for m in records.messages if "could not be found" in m]
