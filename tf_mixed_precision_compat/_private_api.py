@@ -5,6 +5,7 @@ each import and accessor says why no public API does the job.
 """
 
 import contextlib
+import sys
 
 # pylint: disable=unused-import
 # The object graph stored in every object-based checkpoint (the
@@ -270,3 +271,53 @@ def tf_keras_v2_create_slots(optimizer, variables):
     return False
   create(variables)
   return True
+
+
+# `tf.keras` resolves (through TF's lazy loader) to a package that Keras or
+# tf_keras keep under a private name, with no public handle on it: Keras 3's
+# `keras._tf_keras.keras`, tf_keras's `tf_keras.api._v2.keras`. An import
+# statement naming `tensorflow.keras...` must yield that package's modules
+# (`_import_hooks.AliasFinder`), not new copies.
+_TF_KERAS_ROOTS = {"keras3": "keras._tf_keras.keras",
+                   "tf_keras": "tf_keras.api._v2.keras"}
+
+
+def tf_keras_root_name(target):
+  """The module name `tf.keras` resolves to on `target` (`targets.active()`)."""
+  return _TF_KERAS_ROOTS[target]
+
+
+def defining_module(function):
+  """The module that defines `function` under its name, or None.
+
+  Keras' public API modules bind functions defined in private modules
+  (`keras.src.saving.saving_api.load_model`); `install()` replaces them there
+  too, so that an API module executed after it binds the replacement.
+
+  Args:
+    function: A function.
+
+  Returns:
+    The loaded module whose attribute `function.__name__` is `function`.
+  """
+  module = sys.modules.get(getattr(function, "__module__", None) or "")
+  if module is not None and vars(module).get(function.__name__) is function:
+    return module
+  return None
+
+
+def keras_lazy_loader_resolved(loader):
+  """Whether a TF Keras lazy loader (`tf.keras` before use) has resolved.
+
+  TF decides which Keras `tf.keras` is, from `TF_USE_LEGACY_KERAS`, when a
+  loader is first used; only its private flag tells whether that happened.
+
+  Args:
+    loader: A value of `vars(tf)` etc.
+
+  Returns:
+    True if resolved, False if not yet, None if `loader` is no such loader.
+  """
+  if type(loader).__name__ != "KerasLazyLoader":
+    return None
+  return bool(vars(loader).get("_tfll_initialized", False))

@@ -38,8 +38,11 @@ def active() -> str:
     `KERAS3`.
   """
   # TF's lazy loader resolves `tf.keras` once, from TF_USE_LEGACY_KERAS and
-  # what is installed; its module name tells which package it came from.
-  name = getattr(tf.keras, "__name__", "")
+  # what is installed. Its module name may be `tensorflow.keras` (an import
+  # statement re-executed Keras' API files under that name), so the package
+  # defining its `Model` tells which Keras it is.
+  model = getattr(tf.keras, "Model", None)
+  name = getattr(model, "__module__", None) or ""
   return TF_KERAS if name.split(".")[0] == "tf_keras" else KERAS3
 
 
