@@ -306,18 +306,27 @@ def defining_module(function):
   return None
 
 
-def keras_lazy_loader_resolved(loader):
-  """Whether a TF Keras lazy loader (`tf.keras` before use) has resolved.
+def keras_lazy_loader_version(loader):
+  """Which Keras a TF Keras lazy loader (`tf.keras` etc.) resolved to.
 
-  TF decides which Keras `tf.keras` is, from `TF_USE_LEGACY_KERAS`, when a
-  loader is first used; only its private flag tells whether that happened.
+  Only the loader's private fields tell whether it resolved yet (TF reads
+  `TF_USE_LEGACY_KERAS` then) and to which Keras.
 
   Args:
-    loader: A value of `vars(tf)` etc.
+    loader: A value of `vars(tf)`, `vars(tf.compat.v1)`, ...
 
   Returns:
-    True if resolved, False if not yet, None if `loader` is no such loader.
+    None if `loader` is no such loader or not resolved yet; else TF's name
+    for the Keras it chose (`"keras_3"`, `"tf_keras"`, `"keras_2"`).
   """
-  if type(loader).__name__ != "KerasLazyLoader":
+  if not is_keras_lazy_loader(loader):
     return None
-  return bool(vars(loader).get("_tfll_initialized", False))
+  state = vars(loader)
+  if not state.get("_tfll_initialized", False):
+    return None
+  return state.get("_tfll_keras_version")
+
+
+def is_keras_lazy_loader(value):
+  """Whether `value` is TF's Keras lazy loader (its class is not public)."""
+  return type(value).__name__ == "KerasLazyLoader"
