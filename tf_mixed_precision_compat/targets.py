@@ -100,11 +100,11 @@ def _keras3_uses():
   for prefix, namespace in (("tf", tf), ("tf.compat.v1", tf.compat.v1),
                             ("tf.compat.v2", tf.compat.v2)):
     for name, value in sorted(vars(namespace).items()):
-      if name.startswith("_"):  # TF's own handles on its public aliases.
-        continue
       version = _private_api.keras_lazy_loader_version(value)
-      if version is not None and version != "tf_keras":
-        uses.append(f"{prefix}.{name}")
+      # TF keeps `tf.optimizers` etc. as `tf._optimizers`.
+      use = f"{prefix}.{name.lstrip('_')}"
+      if version not in (None, "tf_keras") and use not in uses:
+        uses.append(use)
   keras_module = vars(tf).get("keras")
   if (not _private_api.is_keras_lazy_loader(keras_module) and
       isinstance(keras_module, types.ModuleType) and active() == KERAS3):
