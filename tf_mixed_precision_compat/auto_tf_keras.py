@@ -5,7 +5,7 @@ without the `TF_USE_LEGACY_KERAS=1` environment variable: place the import
 right after `import tensorflow as tf`, before anything uses `tf.keras`:
 
     import tensorflow as tf
-    import tf_mixed_precision_compat.auto_tf_keras  # pylint: disable=unused-import
+    import tf_mixed_precision_compat.auto_tf_keras
 
 It selects tf_keras as the variable would have (`targets.select_tf_keras`:
 the variable is set for the rest of the process and the processes it

@@ -1,4 +1,4 @@
-"""Every import form of TF 2.3/2.4 code reaches what install() hooked (tf_keras).
+"""Every import form of TF 2.3/2.4 code reaches the hooked Keras (tf_keras).
 
 The tf_keras target's counterpart of tests/test_install_imports.py: on this
 target an import statement naming `tensorflow.keras...` re-executes
