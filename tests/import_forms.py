@@ -134,6 +134,11 @@ assert not hasattr(tf.keras.mixed_precision, "experimental")
 for original in (tf.keras.models.load_model, tf.keras.optimizers.deserialize):
   # Where Keras defines it, for API modules executed later.
   assert vars(sys.modules[original.__module__])[original.__name__] is original
+  # Also in API modules executed while installed (e.g. tensorflow.keras.saving).
+  for name, module in list(sys.modules.items()):
+    if name.startswith(("keras", "tf_keras", "tensorflow.keras")):
+      value = vars(module).get(original.__name__)
+      assert getattr(value, "__wrapped__", None) is not original, name
 print("OK")
 """
 

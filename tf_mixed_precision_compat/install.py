@@ -253,6 +253,25 @@ def _replace_function(journal, replaced, original, replacement,
   replaced[id(original)] = (original, replacement)
 
 
+def _restore_late_holders(replaced):
+  """Puts originals back in Keras modules that bound a replacement late."""
+  originals = {id(pair[1]): pair[0] for pair in replaced.values()}
+  prefixes = ("keras.", "tf_keras.", _TF_KERAS_IMPORT_NAME)
+  modules = [module for name, module in list(sys.modules.items())
+             if module is not None and name.startswith(prefixes)]
+  modules += [value for value in vars(tf).values()
+              if isinstance(value, types.ModuleType)]
+  for module in modules:
+    try:
+      namespace = vars(module)
+    except TypeError:
+      continue
+    for name, value in list(namespace.items()):
+      original = originals.get(id(value))
+      if original is not None:
+        setattr(module, name, original)
+
+
 def _patch_entry_points(journal, replaced):
   """Keras 3's loading functions, taught TF 2.x files and configs.
 
@@ -299,6 +318,9 @@ def _apply(journal):
   target = targets.target_module()  # None: Keras 3; else the tf_keras target.
   root = _tf_keras_root()
   replaced, hidden = {}, {}
+  # Undone last: Keras API modules executed while installed bound a
+  # replacement from its defining module.
+  journal.on_undo(lambda: _restore_late_holders(replaced))
   _graft_endpoints(journal, _keras_namespaces(root), hidden)
   if target is not None:
     _apply_tf_keras_target(journal, target, replaced)

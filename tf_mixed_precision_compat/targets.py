@@ -140,8 +140,11 @@ def select_tf_keras() -> None:
   TF reads `TF_USE_LEGACY_KERAS` when `tf.keras` (or `tf.optimizers`, ...)
   is first used, so setting it after `import tensorflow` and before that
   use selects tf_keras, for the whole process (the variable stays set, so
-  worker processes it starts choose tf_keras too). Called by
-  `import tf_mixed_precision_compat.auto_tf_keras`.
+  worker processes it starts choose tf_keras too). Like `import tensorflow`
+  under the variable, it also puts tf_keras's API directory first on
+  `tensorflow.__path__`, where import statements naming `tensorflow.keras...`
+  look. Neither is a patch `uninstall()` undoes: the target is chosen once
+  per process. Called by `import tf_mixed_precision_compat.auto_tf_keras`.
 
   Raises:
     ImportError: tf_keras is not installed (the message names the `pip`

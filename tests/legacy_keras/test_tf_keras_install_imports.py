@@ -64,3 +64,4 @@ def test_auto_tf_keras_with_the_variable_set_installs():
       "from_module_import_name",
       install_line="import tf_mixed_precision_compat.auto_tf_keras")
   import_forms.assert_ok(import_forms.run(code, legacy_keras=_TF_KERAS))
+
