@@ -25,6 +25,11 @@ unchanged:
   2.x jobs wrote (optimizer configs, H5 models and SavedModels, TF-format and
   H5 weights) as `legacy` does; Keras 3's own formats go to Keras 3
   unchanged (see `legacy/_entry_points.py`).
+* every import form reaches the same: `from tensorflow.keras.models import
+  load_model`, `import tensorflow.keras.optimizers as o`, ... yield the
+  modules `tf.keras` resolves to, the replaced functions are replaced where
+  Keras defines them too, and names bound before `install()` are rebound or
+  named in one warning (see `_import_hooks`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
