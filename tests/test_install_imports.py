@@ -54,6 +54,7 @@ from tensorflow.keras.models import load_model as early_load
 from tensorflow.keras.optimizers import deserialize as early_deserialize
 from tensorflow.keras.mixed_precision import LossScaleOptimizer
 import tensorflow.keras.models as early_models
+from tensorflow import keras as early_keras
 LOADERS = {"h5": early_load}
 load_quick = functools.partial(early_load, compile=True)
 """
@@ -76,6 +77,10 @@ for name in ("__main__.LOADERS", "__main__.load_quick",
 assert "__main__.early_load" not in messages[0], messages
 assert "move `import tf_mixed_precision_compat.auto`" in messages[0]
 assert early_models.load_model is tf.keras.models.load_model
+assert early_keras.models.load_model is tf.keras.models.load_model
+from tensorflow.keras.models import load_model as late_load_model
+assert late_load_model is tf.keras.models.load_model
+assert hasattr(late_load_model, "__wrapped__")
 """).replace("load_model = tf.keras.models.load_model\n",
              "load_model = early_load\n", 1).replace(
                  "deserialize = tf.keras.optimizers.deserialize\n",
