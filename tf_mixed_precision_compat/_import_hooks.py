@@ -45,6 +45,7 @@ _LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras",
 
 
 def is_alias_name(fullname):
+  """Whether `fullname` is `tensorflow.keras` or a module under it."""
   return fullname == PREFIX or fullname.startswith(PREFIX + ".")
 
 
@@ -152,6 +153,7 @@ def _user_modules():
 
 
 def _module_globals(module):
+  """A module's namespace, or None for objects posing as modules."""
   try:
     return vars(module)
   except TypeError:
