@@ -5,6 +5,7 @@ each import and accessor says why no public API does the job.
 """
 
 import contextlib
+import sys
 
 # pylint: disable=unused-import
 # The object graph stored in every object-based checkpoint (the
@@ -348,3 +349,62 @@ def register_session_fetch(cls, to_tensor):
   from tensorflow.python.client import session
   session.register_session_run_conversion_functions(
       cls, lambda obj: ([to_tensor(obj)], lambda values: values[0]))
+
+
+# `tf.keras` resolves (through TF's lazy loader) to a package that Keras or
+# tf_keras keep under a private name, with no public handle on it: Keras 3's
+# `keras._tf_keras.keras`, tf_keras's `tf_keras.api._v2.keras`. An import
+# statement naming `tensorflow.keras...` must yield that package's modules
+# (`_import_hooks.AliasFinder`), not new copies.
+_TF_KERAS_ROOTS = {"keras3": "keras._tf_keras.keras",
+                   "tf_keras": "tf_keras.api._v2.keras"}
+
+
+def tf_keras_root_name(target):
+  """The module name `tf.keras` resolves to on `target` (`targets.active()`)."""
+  return _TF_KERAS_ROOTS[target]
+
+
+def defining_module(function):
+  """The module that defines `function` under its name, or None.
+
+  Keras' public API modules bind functions defined in private modules
+  (`keras.src.saving.saving_api.load_model`); `install()` replaces them there
+  too, so that an API module executed after it binds the replacement.
+
+  Args:
+    function: A function.
+
+  Returns:
+    The loaded module whose attribute `function.__name__` is `function`.
+  """
+  module = sys.modules.get(getattr(function, "__module__", None) or "")
+  if module is not None and vars(module).get(function.__name__) is function:
+    return module
+  return None
+
+
+def keras_lazy_loader_version(loader):
+  """Which Keras a TF Keras lazy loader (`tf.keras` etc.) resolved to.
+
+  Only the loader's private fields tell whether it resolved yet (TF reads
+  `TF_USE_LEGACY_KERAS` then) and to which Keras.
+
+  Args:
+    loader: A value of `vars(tf)`, `vars(tf.compat.v1)`, ...
+
+  Returns:
+    None if `loader` is no such loader or not resolved yet; else TF's name
+    for the Keras it chose (`"keras_3"`, `"tf_keras"`, `"keras_2"`).
+  """
+  if not is_keras_lazy_loader(loader):
+    return None
+  state = vars(loader)
+  if not state.get("_tfll_initialized", False):
+    return None
+  return state.get("_tfll_keras_version")
+
+
+def is_keras_lazy_loader(value):
+  """Whether `value` is TF's Keras lazy loader (its class is not public)."""
+  return type(value).__name__ == "KerasLazyLoader"

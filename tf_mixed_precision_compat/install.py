@@ -25,6 +25,11 @@ unchanged:
   2.x jobs wrote (optimizer configs, H5 models and SavedModels, TF-format and
   H5 weights) as `legacy` does; Keras 3's own formats go to Keras 3
   unchanged (see `legacy/_entry_points.py`).
+* every import form reaches the same: `from tensorflow.keras.models import
+  load_model`, `import tensorflow.keras.optimizers as o`, ... yield the
+  modules `tf.keras` resolves to, the replaced functions are replaced where
+  Keras defines them too, and names bound before `install()` are rebound or
+  named in one warning (see `_import_hooks`).
 
 `uninstall()` puts back exactly what was there: attributes, `sys.modules`
 entries and custom objects that did not exist are removed, replaced ones are
@@ -53,6 +58,8 @@ Example:
 False
 """
 
+import importlib
+import itertools
 import sys
 import threading
 import types
@@ -62,6 +69,7 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _compile
+from tf_mixed_precision_compat import _import_hooks
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat.legacy import _checkpoint_restore
@@ -184,52 +192,97 @@ def _graft(journal, root, path, symbol):
   journal.set_attr(node, leaf, symbol)
 
 
-def _keras_namespaces():
+def _keras_namespaces(root):
   """The distinct module objects a TF 2.3/2.4 job may reach as its
-  `tf.keras.mixed_precision`, besides `tf.keras.mixed_precision` itself."""
-  candidates = [keras.mixed_precision]  # What every lazy `tf.keras` copies.
-  # An import statement naming `tensorflow.keras...` loads Keras' `_tf_keras`
-  # files again as separate modules (and rebinds `tf.keras` to them).
+  `tf.keras.mixed_precision`.
+
+  Args:
+    root: The module `tf.keras` resolves to (`_tf_keras_root`).
+  """
+  candidates = [vars(root).get("mixed_precision"),  # What `tf.keras` has.
+                vars(tf).get("keras")]
+  candidates[1] = getattr(candidates[1], "mixed_precision", None)
+  # An import statement naming `tensorflow.keras...` before install() loaded
+  # Keras' API files again as separate modules (and rebound `tf.keras`).
   imported_package = sys.modules.get(_TF_KERAS_IMPORT_NAME)
   if imported_package is not None:
-    candidates.append(getattr(imported_package, "mixed_precision", None))
+    candidates.append(vars(imported_package).get("mixed_precision"))
   candidates.append(sys.modules.get(f"{_TF_KERAS_IMPORT_NAME}.mixed_precision"))
   unique = []
   for module in candidates:
-    if module is not None and all(module is not m for m in unique):
+    if (isinstance(module, types.ModuleType) and
+        all(module is not m for m in unique)):
       unique.append(module)
   return unique
 
 
-def _alias_tf_keras_imports(journal):
-  """Makes `import tensorflow.keras.mixed_precision[.experimental]` agree."""
-  shared = tf.keras.mixed_precision
-  for suffix, module in (("mixed_precision", shared),
-                         ("mixed_precision.experimental",
-                          getattr(shared, "experimental", None))):
-    name = f"{_TF_KERAS_IMPORT_NAME}.{suffix}"
-    if module is not None and name not in sys.modules:
-      journal.set_item(sys.modules, name, module)
+def _tf_keras_root():
+  """The module `tf.keras` resolves to on the active target."""
+  return importlib.import_module(
+      _private_api.tf_keras_root_name(targets.active()))
 
 
 def _public_holders(name, original,
                     prefixes=("keras.", _TF_KERAS_IMPORT_NAME)):
-  """Loaded public Keras modules whose attribute `name` is `original`."""
+  """Loaded public Keras modules whose attribute `name` is `original`.
+
+  Besides `sys.modules`, TF's resolved Keras lazy loaders (`tf.optimizers`, a
+  `from tensorflow import keras` taken early) hold copies of a module's
+  attributes.
+  """
+  candidates = [module for module_name, module in list(sys.modules.items())
+                if module is not None and ".src" not in module_name and
+                module_name.startswith(prefixes)]
+  candidates += [value for value in vars(tf).values()
+                 if isinstance(value, types.ModuleType)]
   holders = []
-  for module_name, module in list(sys.modules.items()):
-    if (module is None or ".src" in module_name or
-        not module_name.startswith(prefixes)):
-      continue
+  for module in candidates:
     try:
       value = vars(module).get(name)  # Never triggers a lazy loader.
     except TypeError:
       continue
-    if value is original:
+    if value is original and all(module is not h for h in holders):
       holders.append(module)
   return holders
 
 
-def _patch_entry_points(journal):
+def _replace_function(journal, replaced, original, replacement,
+                      prefixes=("keras.", _TF_KERAS_IMPORT_NAME)):
+  """Puts `replacement` wherever `original` is public, and where defined.
+
+  The defining module (e.g. `keras.src.saving.saving_api`) is what Keras API
+  modules executed after install() bind from (see `_import_hooks`).
+  `replaced` collects `{id(original): (original, replacement)}`.
+  """
+  name = original.__name__
+  for holder in _public_holders(name, original, prefixes):
+    journal.set_attr(holder, name, replacement)
+  defining = _private_api.defining_module(original)
+  if defining is not None:
+    journal.set_attr(defining, name, replacement)
+  replaced[id(original)] = (original, replacement)
+
+
+def _restore_late_holders(replaced):
+  """Puts originals back in Keras modules that bound a replacement late."""
+  originals = {id(pair[1]): pair[0] for pair in replaced.values()}
+  prefixes = ("keras.", "tf_keras.", _TF_KERAS_IMPORT_NAME)
+  modules = [module for name, module in list(sys.modules.items())
+             if module is not None and name.startswith(prefixes)]
+  modules += [value for value in vars(tf).values()
+              if isinstance(value, types.ModuleType)]
+  for module in modules:
+    try:
+      namespace = vars(module)
+    except TypeError:
+      continue
+    for name, value in list(namespace.items()):
+      original = originals.get(id(value))
+      if original is not None:
+        setattr(module, name, original)
+
+
+def _patch_entry_points(journal, replaced):
   """Keras 3's loading functions, taught TF 2.x files and configs.
 
   The replacements live in `legacy/_entry_points.py`; every public module that
@@ -242,32 +295,45 @@ def _patch_entry_points(journal):
       (keras.optimizers, "get", _entry_points.wrap_optimizers_get),
       (keras.models, "load_model", _entry_points.wrap_load_model)):
     original = getattr(module, name)
-    replacement = wrap(original)
-    for holder in _public_holders(name, original):
-      journal.set_attr(holder, name, replacement)
+    _replace_function(journal, replaced, original, wrap(original))
   journal.set_attr(keras.Model, "load_weights",
                    _entry_points.wrap_load_weights(
                        keras.Model.load_weights))
 
 
-def _apply(journal):
+def _graft_endpoints(journal, keras_namespaces, hidden):
+  """Every registered endpoint under `tf`, `tf.compat.v1` and Keras.
+
+  `hidden` collects `{(name, id(old)): old}` of Keras objects the grafts
+  cover at a `tf.keras` path (for `_import_hooks.early_names`).
+  """
   prefix = "keras.mixed_precision."
-  target = targets.target_module()  # None: Keras 3; else the tf_keras target.
-  # On the tf_keras target `tf.keras` is not Keras 3: Keras 3 stays untouched.
-  keras_namespaces = _keras_namespaces() if target is None else []
   for spec in endpoints.all_specs():
     symbol = targets.keras_symbol(spec.symbol)
+    keras_paths = [path[len(prefix):] for path in spec.v2 + spec.v1
+                   if path.startswith(prefix)]
+    for path, namespace in itertools.product(keras_paths, keras_namespaces):
+      old = vars(namespace).get(path)  # Before `tf.keras` is grafted.
+      if old is not None and old is not symbol:
+        hidden[(path, id(old))] = old
     for path in spec.v2:
       _graft(journal, tf, path, symbol)
     for path in spec.v1:
       _graft(journal, tf.compat.v1, path, symbol)
-    for path in spec.v2 + spec.v1:
-      if path.startswith(prefix):
-        for namespace in keras_namespaces:
-          _graft(journal, namespace, path[len(prefix):], symbol)
-  _alias_tf_keras_imports(journal)
+    for path, namespace in itertools.product(keras_paths, keras_namespaces):
+      _graft(journal, namespace, path, symbol)
+
+
+def _apply(journal):
+  target = targets.target_module()  # None: Keras 3; else the tf_keras target.
+  root = _tf_keras_root()
+  replaced, hidden = {}, {}
+  # Undone last: Keras API modules executed while installed bound a
+  # replacement from its defining module.
+  journal.on_undo(lambda: _restore_late_holders(replaced))
+  _graft_endpoints(journal, _keras_namespaces(root), hidden)
   if target is not None:
-    _apply_tf_keras_target(journal, target)
+    _apply_tf_keras_target(journal, target, replaced)
   custom_objects = keras.saving.get_custom_objects()
   for name, cls in _legacy_custom_objects().items():
     journal.set_item(custom_objects, name, cls)
@@ -277,10 +343,14 @@ def _apply(journal):
   if not _saved_model.serving_enabled():
     _saved_model.enable_serving()
     journal.on_undo(_saved_model.disable_serving)
-  _patch_entry_points(journal)
+  _patch_entry_points(journal, replaced)
+  _import_hooks.install_finder(journal, root)
+  _import_hooks.rebind_early_names(journal, replaced)
+  return _import_hooks.early_names(
+      {key: pair[0] for key, pair in replaced.items()}, hidden)
 
 
-def _apply_tf_keras_target(journal, target):
+def _apply_tf_keras_target(journal, target, replaced):
   """tf_keras's config names and TF 2.3's `compile` wrapping by PolicyV1."""
   custom_objects = target.tf_keras.utils.get_custom_objects()
   for name, cls in target.custom_objects().items():
@@ -303,25 +373,26 @@ def _apply_tf_keras_target(journal, target):
                        _private_api.tf_keras_v2_create_or_restore_slot_variable(
                            v2)))
   load_model = target.tf_keras.models.load_model
-  replacement = _tf_keras_h5.wrap_load_model(_tf_keras_restore.wrap_load_model(
-      load_model, _entry_points.is_tf2x_saved_model), target.tf_keras)
-  for module in _public_holders("load_model", load_model, ("tf_keras.",)):
-    journal.set_attr(module, "load_model", replacement)
-  _patch_tf_keras_h5(journal, target.tf_keras)
+  _replace_function(journal, replaced, load_model,
+                    _tf_keras_h5.wrap_load_model(
+                        _tf_keras_restore.wrap_load_model(
+                            load_model, _entry_points.is_tf2x_saved_model),
+                        target.tf_keras),
+                    ("tf_keras.", _TF_KERAS_IMPORT_NAME))
+  _patch_tf_keras_h5(journal, replaced, target.tf_keras)
   model = target.tf_keras.Model
   journal.set_attr(model, "_get_optimizer",
                    target.wrap_get_optimizer(
                        _private_api.tf_keras_model_get_optimizer(model)))
 
 
-def _patch_tf_keras_h5(journal, tf_keras):
+def _patch_tf_keras_h5(journal, replaced, tf_keras):
   """tf_keras's optimizer config and H5 weight loading (`_tf_keras_h5`)."""
   for name, wrap in (("deserialize", _tf_keras_h5.wrap_optimizers_deserialize),
                      ("get", _tf_keras_h5.wrap_optimizers_get)):
     original = getattr(tf_keras.optimizers, name)
-    replacement = wrap(original, tf_keras)
-    for module in _public_holders(name, original, ("tf_keras.",)):
-      journal.set_attr(module, name, replacement)
+    _replace_function(journal, replaced, original, wrap(original, tf_keras),
+                      ("tf_keras.", _TF_KERAS_IMPORT_NAME))
   journal.set_attr(tf_keras.Model, "load_weights",
                    _tf_keras_h5.wrap_load_weights(tf_keras.Model.load_weights))
 
@@ -375,11 +446,12 @@ def install() -> None:
       return
     journal = _Journal()
     try:
-      _apply(journal)
+      early = _apply(journal)
     except BaseException:
       journal.undo()
       raise
     _journal = journal
+  _import_hooks.warn_early_names(early)
 
 
 def uninstall() -> None:

@@ -1,0 +1,238 @@
+"""Every way TF 2.3/2.4 code imports Keras reaches what `install()` hooked.
+
+Why `from tensorflow.keras.models import load_model` escapes a patch of
+`tf.keras.models`: `tf.keras` is a TensorFlow lazy loader, not a module in
+`sys.modules`, and TensorFlow puts Keras' API directories on
+`tensorflow.__path__`. An import statement naming `tensorflow.keras...` so
+finds those files and executes them again as new modules
+(`tensorflow.keras`, `tensorflow.keras.models`, ...) that bind Keras' own
+functions, and the import system rebinds `tf.keras` to the new package.
+
+`install()` therefore hooks at three levels (all through its journal):
+
+* `AliasFinder`, first on `sys.meta_path`: after `install()`, an import of
+  `tensorflow.keras` or `tensorflow.keras.<path>` yields the very module that
+  `tf.keras.<path>` resolves to (Keras 3's `keras._tf_keras.keras` tree, or
+  tf_keras's `tf_keras.api._v2.keras` on the tf_keras target), hooks and
+  grafted namespaces included, instead of a fresh copy;
+* the functions replaced are also replaced in the module defining them, so
+  a Keras API module executed later (e.g. `tf.compat.v1.keras` resolved
+  lazily) binds the replacement;
+* `rebind_early_names`: names a module bound before `install()` (imports
+  above the install line) are rebound where that is safe, and
+  `warn_early_names` names the rest once, saying what to move.
+"""
+
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+
+PREFIX = "tensorflow.keras"
+MOVE_HINT = ("move `import tf_mixed_precision_compat.auto` (or the "
+             "`install()` call) above the Keras imports")
+# Top-level packages whose modules the early-name scan leaves alone: Keras
+# and TensorFlow's own modules are hooked as holders of the public API, and
+# their internal ones must keep Keras' functions.
+_MISSING = object()
+# Large module-level tables are data, not where a job keeps a loader.
+_MAX_SCANNED_ITEMS = 1000
+_LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras",
+                     "tf_mixed_precision_compat")
+
+
+def is_alias_name(fullname):
+  """Whether `fullname` is `tensorflow.keras` or a module under it."""
+  return fullname == PREFIX or fullname.startswith(PREFIX + ".")
+
+
+def resolve(root, fullname):
+  """The module `tf.keras.<path>` is for the import name `fullname`.
+
+  Args:
+    root: The module `tf.keras` resolves to.
+    fullname: `tensorflow.keras` or `tensorflow.keras.<path>`.
+
+  Returns:
+    A module, or None if `<path>` names no module of `root`'s tree.
+  """
+  node = root
+  for part in fullname.split(".")[2:]:
+    child = vars(node).get(part)  # Never triggers a lazy loader.
+    if isinstance(child, types.ModuleType):
+      node = child
+      continue
+    try:
+      node = importlib.import_module(f"{node.__name__}.{part}")
+    except ImportError:
+      return None
+  return node
+
+
+class _AliasLoader(importlib.abc.Loader):
+  """Hands the import system an existing module under a second name."""
+
+  def __init__(self, finder, module):
+    self._finder = finder
+    self._module = module
+
+  def create_module(self, spec):
+    return None  # A throwaway module: the real one keeps its own __spec__.
+
+  def exec_module(self, module):
+    name = module.__name__
+    # The import system returns what `sys.modules[name]` holds after this
+    # call, and binds it on the parent package.
+    sys.modules[name] = self._module
+    self._finder.record(name, self._module)
+
+
+class AliasFinder(importlib.abc.MetaPathFinder):
+  """`tensorflow.keras[.<path>]` imports, as the modules `tf.keras` holds.
+
+  Args:
+    root: The module `tf.keras` resolves to.
+    journal: `install()`'s journal (`set_attr`, `on_undo`), so that
+      `uninstall()` removes the aliases and rebinds the parents.
+  """
+
+  def __init__(self, root, journal):
+    self._root = root
+    self._journal = journal
+    self.active = True
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target  # The alias does not depend on where it is looked up.
+    if not self.active or not is_alias_name(fullname):
+      return None
+    module = resolve(self._root, fullname)
+    if module is None:
+      return None  # TensorFlow's own path search decides (and fails).
+    return importlib.machinery.ModuleSpec(fullname,
+                                          _AliasLoader(self, module))
+
+  def record(self, name, module):
+    """Journals an alias the import system is about to bind."""
+    if not self.active:
+      return
+    self._journal.on_undo(
+        lambda: sys.modules.pop(name, None)
+        if sys.modules.get(name) is module else None)
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name)
+    if parent is not None:
+      self._journal.set_attr(parent, child, module)
+
+
+def install_finder(journal, root):
+  """Puts an `AliasFinder` first on `sys.meta_path`, undone by `journal`."""
+  finder = AliasFinder(root, journal)
+  sys.meta_path.insert(0, finder)
+
+  def remove():
+    finder.active = False
+    if finder in sys.meta_path:
+      sys.meta_path.remove(finder)
+
+  journal.on_undo(remove)
+  return finder
+
+
+def _user_modules():
+  """Loaded modules outside Keras, TensorFlow and this package, once each
+  (`__mp_main__` may be `__main__` again)."""
+  seen = set()
+  for name, module in list(sys.modules.items()):
+    if (isinstance(module, types.ModuleType) and id(module) not in seen and
+        name.split(".")[0] not in _LIBRARY_PACKAGES):
+      seen.add(id(module))
+      yield name, module
+
+
+def _module_globals(module):
+  """A module's namespace, or None for objects posing as modules."""
+  try:
+    return vars(module)
+  except TypeError:
+    return None
+
+
+def rebind_early_names(journal, replacements):
+  """Rebinds module globals bound to a replaced function before install.
+
+  A replacement only adds TF 2.x files and configs to what the original
+  accepts, so handing it to code that imported the original (even Keras 3
+  code importing `keras.models.load_model`) changes nothing else.
+
+  Args:
+    journal: `install()`'s journal.
+    replacements: `{id(original): (original, replacement)}`.
+  """
+  for _, module in _user_modules():
+    namespace = _module_globals(module)
+    if namespace is None:
+      continue
+    for key, value in list(namespace.items()):
+      pair = replacements.get(id(value))
+      if pair is not None and pair[0] is value:
+        journal.set_attr(module, key, pair[1])
+
+
+def _held_inside(value, originals):
+  """Which original `value` holds out of reach of a rebind, or None."""
+  if isinstance(value, dict):
+    candidates = list(value.values())
+  elif isinstance(value, (list, tuple)):
+    candidates = list(value)
+  elif isinstance(value, types.FunctionType):
+    candidates = list(value.__defaults__ or ()) + list(
+        (value.__kwdefaults__ or {}).values())
+  elif isinstance(value, functools.partial):
+    candidates = [value.func]
+  else:
+    return None
+  for candidate in candidates[:_MAX_SCANNED_ITEMS]:
+    if id(candidate) in originals and originals[id(candidate)] is candidate:
+      return candidate
+  return None
+
+
+def early_names(originals, hidden):
+  """Names bound before install() that keep Keras' unhooked objects.
+
+  Args:
+    originals: `{id(obj): obj}` of functions install() replaced; found
+      inside containers, default arguments and `functools.partial`.
+    hidden: `{(name, id(obj)): obj}` of objects install() replaced by
+      TF 2.4's at a `tf.keras` path only (e.g. Keras 3's
+      `LossScaleOptimizer` class, which stays Keras 3's at
+      `keras.optimizers`): found as a module global of that name.
+
+  Returns:
+    Sorted `module.name` strings.
+  """
+  found = set()
+  for module_name, module in _user_modules():
+    namespace = _module_globals(module)
+    if namespace is None:
+      continue
+    for key, value in list(namespace.items()):
+      if hidden.get((key, id(value)), _MISSING) is value:
+        found.add(f"{module_name}.{key}")
+      elif _held_inside(value, originals) is not None:
+        found.add(f"{module_name}.{key}")
+  return sorted(found)
+
+
+def warn_early_names(names):
+  """Warns once about `names` (from `early_names`), if any."""
+  if not names:
+    return
+  warnings.warn(
+      "tf_mixed_precision_compat.install(): these names were bound to "
+      "Keras' own objects before install() and keep them (TF 2.3/2.4 "
+      f"behaviour does not reach them): {', '.join(names)}; {MOVE_HINT}.",
+      UserWarning, stacklevel=3)
