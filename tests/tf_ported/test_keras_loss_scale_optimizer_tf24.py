@@ -337,16 +337,14 @@ def test_weight_methods():
   inner = _sgd(1.0)
   opt = _lso(inner, initial_scale=2., dynamic_growth_steps=1)
   opt.minimize(lambda: var * 2, [var])
-  # TF 2.4 had one weight, `iterations`; a Keras 3 optimizer also holds its
-  # learning rate as a variable, second (see the module docstring). The loss
-  # scale is not among the weights, as in TF 2.4.
-  assert [w.path for w in opt.weights] == [w.path for w in inner.variables]
-  assert [w.path for w in opt.weights] == [inner.iterations.path,
-                                           inner.learning_rate.path]
+  # TF 2.4's layout, `[iterations] + slots` (plain SGD has no slot): the
+  # learning-rate variable a Keras 3 optimizer also holds is not a weight, and
+  # neither is the loss scale, as in TF 2.4.
+  assert [w.path for w in opt.weights] == [inner.iterations.path]
   assert _value(opt.weights[0]) == 1
   assert opt.get_weights()[0] == 1
   assert _value(opt.variables()[0]) == 1
-  opt.set_weights([np.array(2.), np.array(1.)])
+  opt.set_weights([np.array(2.)])
   assert _value(opt.variables()[0]) == 2
 
 
@@ -452,7 +450,7 @@ def test_v1_optimizer(mode, strategy_name):
     # A fixed loss scale.
     var = tf.Variable([5.0])
     opt = _lso_v1(_sgd(learning_rate), loss_scale=2)
-    assert isinstance(opt.loss_scale, tf.Tensor)
+    _assert_float32_tensor_like(opt.loss_scale)
     assert _value(opt.loss_scale) == 2
     assert opt.initial_scale == 2
     assert opt.dynamic_growth_steps is None
@@ -486,13 +484,15 @@ def test_passing_v1_loss_scale(mode, strategy_name):
     # A FixedLossScale.
     var = tf.Variable([5.0])
     opt = _lso_v1(_sgd(learning_rate), exp.FixedLossScale(2.))
-    assert isinstance(opt.loss_scale, tf.Tensor)
+    _assert_float32_tensor_like(opt.loss_scale)
     assert _value(opt.loss_scale) == 2
     _run(mode, strategy, _minimize_with_grad_check(
         strategy, var, opt, 2 / strategy.num_replicas_in_sync))
     np.testing.assert_allclose(var.numpy(), [3.])
 
-    # A DynamicLossScale: its current value is not copied, only its config.
+    # A DynamicLossScale. TF 2.4 copied only its config; the experimental
+    # class follows TF 2.3.4, which used the object itself, current value
+    # included (docs/api_differences.md).
     var = tf.Variable([5.0])
     loss_scale = exp.DynamicLossScale(initial_loss_scale=4,
                                       increment_period=1, multiplier=2)
@@ -500,39 +500,43 @@ def test_passing_v1_loss_scale(mode, strategy_name):
     opt = _lso_v1(_sgd(learning_rate), loss_scale)
     assert opt.initial_scale == 4
     assert opt.dynamic_growth_steps == 1
-    assert _value(opt.loss_scale) == 4
+    assert _value(opt.loss_scale) == 2
     for counter in strategy.experimental_local_results(opt.dynamic_counter):
       assert _value(counter) == 0
     _run(mode, strategy, _minimize_with_grad_check(
-        strategy, var, opt, 4 / strategy.num_replicas_in_sync))
+        strategy, var, opt, 2 / strategy.num_replicas_in_sync))
     np.testing.assert_allclose(var.numpy(), [3.])
+    assert _value(opt.loss_scale) == 4  # One finite step per growth period.
+    assert _value(loss_scale()) == 4  # The object passed in is the state.
 
 
-def test_passing_v1_loss_scale_errors():
+def _assert_float32_tensor_like(value):
+  """TF 2.4's `loss_scale` was a float32 tensor; TF 2.3's a callable."""
+  assert tf.convert_to_tensor(value).dtype == tf.float32
+  assert _value(value()) == _value(value)
+
+
+def test_passing_v1_loss_scale_any_loss_scale():
+  # TF 2.4 refused these two; TF 2.3.4, whose class this is, accepted them
+  # (tests/test_keras_optimizer_v1_tf23.py checks their trajectories).
   exp = tf.mixed_precision.experimental
-  opt = _sgd()
-  with pytest.raises(
-      ValueError,
-      match='When passing a DynamicLossScale to "loss_scale", '
-      "DynamicLossScale.multiplier must be 2. Got: DynamicLossScale"):
-    _lso_v1(opt, exp.DynamicLossScale(multiplier=4))
+  opt = _lso_v1(_sgd(), exp.DynamicLossScale(multiplier=4))
+  assert _value(opt.loss_scale()) == 2**15
 
   class MyLossScale(exp.LossScale):
 
     def __call__(self):
-      return 1.
+      return tf.constant(1.)
 
     def update(self, grads):
-      return None, True
+      return tf.no_op(), tf.constant(True)
 
     def get_config(self):
       return {}
 
-  with pytest.raises(
-      TypeError,
-      match="Passing a LossScale that is not a FixedLossScale or a "
-      "DynamicLossScale is no longer supported. Got:"):
-    _lso_v1(opt, MyLossScale())
+  opt = _lso_v1(_sgd(), MyLossScale())
+  assert _value(opt.loss_scale()) == 1
+  assert opt.initial_scale is None
 
 
 class _SGDWithExtraVariable(tf.keras.optimizers.SGD):
@@ -719,9 +723,10 @@ def test_from_config_with_invalid_multiplier():
               r"DynamicLossScale\(")
   with pytest.raises(ValueError, match=expected):
     tf.keras.mixed_precision.LossScaleOptimizer.from_config(config)
-  with pytest.raises(ValueError, match=expected):
-    tf.keras.mixed_precision.experimental.LossScaleOptimizer.from_config(
-        config)
+  # The experimental class follows TF 2.3.4, which took this config.
+  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer.from_config(
+      config)
+  assert opt.loss_scale.multiplier == 4
 
 
 @pytest.mark.parametrize("use_v1", [False, True], ids=["v2", "v1"])
