@@ -17,11 +17,11 @@ cases run with the default strategy and a MirroredStrategy over
 replica count as in the original, so expected values are unchanged. The GPU-only
 NaN-on-one-replica case runs here on the 2 logical CPUs.
 
-Adapted to Keras 3 (same intent, one assertion changed):
-- test_weight_methods: a Keras 3 optimizer's weights are `iterations` and its
-  learning-rate variable, so TF 2.4's `len(opt.weights) == 1` becomes "the
-  weights are the inner optimizer's, iterations first", and `set_weights`
-  gets both values.
+Adapted to Keras 3 (same intent):
+- the experimental class (TF 2.3's) follows TF 2.3.4 where TF 2.4 broke TF 2.3
+  code: its `loss_scale` is a callable that converts to a float32 tensor, it
+  takes any LossScale (TF 2.4's refusals become acceptances), and it uses a
+  DynamicLossScale passed in, current value included.
 - test_apply_gradients_gets_unwrapped_tensors: the subclass's override keeps
   TF 2.4's signature but calls Keras 3's `apply_gradients(grads_and_vars)`.
 - test_checkpoint: without a LossScaleOptimizer, the bare Keras 3 SGD is
