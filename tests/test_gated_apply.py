@@ -60,7 +60,12 @@ def _gradients(step, scale=1.0):
   return grads
 
 
-_MODES = ("function", "jit", "jit_deferred")
+# "function" keeps every tensor's old value (they all fit the default
+# budget); "function_waiting" keeps none (budget 0: every variable waits for
+# the verdict), "function_partial" some (the last, small, ones).
+_MODES = ("function", "function_waiting", "function_partial", "jit",
+          "jit_deferred")
+_BUDGETS = {"function_waiting": 0, "function_partial": 300 * 1024}
 
 
 def _jit(mode):
@@ -71,10 +76,14 @@ def _as_mode(mode):
   """Under "jit_deferred", XLA steps defer small tensors to the conditional.
 
   (They do when a step writes many small tensors; these tests' steps write
-  few, which are masked under plain "jit".)
+  few, which are masked under plain "jit".) "function_waiting" and
+  "function_partial" set the memory budget.
   """
   if mode == "jit_deferred":
     return mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0)
+  if mode in _BUDGETS:
+    return mock.patch.object(_gated_apply, "_overlap_budget",
+                             _BUDGETS[mode])
   return contextlib.nullcontext()
 
 

@@ -259,7 +259,7 @@ class _Writes:
 
   def __init__(self, inner, variables, finite, budget):
     self._finite = finite
-    self._xla = _private_api.in_xla_context()
+    self.xla = _private_api.in_xla_context()
     self._budget = budget
     self._storage = {id(v): v.value for v in inner.variables}
     # The small optimizer variables are read once, up front, and the
@@ -274,17 +274,14 @@ class _Writes:
                        for v, r in self.first_reads}
     # In an executor graph: the variables whose updates are kept (the
     # others wait), and the one `update_step` is updating.
-    self.kept_variables = (set() if self._xla else
+    self.kept_variables = (set() if self.xla else
                            _kept_variables(inner, variables, budget))
-    # Under XLA nothing waits by a control dependency (XLA orders by data).
-    self.waits_for_nothing = self._xla or len(self.kept_variables) == len(
-        variables)
     self.current = None
     # Under XLA the large tensors are masked, and the small ones too if
     # there are few, or more bytes of them than the budget.
     small = [v for v in list(inner.variables) + list(variables)
              if v is not inner.iterations and not _is_large(_tf_variable(v))]
-    self._mask_small = self._xla and (
+    self._mask_small = self.xla and (
         len(small) < _XLA_MASKED_SMALL_MAX or
         sum(_bytes(v) for v in small) > budget)
     self.scope = None  # The stateless scope, once entered.
@@ -305,7 +302,9 @@ class _Writes:
     if how == "defer":
       self._defer(method, variable, target, value)
       return
-    if how == "mask":
+    if how == "mask" and not self.xla and _is_large(target):
+      op = _write_if(self._finite, method, target, value)
+    elif how == "mask":
       op = self._write_masked(method, target, value)
     else:
       op = self._write_kept(method, target, value)
@@ -318,12 +317,14 @@ class _Writes:
 
   def _how(self, target):
     """"keep", "mask" (waiting for the verdict) or "defer" `target`'s write."""
-    if self._xla:
+    if self.xla:
       return "mask" if self._mask_small or _is_large(target) else "defer"
     if id(target) in self.originals:
       return "keep"
+    # Writes outside `update_step` (Nadam's shared `u_product`) are kept
+    # while the budget allows: the updates of kept variables read them.
     if (id(target) not in self.last_write and
-        self.current in self.kept_variables and
+        (self.current is None or self.current in self.kept_variables) and
         self.kept_bytes + _bytes(target) <= self._budget):
       self.kept_bytes += _bytes(target)
       return "keep"
@@ -333,7 +334,13 @@ class _Writes:
     """The optimizer's `update_step`, with `variable`'s writes decided."""
     self.current = id(_tf_variable(variable))
     try:
-      return original(gradient, variable, learning_rate)
+      if self.xla or self.current in self.kept_variables:
+        return original(gradient, variable, learning_rate)
+      # Waiting: every op of the update (also those that read only slots,
+      # such as Adamax's `beta_2 * u`) runs after the verdict, so that none
+      # of its full-size temporaries is held until then.
+      with tf.control_dependencies([self._finite]):
+        return original(gradient, variable, learning_rate)
     finally:
       self.current = None
 
@@ -381,6 +388,43 @@ class _Writes:
     if isinstance(variable, keras.Variable):
       variable.assign(new)
     self.deferred[id(target)] = [target, new]
+
+
+_RAW_WRITES = {"assign": "AssignVariableOp",
+               "assign_add": "AssignAddVariableOp",
+               "assign_sub": "AssignSubVariableOp"}
+
+
+@functools.lru_cache(maxsize=None)
+def _write_branches(method, dtype):
+  """The branches of an `If` doing `method` of a variable of `dtype`."""
+  specs = (tf.TensorSpec(None, tf.resource), tf.TensorSpec(None, dtype))
+
+  def write(handle, value):
+    getattr(tf.raw_ops, _RAW_WRITES[method])(resource=handle, value=value)
+    return tf.constant(True)
+
+  def skip(handle, value):
+    del handle, value
+    return tf.constant(False)
+
+  return tuple(tf.function(fn, autograph=False).get_concrete_function(*specs)
+               for fn in (write, skip))
+
+
+def _write_if(finite, method, target, value):
+  """`target.<method>(value)` in place if `finite`, else nothing.
+
+  For large tensors in an executor graph: an `If` op costs about what a
+  select over a few ten thousand elements does, while a masked write costs a
+  pass over the tensor.
+  """
+  write, skip = _write_branches(method, target.dtype)
+  write.add_to_graph()
+  skip.add_to_graph()
+  return tf.raw_ops.If(cond=finite, input=[target.handle, value],
+                       Tout=[tf.bool], then_branch=write,
+                       else_branch=skip)[0].op
 
 
 @functools.lru_cache(maxsize=None)
@@ -435,10 +479,15 @@ def _gate(finite, grads, variables, writes):
   """The gradients, those of the waiting variables only after the verdict.
 
   So that nothing of a waiting variable's update (which holds full-size
-  temporaries) is computed before its masked writes can run.
+  temporaries) is computed before its masked writes can run. XLA orders ops
+  by their data alone: there every gradient passes a select on the verdict
+  (`where(finite, g, 0.)`, the gradient itself on a finite step, fused into
+  its consumers); on a non-finite step the masked writes discard what it
+  gives.
   """
-  if writes.waits_for_nothing:
-    return list(grads)
+  if writes.xla:
+    return [g if g is None else tf.where(finite, g, tf.zeros([], g.dtype))
+            for g in grads]
   gated = []
   for grad, variable in zip(grads, variables):
     if grad is not None and id(_tf_variable(variable)) not in (
