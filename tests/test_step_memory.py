@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat.optimizers import _gated_apply
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
 from tf_mixed_precision_compat.optimizers import v1_optimizer
 
 _WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
@@ -236,6 +237,43 @@ def test_under_a_mirrored_strategy_only_the_gradients_are_held(
   # Each replica's gradients (computed in the step), as in TF 2.4.
   gradients = sum(int(np.prod(s)) * 4 for s in _SHAPES)
   assert held <= strategy.num_replicas_in_sync * gradients + _SCALARS
+
+
+@parameterized.parameters("v2", "v1")
+class FitTest(parameterized.TestCase):
+  """`compile`/`fit` with TF 2.4's and TF 2.3's class keep within budget."""
+
+  def tearDown(self):
+    _gated_apply.set_overlap_memory_budget(None)
+    super().tearDown()
+
+  def test_fit_keeps_within_the_budget(self, version):
+    writes = []
+    real = _gated_apply._Writes  # pylint: disable=protected-access
+
+    def spy(*args):
+      writes.append(real(*args))
+      return writes[-1]
+
+    # Adam: a kernel (64x64) with its slots 48 KiB, a bias 768 bytes.
+    budget = 60 * 1024
+    _gated_apply.set_overlap_memory_budget(budget)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64),
+                              keras.layers.Dense(64), keras.layers.Dense(64)])
+    inner = keras.optimizers.Adam(0.01)
+    opt = (loss_scale_optimizer.LossScaleOptimizer(inner) if version == "v2"
+           else loss_scale_optimizer_v1.LossScaleOptimizerV1(inner, "dynamic"))
+    model.compile(optimizer=opt, loss="mse")
+    x = np.ones((8, 64), np.float32)
+    with _patched(_gated_apply, "_Writes", spy):
+      model.fit(x, x, epochs=1, verbose=0)
+    self.assertNotEmpty(writes)  # one per trace
+    for traced in writes:
+      self.assertBetween(traced.kept_bytes, 1, budget)
+      # From the last: its bias and kernel, then the biases only; the
+      # first two kernels wait.
+      self.assertLen(traced.kept_variables, 4)
 
 
 class _patched:
