@@ -108,6 +108,12 @@ def test_quick_run_reports_every_cell(tmp_path):
   # the others are measured; the results keep the table's order.
   logged = [line.split("] ", 1)[1].split() for line in stderr.splitlines()
             if re.match(r"\[\s*[\d.]+s\] ", line)]
+  # The device line first, the memory probes (own processes) after the
+  # cells.
+  assert logged[0][0] == "device:"
+  assert logged[-1][0].startswith("memory[")
+  logged = [words for words in logged[1:]
+            if not words[0].startswith("memory[")]
   modes = [words[1] for words in logged if words[2] != "skipped"]
   mirrored = sum(c["mode"] == "mirrored" for c in results["cells"])
   assert len(modes) == len(results["cells"]) and mirrored
