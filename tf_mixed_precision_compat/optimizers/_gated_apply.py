@@ -207,11 +207,11 @@ def supported(inner, grads, variables):
 def _keeps_enough(inner, variables):
   """Whether the budget keeps `_MIN_KEPT_SHARE` of the variables' bytes.
 
-  When it keeps less, most updates wait anyway, and TF 2.4's conditional
-  waits faster than the control dependencies and per-write `If` ops of the
-  waiting ones ("wide" in `tf.function`, one of ten variables kept: +16% for
-  Keras 3's conditional, +21% for `floor_gated`, +23% for this apply), while
-  holding as much (the gradients until the verdict).
+  When it keeps less, most updates wait anyway: TF 2.4's conditional then
+  holds as much (the gradients until the verdict) and measured alike ("wide"
+  in `tf.function`, one of ten variables kept: this apply and the
+  conditional each about two points above `floor_gated`), and it is TF
+  2.4's design itself.
   """
   kept = _kept_variables(inner, variables, keep_budget(inner, variables))
   total = sum(_bytes(v) for v in variables)
