@@ -34,10 +34,6 @@ executor graph (`tf.function`):
   TF 2.4.
 * `iterations` advances on every step, as TF 2.4 counted skipped steps.
 
-Where the budget keeps less than `_MIN_KEPT_SHARE` of the variables' bytes,
-`supported` says no and the caller keeps TF 2.4's conditional, which holds
-as much and measured alike.
-
 Under XLA (`tf.function(jit_compile=True)`) XLA orders ops itself, so
 waiting costs little, while a conditional around a tensor's update stops it
 from updating that tensor in place: large tensors are written at once,
