@@ -82,13 +82,8 @@ def _as_mode(mode):
   if mode == "jit_deferred":
     return mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0)
   if mode in _BUDGETS:
-    # Also where the budget keeps little (by default the conditional then).
-    stack = contextlib.ExitStack()
-    stack.enter_context(mock.patch.object(_gated_apply, "_overlap_budget",
-                                          _BUDGETS[mode]))
-    stack.enter_context(mock.patch.object(_gated_apply, "_MIN_KEPT_SHARE",
-                                          0))
-    return stack
+    return mock.patch.object(_gated_apply, "_overlap_budget",
+                             _BUDGETS[mode])
   return contextlib.nullcontext()
 
 

@@ -110,12 +110,6 @@ _RESTORE_CHUNK = 64
 _STATE_SHARE = 0.05
 _MIN_ALLOWANCE = 32 * 2**20
 
-# In an executor graph, the gated apply is used when its budget keeps at
-# least this share of the variables' bytes; else TF 2.4's conditional (see
-# `_keeps_enough`). Between one tenth (conditional measured faster) and all
-# (gated apply faster), the switch point is a guess, not a measurement.
-_MIN_KEPT_SHARE = 0.5
-
 _overlap_budget = None  # Set by `set_overlap_memory_budget`; None: default.
 
 
@@ -185,9 +179,7 @@ def supported(inner, grads, variables):
     True inside a `tf.function` (whose automatic control dependencies keep
     reads, writes and the restore in order), without a distribution
     strategy, for a vetted Keras 3 optimizer without weight decay, EMA or
-    gradient accumulation, and dense gradients of unconstrained variables;
-    unless XLA compiles the step, only if the memory budget keeps at least
-    `_MIN_KEPT_SHARE` of the variables' bytes.
+    gradient accumulation, and dense gradients of unconstrained variables.
   """
   if type(inner) not in _VETTED_TYPES:  # pylint: disable=unidiomatic-typecheck
     return False
@@ -198,26 +190,9 @@ def supported(inner, grads, variables):
     return False
   if any(isinstance(g, tf.IndexedSlices) for g in grads):
     return False
-  if any(getattr(v, "constraint", None) is not None or
-         getattr(v, "overwrite_with_gradient", False) for v in variables):
-    return False
-  return _private_api.in_xla_context() or _keeps_enough(inner, variables)
-
-
-def _keeps_enough(inner, variables):
-  """Whether the budget keeps `_MIN_KEPT_SHARE` of the variables' bytes.
-
-  When it keeps less, most updates wait anyway: TF 2.4's conditional then
-  holds as much (the gradients until the verdict) and measured alike ("wide"
-  in `tf.function`, one of ten variables kept: this apply and the
-  conditional each about two points above `floor_gated`), and it is TF
-  2.4's design itself.
-  """
-  kept = _kept_variables(inner, variables, keep_budget(inner, variables))
-  total = sum(_bytes(v) for v in variables)
-  kept_bytes = sum(_bytes(v) for v in variables
-                   if id(_tf_variable(v)) in kept)
-  return kept_bytes >= _MIN_KEPT_SHARE * total
+  return not any(
+      getattr(v, "constraint", None) is not None or
+      getattr(v, "overwrite_with_gradient", False) for v in variables)
 
 
 def _tf_variable(variable):
