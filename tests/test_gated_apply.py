@@ -1,15 +1,17 @@
-"""The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
+"""The gated apply equals TF 2.4's conditional apply, bit for bit.
 
-`_gated_apply.apply_when_finite` writes small tensors at once (the smallest in
-place, the others out of place) and restores them on a non-finite step, and
-defers large ones to a conditional commit;
-under XLA it masks the writes of large tensors and defers small ones.
-Here every vetted Keras 3 optimizer runs the same gradient sequence (with
-non-finite steps) through it and through the conditional path it replaces,
-with small and large variables, in tf.function and under XLA; the bytes of
-every variable, slot, `iterations` and the loss scale must be equal after
-every step. Eagerly and under MirroredStrategy the conditional path is used
-(`supported` says so) and gives the same trajectory."""
+`_gated_apply.apply_when_finite` writes the tensors its memory budget keeps
+at once (the smallest in place, the others out of place) and restores them
+on a non-finite step; every other variable waits for the verdict and is
+written in place through an `If` (large) or a masked write (small). Under
+XLA it masks the writes of large tensors and defers small ones. Here every
+vetted Keras 3 optimizer runs the same gradient sequence (with non-finite
+steps) through it and through the conditional path it replaces, with small
+and large variables, everything kept, nothing kept and some kept, in
+tf.function and under XLA; the bytes of every variable, slot, `iterations`
+and the loss scale must be equal after every step. Eagerly and under
+MirroredStrategy the conditional path is used (`supported` says so) and
+gives the same trajectory. (What the budget bounds: test_step_memory.py.)"""
 
 import contextlib
 from unittest import mock
