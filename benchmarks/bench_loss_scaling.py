@@ -847,7 +847,8 @@ def _machine():
   }
 
 
-def main(argv=None):
+def _parse_args(argv):
+  """The command line, checked: (parser, args)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--quick", action="store_true",
                       help="fewer repetitions and smaller sizes (< 2 min)")
@@ -886,6 +887,11 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
     parser.error("--device gpu: TensorFlow sees no GPU here")
+  return parser, args
+
+
+def main(argv=None):
+  parser, args = _parse_args(argv)
   settings = Settings(args.quick)
   if args.jit_max_vars is not None:
     settings.jit_max_vars = args.jit_max_vars
