@@ -45,12 +45,25 @@ reported with the standard error of that median (bootstrap); the spread
 overhead are in the JSON.
 
 Also reported: the first-call (trace) time of every contender with the most
-variables, the peak memory of one step (the process's resident-set
-high-water mark) and the overhead per variable across the "scaling" sizes.
+variables and the overhead per variable across the "scaling" sizes.
+
+Memory ("memory" workload): every contender of `MEMORY_CONTENDERS` runs
+alone in a fresh process (`memory_probe.py`; tf_keras's with
+`TF_USE_LEGACY_KERAS=1`), on 16 variables of 2048² with Adam (768 MiB of
+optimizer state): its peak memory over five steps after the first call
+(CPU: the process's resident-set high-water mark, reset after the first
+call; GPU: `tf.config.experimental.get_memory_info("GPU:0")["peak"]`, reset
+likewise), beside the median time of those steps. In `tf.function` and XLA,
+or the modes given by `--modes`.
+
+`--device gpu` runs every step on the first GPU (the first two under
+MirroredStrategy) and measures memory from TensorFlow's GPU allocator; the
+device is printed with the results.
 
 Usage:
 
   python benchmarks/bench_loss_scaling.py [--quick] [--out results.json]
+  python benchmarks/bench_loss_scaling.py --only memory [--device gpu]
 
 `--quick` uses fewer repetitions and smaller sizes (reported in the output)
 and finishes in under two minutes on two cores.
@@ -63,6 +76,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -120,6 +134,7 @@ class Settings:
       self.jit_max_vars = None
       self.mirrored_max_vars = None
       self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
+      self.memory = (4, 256, 2)
     else:
       self.wide = (10, 1000)
       self.many = (400, 32)
@@ -135,6 +150,8 @@ class Settings:
       # takes over 20 minutes on 2 cores (--mirrored-max-vars).
       self.mirrored_max_vars = 400
       self.fit_reps, self.fit_steps, self.fit_units = 15, 20, 1024
+      # Variables, width, steps: 768 MiB of Adam state.
+      self.memory = (16, 2048, 5)
 
   def instances_for(self, num_vars):
     """Instances of each contender built for a cell of `num_vars`."""
@@ -277,32 +294,6 @@ def _sync(result):
       t.numpy()
 
 
-def _rss_kib(field):
-  with open("/proc/self/status") as f:
-    for line in f:
-      if line.startswith(field + ":"):
-        return int(line.split()[1])
-  raise OSError(field)
-
-
-def _peak_step_memory(step):
-  """Peak resident memory above the resting level during one step, bytes.
-
-  Uses the kernel's resettable high-water mark (`/proc/self/clear_refs`);
-  TensorFlow's CPU allocator statistics miss most CPU allocations. Returns
-  None where that is unavailable (not Linux).
-  """
-  gc.collect()
-  try:
-    with open("/proc/self/clear_refs", "w") as f:
-      f.write("5")
-    before = _rss_kib("VmRSS")
-    _sync(step())
-    return (_rss_kib("VmHWM") - before) * 1024
-  except OSError:
-    return None
-
-
 # --------------------------------------------------------------- timing --
 
 
@@ -417,7 +408,7 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
   """Measures every contender on one workload and mode."""
   values, x = _initial_values(num_vars, width)
   instances = settings.instances_for(num_vars)
-  steps, trace_s, memory, notes = {}, {}, {}, {}
+  steps, trace_s, notes = {}, {}, {}
   for index in range(instances):
     for name in CONTENDERS:
       step = _make_step(name, mode, values, x,
@@ -430,14 +421,11 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
       if index == 0:
         trace_s[name] = time.perf_counter() - start
       _sync(step())  # A second warm-up: some caches fill on the 2nd call.
-      if index == 0:
-        memory[name] = _peak_step_memory(step)
       steps[(name, index)] = step
   reps = _reps(steps, settings)
   summary = _summarize(interleave_instances(steps, reps, settings.warmup))
   for name in summary:
     summary[name]["first_call_s"] = trace_s[name]
-    summary[name]["peak_step_bytes"] = memory[name]
   cell = {
       "workload": workload,
       "mode": mode,
@@ -548,6 +536,99 @@ def run_fit_cell(mode, settings, strategy, log):
   }
   log(_cell_line(cell))
   return cell
+
+
+# --------------------------------------------------------------- memory --
+
+MEMORY_CONTENDERS = ("bare", "floor_gated", "keras3", "ours_dynamic",
+                     "ours_fixed", "tf_keras")
+_PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      "memory_probe.py")
+
+
+def _probe_memory(name, mode, settings, device):
+  """`memory_probe.py`'s figures for one contender, in a fresh process."""
+  num_vars, width, steps = settings.memory
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env["PYTHONPATH"] = os.pathsep.join(
+      [root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+  if name == "tf_keras":
+    # tf_keras as a job using it would: the legacy Keras behind tf.keras.
+    env["TF_USE_LEGACY_KERAS"] = "1"
+  proc = subprocess.run(
+      [sys.executable, _PROBE, "--contender", name, "--mode", mode,
+       "--vars", str(num_vars), "--width", str(width), "--steps", str(steps),
+       "--device", device], capture_output=True, text=True, env=env,
+      check=False)
+  if proc.returncode != 0:
+    return {"contender": name, "error": proc.stderr.strip()[-2000:]}
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_memory(modes, settings, device, log):
+  """Peak memory and step time of every contender, each in its own process.
+
+  Returns:
+    Dict mode -> contender -> `memory_probe.py`'s result, with the extra
+    peak over bare's (`extra_bytes`) and the allowance
+    max(5% of the optimizer state, 32 MiB) (`allowance_bytes`).
+  """
+  out = {}
+  for mode in modes:
+    by_name = {}
+    for name in MEMORY_CONTENDERS:
+      by_name[name] = _probe_memory(name, mode, settings, device)
+    bare = by_name["bare"].get("steps_peak_bytes")
+    for result in by_name.values():
+      if bare is not None and "steps_peak_bytes" in result:
+        result["extra_bytes"] = result["steps_peak_bytes"] - bare
+        result["allowance_bytes"] = max(
+            0.05 * result["optimizer_state_bytes"], 32 * 2**20)
+    out[mode] = by_name
+    log(f"memory[{settings.memory[0]}x{settings.memory[1]}]  {mode}  " +
+        "  ".join(f"{n}={r['steps_peak_bytes'] / 2**20:.0f}MiB"
+                  if "steps_peak_bytes" in r else f"{n}=n/a"
+                  for n, r in by_name.items()))
+  return out
+
+
+def _memory_markdown(memory):
+  """The memory table: each contender alone in a process."""
+  lines = [""]
+  first = next((r for m in memory.values() for r in m.values()
+                if "device" in r), None)
+  if first is None:
+    return lines + ["Memory: no contender ran (see the JSON for errors)."]
+  state = first["optimizer_state_bytes"] / 2**20
+  lines.append(
+      f"Peak memory, each contender alone in a fresh process "
+      f"({first['num_vars']} variables of {first['width']}², Adam: "
+      f"{state:.0f} MiB of optimizer state; {first['steps']} steps after "
+      f"the first call), measured on {first['device']}. Peak of the steps "
+      "(reset after the first call); extra over bare's; step time median "
+      "of the same steps, in the same process:")
+  lines.append("")
+  lines.append("| mode | contender | step | peak | extra over bare | "
+               "first call: peak |")
+  lines.append("|---|---|---|---|---|---|")
+  for mode, by_name in memory.items():
+    for name, r in by_name.items():
+      if "steps_peak_bytes" not in r:
+        why = r.get("skipped") or "failed (see JSON)"
+        lines.append(f"| {mode} | {name} | {why} | | | |")
+        continue
+      extra = r.get("extra_bytes")
+      extra_text = "" if extra is None else f"{extra / 2**20:+.0f} MiB"
+      lines.append(
+          f"| {mode} | {name} | {r['step_ms']:.1f} ms | "
+          f"{r['steps_peak_bytes'] / 2**20:.0f} MiB | {extra_text} | "
+          f"{r['first_phase_peak_bytes'] / 2**20:.0f} MiB |")
+  allowance = max(0.05 * first["optimizer_state_bytes"], 32 * 2**20)
+  lines.append("")
+  lines.append(f"Allowance over bare: max(5% of the state, 32 MiB) = "
+               f"{allowance / 2**20:.0f} MiB.")
+  return lines
 
 
 # ------------------------------------------------------------ v1 session --
@@ -697,22 +778,7 @@ def markdown(results):
             f"{by_name[name].get(str(s), float('nan')):.2f}" for s in sizes) +
                      " |")
   if results.get("memory"):
-    lines.append("")
-    lines.append("Peak resident memory of one step above the resting "
-                 "level (after warm-up), wide workload:")
-    lines.append("")
-    lines.append("| mode | " + " | ".join(CONTENDERS[:-1]) + " |")
-    lines.append("|---|" + "---|" * (len(CONTENDERS) - 1))
-    for mode, by_name in results["memory"].items():
-      row = [mode]
-      for name in CONTENDERS[:-1]:
-        b = by_name.get(name)
-        if b is None:
-          row.append("n/a")
-        else:
-          extra = b - by_name["bare"]
-          row.append(f"{b / 2**20:.2f} MiB ({extra / 2**20:+.2f})")
-      lines.append("| " + " | ".join(row) + " |")
+    lines.extend(_memory_markdown(results["memory"]))
   return "\n".join(lines)
 
 
@@ -742,13 +808,23 @@ def _derived(results):
         per_variable.setdefault(c["mode"], {}).setdefault(
             name, {})[str(c["num_vars"])] = extra_us / c["num_vars"]
     results["per_variable"] = per_variable
-  memory = {}
-  for c in cells:
-    if c["workload"] == "wide" and c["mode"] != "session":
-      memory[c["mode"]] = {
-          n: s.get("peak_step_bytes") for n, s in c["contenders"].items()
-      }
-  results["memory"] = memory
+
+
+def _device(kind):
+  """What the steps run on, as printed."""
+  if kind == "gpu":
+    gpu = tf.config.list_physical_devices("GPU")[0]
+    name = tf.config.experimental.get_device_details(gpu).get(
+        "device_name", gpu.name)
+    return f"GPU:0 ({name})"
+  return f"CPU ({os.cpu_count()} CPUs; 2 logical TensorFlow CPU devices)"
+
+
+def _mirrored_devices(kind):
+  if kind == "gpu":
+    count = len(tf.config.list_logical_devices("GPU"))
+    return [f"/gpu:{i}" for i in range(min(count, 2))]
+  return ["/cpu:0", "/cpu:1"]
 
 
 def _machine():
@@ -771,7 +847,8 @@ def _machine():
   }
 
 
-def main(argv=None):
+def _parse_args(argv):
+  """The command line, checked: (parser, args)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--quick", action="store_true",
                       help="fewer repetitions and smaller sizes (< 2 min)")
@@ -802,8 +879,19 @@ def main(argv=None):
                       "(default 100)")
   parser.add_argument("--only", default="",
                       help="comma-separated workloads to run (wide, many, "
-                      "scaling, fit, v1); default all")
+                      "scaling, fit, v1, memory); default all")
+  parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                      help="where the steps run (gpu: the first GPU, and the "
+                      "first two under MirroredStrategy; memory from "
+                      "TensorFlow's GPU allocator)")
   args = parser.parse_args(argv)
+  if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+    parser.error("--device gpu: TensorFlow sees no GPU here")
+  return parser, args
+
+
+def main(argv=None):
+  parser, args = _parse_args(argv)
   settings = Settings(args.quick)
   if args.jit_max_vars is not None:
     settings.jit_max_vars = args.jit_max_vars
@@ -878,12 +966,15 @@ def main(argv=None):
   run_order = sorted(range(len(plan)), key=lambda i: plan[i][0] == "mirrored")
   strategy = None
   done, cells = {}, []
+  device = _device(args.device)
+  log(f"device: {device}")
 
   for index in run_order:
     mode, run = plan[index]
     if mode == "mirrored" and strategy is None:
-      strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-    done[index] = run(strategy, log)
+      strategy = tf.distribute.MirroredStrategy(_mirrored_devices(args.device))
+    with tf.device("/GPU:0" if args.device == "gpu" else "/CPU:0"):
+      done[index] = run(strategy, log)
     cells = [done[i] for i in sorted(done)]
     # Written after each cell, so that a long run that dies (out of memory,
     # say) keeps what it measured.
@@ -891,8 +982,13 @@ def main(argv=None):
       with open(args.out, "w") as f:
         json.dump({"partial": True, "settings": settings.as_dict(),
                    "cells": cells}, f, indent=1)
+  memory = {}
+  if wanted("memory"):
+    memory_modes = ([m for m in MODES if m in modes] if modes else
+                    ["function"] if args.quick else ["function", "jit"])
+    memory = run_memory(memory_modes, settings, args.device, log)
   results = {
-      "machine": _machine(),
+      "machine": dict(_machine(), device=device),
       "settings": settings.as_dict(),
       "command": "python benchmarks/bench_loss_scaling.py" +
                  (" --quick" if args.quick else ""),
@@ -902,11 +998,13 @@ def main(argv=None):
                       "not measured."},
   }
   _derived(results)
+  results["memory"] = memory
   results["wall_s"] = time.perf_counter() - started
   text = markdown(results)
   print(text)
   m = results["machine"]
-  print(f"\nMachine: {m['cpu_count']} CPUs, {m['cpu_model']}; TensorFlow "
+  print(f"\nDevice: {m['device']}.")
+  print(f"Machine: {m['cpu_count']} CPUs, {m['cpu_model']}; TensorFlow "
         f"{m['tensorflow']}, Keras {m['keras']}; run took "
         f"{results['wall_s']:.0f} s.")
   if args.out:

@@ -44,6 +44,7 @@ Usage:
 
   python benchmarks/gate_costs.py [--vars 10] [--width 64] [--reps 2000]
       [--instances 3] [--variants bare,floor,...] [--profile]
+      [--device gpu]
 """
 
 import argparse
@@ -236,13 +237,24 @@ def main():
                       help="comma-separated, from: " + ",".join(_VARIANTS))
   parser.add_argument("--profile", action="store_true",
                       help="also profile 30 steps of each variant")
+  parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
+                      help="where the steps run (gpu: the first GPU)")
   args = parser.parse_args()
+  if args.device == "gpu" and not tf.config.list_physical_devices("GPU"):
+    parser.error("--device gpu: TensorFlow sees no GPU here")
+  with tf.device("/GPU:0" if args.device == "gpu" else "/CPU:0"):
+    _run(args, parser)
+
+
+def _run(args, parser):
+  """`main` on the chosen device."""
   names = tuple(args.variants.split(","))
   unknown = sorted(set(names) - set(_VARIANTS))
   if unknown or "bare" not in names:
     parser.error(f"--variants must include bare and name only variants "
                  f"from {', '.join(_VARIANTS)}; got {args.variants!r}")
   summary = measure(args.vars, args.width, args.reps, args.instances, names)
+  print(f"Device: {bench._device(args.device)}")  # pylint: disable=protected-access
   print(f"tf.function step, {args.vars} variables of {args.width}x"
         f"{args.width}, {args.reps} step-level interleaved repetitions, "
         f"{args.instances} instances each")

@@ -76,7 +76,20 @@ def test_quick_run_reports_every_cell(tmp_path):
   for mode in ("function", "jit", "mirrored"):
     per_var = results["per_variable"][mode]["ours_dynamic"]
     assert set(per_var) == {str(n) for n, _ in settings["scaling"]}
-  assert set(results["memory"]) == {"function", "jit", "mirrored"}
+  # Memory: every contender in its own process, beside its step time.
+  memory = results["memory"]["function"]
+  assert set(memory) - {"tf_keras"} == {
+      "bare", "floor_gated", "keras3", "ours_dynamic", "ours_fixed"}
+  for name, probe in memory.items():
+    if name == "tf_keras" and not _TF_KERAS:
+      assert "skipped" in probe or "error" in probe
+      continue
+    assert probe["steps_peak_bytes"] > probe["optimizer_state_bytes"]
+    assert probe["step_ms"] > 0 and "CPU" in probe["device"]
+    assert probe["keras"] == ("tf_keras" if name == "tf_keras" else "keras3")
+    assert "extra_bytes" in probe
+  assert "Peak memory, each contender alone in a fresh process" in stdout
+  assert "Device: CPU" in stdout
   assert results["machine"]["tensorflow"]
 
   # The printed table has a row per non-session cell and a column per
@@ -95,6 +108,12 @@ def test_quick_run_reports_every_cell(tmp_path):
   # the others are measured; the results keep the table's order.
   logged = [line.split("] ", 1)[1].split() for line in stderr.splitlines()
             if re.match(r"\[\s*[\d.]+s\] ", line)]
+  # The device line first, the memory probes (own processes) after the
+  # cells.
+  assert logged[0][0] == "device:"
+  assert logged[-1][0].startswith("memory[")
+  logged = [words for words in logged[1:]
+            if not words[0].startswith("memory[")]
   modes = [words[1] for words in logged if words[2] != "skipped"]
   mirrored = sum(c["mode"] == "mirrored" for c in results["cells"])
   assert len(modes) == len(results["cells"]) and mirrored

@@ -17,6 +17,7 @@ MODULES = [
     "loss_scale._loss_scales",
     "loss_scale.dynamic_state",
     "optimizers._delegation",
+    "optimizers._gated_apply",
     "optimizers._inner",
     "optimizers._keras2_config",
     "optimizers._step",

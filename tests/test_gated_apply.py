@@ -1,15 +1,17 @@
-"""The wait-free gated apply equals TF 2.4's conditional apply, bit for bit.
+"""The gated apply equals TF 2.4's conditional apply, bit for bit.
 
-`_gated_apply.apply_when_finite` writes small tensors at once (the smallest in
-place, the others out of place) and restores them on a non-finite step, and
-defers large ones to a conditional commit;
-under XLA it masks the writes of large tensors and defers small ones.
-Here every vetted Keras 3 optimizer runs the same gradient sequence (with
-non-finite steps) through it and through the conditional path it replaces,
-with small and large variables, in tf.function and under XLA; the bytes of
-every variable, slot, `iterations` and the loss scale must be equal after
-every step. Eagerly and under MirroredStrategy the conditional path is used
-(`supported` says so) and gives the same trajectory."""
+`_gated_apply.apply_when_finite` writes the tensors its memory budget keeps
+at once (the smallest in place, the others out of place) and restores them
+on a non-finite step; every other variable waits for the verdict and is
+written in place through an `If` (large) or a masked write (small). Under
+XLA it masks the writes of large tensors and defers small ones. Here every
+vetted Keras 3 optimizer runs the same gradient sequence (with non-finite
+steps) through it and through the conditional path it replaces, with small
+and large variables, everything kept, nothing kept and some kept, in
+tf.function and under XLA; the bytes of every variable, slot, `iterations`
+and the loss scale must be equal after every step. Eagerly and under
+MirroredStrategy the conditional path is used (`supported` says so) and
+gives the same trajectory. (What the budget bounds: test_step_memory.py.)"""
 
 import contextlib
 from unittest import mock
@@ -60,7 +62,12 @@ def _gradients(step, scale=1.0):
   return grads
 
 
-_MODES = ("function", "jit", "jit_deferred")
+# "function" keeps every tensor's old value (they all fit the default
+# budget); "function_waiting" keeps none (budget 0: every variable waits for
+# the verdict), "function_partial" some (the last, small, ones).
+_MODES = ("function", "function_waiting", "function_partial", "jit",
+          "jit_deferred")
+_BUDGETS = {"function_waiting": 0, "function_partial": 300 * 1024}
 
 
 def _jit(mode):
@@ -71,10 +78,14 @@ def _as_mode(mode):
   """Under "jit_deferred", XLA steps defer small tensors to the conditional.
 
   (They do when a step writes many small tensors; these tests' steps write
-  few, which are masked under plain "jit".)
+  few, which are masked under plain "jit".) "function_waiting" and
+  "function_partial" set the memory budget.
   """
   if mode == "jit_deferred":
     return mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0)
+  if mode in _BUDGETS:
+    return mock.patch.object(_gated_apply, "_overlap_budget",
+                             _BUDGETS[mode])
   return contextlib.nullcontext()
 
 

@@ -49,6 +49,9 @@ from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
 from tf_mixed_precision_compat.optimizers.v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
+# Opt-in: more memory for overlapping a step's updates (docs/performance.md).
+from tf_mixed_precision_compat.optimizers._gated_apply import (
+    set_overlap_memory_budget)
 
 # `v1_optimizer` is a public name of the package; it moved into `optimizers/`,
 # and `import tf_mixed_precision_compat.v1_optimizer` still finds it.
@@ -85,6 +88,7 @@ __all__ = [
     "policy_scope",
     "serialize",
     "set_global_policy",
+    "set_overlap_memory_budget",
     "set_policy",
     "uninstall",
     "v1",

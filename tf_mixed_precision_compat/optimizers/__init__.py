@@ -21,8 +21,9 @@ How the Keras classes are built:
   `tf_keras_target`);
 * `_step`: strategy support, the `scale_loss` mark, gradient checks,
   apply-or-skip;
-* `_gated_apply`: applying a step in a `tf.function` without waiting for the
-  finite verdict.
+* `_gated_apply`: applying a step in a `tf.function` with TF 2.4's result,
+  overlapping updates with the backward pass within a memory budget
+  (`set_overlap_memory_budget`, exported by the package).
 
 Imports go one way: `_keras2_config` <- `_inner` <- `_delegation` <-
 `loss_scale_optimizer` <- `loss_scale_optimizer_v1`. The subpackage builds on

@@ -1,57 +1,63 @@
-"""Applying gradients so a non-finite step leaves no trace, without waiting.
+"""Applying gradients so a non-finite step leaves no trace, in bounded memory.
 
 TF 2.4 put the inner optimizer's apply inside a `tf.cond` on the all-finite
 verdict. Inside a traced step that makes every variable update wait until
 the last gradient has been checked, so the updates can no longer overlap the
-rest of the backward pass; on a 2-core CPU that wait costs several times more
-than the check itself (the `floor_gated` column of the table in
-docs/performance.md). `apply_when_finite` gives the same result and lets each
-update run as soon as its gradient exists:
+rest of the backward pass (the `floor_gated` column of docs/performance.md).
+A gate with TF 2.4's exact result has two ways per tensor: wait for the
+verdict (holding the gradient, as TF 2.4 did), or write at once and keep the
+old value until the verdict (a second copy of the tensor). Keeping is
+faster, and costs memory: so `apply_when_finite` keeps only as many bytes as
+its memory budget allows (`keep_budget`; by default half of
+max(5% of the optimizer state, 32 MiB), or what
+`set_overlap_memory_budget` set), and makes every other tensor wait. In an
+executor graph (`tf.function`):
 
-* Small tensors (fewer than `_LARGE_MIN_ELEMENTS` elements) are written at
-  once, after a read of their old value, which stays alive until the verdict.
-  The smallest are updated in place: a resource variable copies on write
-  while a read of it is alive, so the old value survives at the cost of one
-  copy. From `_OUT_OF_PLACE_MIN_ELEMENTS` elements on, the update is computed
-  into a new tensor (`old + delta` rounds exactly as `assign_add`'s in-place
-  sum), whose buffer the variable adopts: no copy, but one op more, which
-  costs about what copying a tensor of 16K elements does.
-  On a non-finite step functional `If` ops (one per 64 tensors) write the old
-  values back. They are built with `tf.raw_ops.If` rather than `tf.cond`:
-  `tf.cond` is lowered to switches, which put the whole step on the
-  executor's slower control-flow path (a hand-built switch restore measured
-  dearer than the `If`); an `If` is one op, and on a finite step it runs an
-  empty branch.
-* Large tensors are deferred: the inner optimizer's writes to them are
-  turned into new tensors, which its later reads see (`keras.StatelessScope`),
-  and a conditional assigns those once the verdict is known. The only wait is
-  for a few cheap ops per tensor, negligible next to a large tensor's update,
-  and a skipped step writes nothing.
+* Variables are taken from the last (whose gradients the backward pass
+  computes first, so that waiting would cost them most) while their bytes
+  and their slots' fit the budget; those are kept. The smallest are updated
+  in place: a resource variable copies on write while a read of it is
+  alive, so the old value survives at the cost of one copy. From
+  `_OUT_OF_PLACE_MIN_ELEMENTS` elements on, the update is computed into a
+  new tensor (`old + delta` rounds exactly as `assign_add`'s in-place sum),
+  whose buffer the variable adopts: no copy, but one op more. On a
+  non-finite step functional `If` ops (one per 64 tensors) write the old
+  values back (`tf.raw_ops.If` rather than `tf.cond`, whose switches put the
+  whole step on the executor's slower control-flow path).
+* The other variables wait: their gradients pass the verdict (a control
+  dependency) before the optimizer uses them, and their writes are masked,
+  in place: an `assign_add` of `where(finite, delta, -0.)`, an
+  `assign_sub` of `where(finite, delta, 0.)`, an `assign` of
+  `where(finite, value, old)` (adding -0. or subtracting +0. leaves every
+  number, signed zeros included, exactly as it was). Nothing of theirs is
+  computed before the verdict, so nothing but the gradient is held, as in
+  TF 2.4.
 * `iterations` advances on every step, as TF 2.4 counted skipped steps.
+
+Under XLA (`tf.function(jit_compile=True)`) XLA orders ops itself, so
+waiting costs little, while a conditional around a tensor's update stops it
+from updating that tensor in place: large tensors are written at once,
+masked as above, in place. Small tensors are masked too when a step writes
+fewer than `_XLA_MASKED_SMALL_MAX` of them, or more bytes of them than the
+budget; otherwise (many small tensors) they are deferred to a conditional
+(their new values held until the verdict, within the budget), whose copies
+cost less than that many masks. The result equals XLA's conditional bit for
+bit, except where XLA fuses the masked update into different loops and
+rounds it differently (centered RMSprop, whose denominator, a difference of
+near-equal numbers, magnifies a last-bit difference).
 
 Every value is computed by the same kernels from the same inputs as in a plain
 apply, only stored elsewhere, so variables, slots and `iterations` are
-bit-identical to TF 2.4's conditional (tests/test_gated_apply.py).
-
-Under XLA (`tf.function(jit_compile=True)`) the costs are the other way round:
-XLA orders ops itself, so waiting costs little, but a conditional around a
-tensor's update stops it from updating that tensor in place (+25% on a
-10M-parameter MLP, as in Keras 3 and tf_keras). So there the large tensors
-are written at once, masked: an `assign_add` of `where(finite, delta, -0.)`,
-an `assign_sub` of `where(finite, delta, 0.)`, an `assign` of
-`where(finite, value, old)`, which XLA fuses into the update (adding -0. or
-subtracting +0. leaves every number, signed zeros included, exactly as it
-was). Small tensors are masked too when a step writes fewer than
-`_XLA_MASKED_SMALL_MAX` of them; more small masks cost more than the
-conditional's copies (+33% against +19% with 400 variables of 32x32), and
-then the small ones are deferred to the conditional. The result
-equals XLA's conditional bit for bit, except where XLA fuses the masked update
-into different loops and rounds it differently (centered RMSprop, whose
-denominator, a difference of near-equal numbers, magnifies a last-bit
-difference).
+bit-identical to TF 2.4's conditional (tests/test_gated_apply.py); the
+bytes kept or deferred are within the budget (tests/test_step_memory.py).
 
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.
+
+Example:
+
+>>> set_overlap_memory_budget(256 * 2**20)  # Keep up to 256 MiB.
+>>> set_overlap_memory_budget(None)  # Back to the default.
 """
 
 import functools
@@ -61,14 +67,12 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 
-# Tensors with at least this many elements are large: in an executor graph
-# they are deferred (written once the verdict is known) instead of written
-# in place and restored on overflow; under XLA they are written in place,
-# masked, and the small ones are deferred unless a step writes few of them
-# (`_XLA_MASKED_SMALL_MAX`).
+# Tensors with at least this many elements are large: under XLA they are
+# written in place, masked, and the small ones are deferred unless a step
+# writes few of them (`_XLA_MASKED_SMALL_MAX`).
 _LARGE_MIN_ELEMENTS = 1 << 16
 
-# Small tensors with at least this many elements are written out of place
+# Kept tensors with at least this many elements are written out of place
 # (computed into a new tensor that the variable adopts) rather than in place
 # (which copies the tensor first, its old value being kept). An op costs
 # about what copying 16K elements does: at 4096 elements neither way was
@@ -78,8 +82,9 @@ _OUT_OF_PLACE_MIN_ELEMENTS = 1 << 14
 
 # Keras 3 optimizers whose updates all go through the optimizer's `assign`,
 # `assign_add` and `assign_sub` or `keras.Variable.assign`, which
-# `apply_when_finite` intercepts. Exact types: a subclass may write variables
-# any other way.
+# `apply_when_finite` intercepts, and whose `update_step` updates one
+# variable and its slots. Exact types: a subclass may write variables any
+# other way.
 _VETTED = ("Adam", "SGD", "RMSprop", "Adagrad", "Adadelta", "Adamax", "Nadam",
            "Lion")
 _VETTED_TYPES = tuple(getattr(keras.optimizers, n) for n in _VETTED)
@@ -97,6 +102,69 @@ _XLA_MASKED_SMALL_MAX = 256
 # than building and instantiating one branch function over thousands of
 # tensors.
 _RESTORE_CHUNK = 64
+
+# The extra memory a step may need by default: the larger of this share of
+# the optimizer state (variables and slots) and `_MIN_ALLOWANCE` bytes. Half
+# of it may be kept (or deferred) until the verdict; the other half is left
+# for the masks' and the optimizer's short-lived temporaries.
+_STATE_SHARE = 0.05
+_MIN_ALLOWANCE = 32 * 2**20
+
+_overlap_budget = None  # Set by `set_overlap_memory_budget`; None: default.
+
+
+def set_overlap_memory_budget(num_bytes):
+  """Lets a loss-scaled step keep up to `num_bytes` to overlap its updates.
+
+  A `tf.function` step of this package's dynamic `LossScaleOptimizer` around
+  a Keras 3 optimizer applies TF 2.4's skip-on-overflow exactly. A variable
+  update either waits for the all-finite verdict (as in TF 2.4) or runs as
+  soon as its gradient exists, its old value kept until the verdict: faster,
+  at one extra copy of each such variable and slot. By default at most
+  half of max(5% of the optimizer state, 32 MiB) is kept, so the step needs
+  about as much memory as TF 2.4's. Where memory is plentiful a larger
+  budget lets more updates overlap the backward pass. The budget applies to
+  steps traced afterwards, per replica of the step; the results are
+  identical either way.
+
+  Example:
+
+  >>> set_overlap_memory_budget(2 * 2**30)  # Keep up to 2 GiB.
+  >>> set_overlap_memory_budget(None)  # The default again.
+
+  Args:
+    num_bytes: The most bytes kept alive until the verdict, a non-negative
+      int (0: every update waits), or None for the default.
+
+  Raises:
+    TypeError: If `num_bytes` is not an int or None.
+    ValueError: If `num_bytes` is negative.
+  """
+  global _overlap_budget
+  if num_bytes is not None:
+    if isinstance(num_bytes, bool) or not isinstance(num_bytes, int):
+      raise TypeError("set_overlap_memory_budget: `num_bytes` must be an int "
+                      f"(bytes) or None, got {num_bytes!r}")
+    if num_bytes < 0:
+      raise ValueError("set_overlap_memory_budget: `num_bytes` must be >= 0 "
+                       f"(bytes) or None, got {num_bytes}")
+  _overlap_budget = num_bytes
+
+
+def _bytes(variable):
+  size = _num_elements(variable)
+  if size == float("inf"):
+    return size
+  return int(size) * tf.as_dtype(variable.dtype).size
+
+
+def keep_budget(inner, variables):
+  """Bytes a step of `inner` over `variables` may keep until the verdict."""
+  if _overlap_budget is not None:
+    return _overlap_budget
+  state = sum(_bytes(v) for v in variables) + sum(
+      _bytes(v) for v in inner.variables)
+  return max(_STATE_SHARE * state, _MIN_ALLOWANCE) // 2
 
 
 def supported(inner, grads, variables):
@@ -153,6 +221,35 @@ _COMBINE = {
 }
 
 
+def _slots_per_variable(inner, variables):
+  """How many tensors of a variable's size its update writes besides it.
+
+  The optimizer's non-scalar variables over the variables' bytes, rounded
+  up: exact for the vetted optimizers (every variable has the same slots),
+  and an over-estimate when `variables` is a part of what `inner` knows.
+  """
+  slot_bytes = sum(_bytes(v) for v in inner.variables
+                   if _num_elements(v) > 1)
+  var_bytes = sum(_bytes(v) for v in variables)
+  return -(-slot_bytes // max(var_bytes, 1))
+
+
+def _kept_variables(inner, variables, budget):
+  """Ids of the variables (as `tf.Variable`s) whose updates are kept.
+
+  From the last variable backwards (the backward pass computes their
+  gradients first) while each one's bytes and its slots' fit the budget.
+  """
+  per_var = 1 + _slots_per_variable(inner, variables)
+  kept, used = set(), 0
+  for variable in reversed(list(variables)):
+    cost = per_var * _bytes(variable)
+    if used + cost <= budget:
+      kept.add(id(_tf_variable(variable)))
+      used += cost
+  return kept
+
+
 class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
@@ -160,9 +257,10 @@ class _Writes:
   the underlying `tf.Variable`.
   """
 
-  def __init__(self, inner, variables, finite):
+  def __init__(self, inner, variables, finite, budget):
     self._finite = finite
-    self._xla = _private_api.in_xla_context()
+    self.xla = _private_api.in_xla_context()
+    self._budget = budget
     self._storage = {id(v): v.value for v in inner.variables}
     # The small optimizer variables are read once, up front, and the
     # stateless scope hands these reads to the optimizer: the read it makes
@@ -174,15 +272,21 @@ class _Writes:
     # id(tf.Variable) -> its first read.
     self.first_read = {id(self._storage[id(v)]): r
                        for v, r in self.first_reads}
-    # Which tensors are written at once (the others are deferred): the
-    # small ones in an executor graph, restored afterwards on a non-finite
-    # step; under XLA the large ones, masked, and the small ones too if
-    # there are few.
-    small = len(self.first_reads) + sum(
-        not _is_large(_tf_variable(v)) for v in variables)
-    self._mask_small = self._xla and small < _XLA_MASKED_SMALL_MAX
+    # In an executor graph: the variables whose updates are kept (the
+    # others wait), and the one `update_step` is updating.
+    self.kept_variables = (set() if self.xla else
+                           _kept_variables(inner, variables, budget))
+    self.current = None
+    # Under XLA the large tensors are masked, and the small ones too if
+    # there are few, or more bytes of them than the budget.
+    small = [v for v in list(inner.variables) + list(variables)
+             if v is not inner.iterations and not _is_large(_tf_variable(v))]
+    self._mask_small = self.xla and (
+        len(small) < _XLA_MASKED_SMALL_MAX or
+        sum(_bytes(v) for v in small) > budget)
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
+    self.kept_bytes = 0  # Bytes of `originals`.
     # id(tf.Variable) -> its last write so far, of those written at once.
     self.last_write = {}
     self.written = []  # write ops of the tensors written at once
@@ -194,10 +298,13 @@ class _Writes:
     if target is None:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
-    if not self._at_once(target):
+    how = self._how(target)
+    if how == "defer":
       self._defer(method, variable, target, value)
       return
-    if self._xla:
+    if how == "mask" and not self.xla and _is_large(target):
+      op = _write_if(self._finite, method, target, value)
+    elif how == "mask":
       op = self._write_masked(method, target, value)
     else:
       op = self._write_kept(method, target, value)
@@ -208,11 +315,34 @@ class _Writes:
       with tf.control_dependencies([op]):
         self.scope.add_update((variable, target.value()))
 
-  def _at_once(self, target):
-    """Whether `target` is written now rather than deferred to the commit."""
-    if self._xla:
-      return self._mask_small or _is_large(target)
-    return not _is_large(target)
+  def _how(self, target):
+    """"keep", "mask" (waiting for the verdict) or "defer" `target`'s write."""
+    if self.xla:
+      return "mask" if self._mask_small or _is_large(target) else "defer"
+    if id(target) in self.originals:
+      return "keep"
+    # Writes outside `update_step` (Nadam's shared `u_product`) are kept
+    # while the budget allows: the updates of kept variables read them.
+    if (id(target) not in self.last_write and
+        (self.current is None or self.current in self.kept_variables) and
+        self.kept_bytes + _bytes(target) <= self._budget):
+      self.kept_bytes += _bytes(target)
+      return "keep"
+    return "mask"
+
+  def update_step(self, original, gradient, variable, learning_rate):
+    """The optimizer's `update_step`, with `variable`'s writes decided."""
+    self.current = id(_tf_variable(variable))
+    try:
+      if self.xla or self.current in self.kept_variables:
+        return original(gradient, variable, learning_rate)
+      # Waiting: every op of the update (also those that read only slots,
+      # such as Adamax's `beta_2 * u`) runs after the verdict, so that none
+      # of its full-size temporaries is held until then.
+      with tf.control_dependencies([self._finite]):
+        return original(gradient, variable, learning_rate)
+    finally:
+      self.current = None
 
   def _write_masked(self, method, target, value):
     """The write, leaving `target` as it was unless the step is finite."""
@@ -258,6 +388,43 @@ class _Writes:
     if isinstance(variable, keras.Variable):
       variable.assign(new)
     self.deferred[id(target)] = [target, new]
+
+
+_RAW_WRITES = {"assign": "AssignVariableOp",
+               "assign_add": "AssignAddVariableOp",
+               "assign_sub": "AssignSubVariableOp"}
+
+
+@functools.lru_cache(maxsize=None)
+def _write_branches(method, dtype):
+  """The branches of an `If` doing `method` of a variable of `dtype`."""
+  specs = (tf.TensorSpec(None, tf.resource), tf.TensorSpec(None, dtype))
+
+  def write(handle, value):
+    getattr(tf.raw_ops, _RAW_WRITES[method])(resource=handle, value=value)
+    return tf.constant(True)
+
+  def skip(handle, value):
+    del handle, value
+    return tf.constant(False)
+
+  return tuple(tf.function(fn, autograph=False).get_concrete_function(*specs)
+               for fn in (write, skip))
+
+
+def _write_if(finite, method, target, value):
+  """`target.<method>(value)` in place if `finite`, else nothing.
+
+  For large tensors in an executor graph: an `If` op costs about what a
+  select over a few ten thousand elements does, while a masked write costs a
+  pass over the tensor.
+  """
+  write, skip = _write_branches(method, target.dtype)
+  write.add_to_graph()
+  skip.add_to_graph()
+  return tf.raw_ops.If(cond=finite, input=[target.handle, value],
+                       Tout=[tf.bool], then_branch=write,
+                       else_branch=skip)[0].op
 
 
 @functools.lru_cache(maxsize=None)
@@ -308,6 +475,52 @@ def _restore_unless(finite, originals):
   return ops
 
 
+def _gate(finite, grads, variables, writes):
+  """The gradients, those of the waiting variables only after the verdict.
+
+  So that nothing of a waiting variable's update (which holds full-size
+  temporaries) is computed before its masked writes can run. XLA orders ops
+  by their data alone: there every gradient passes a select on the verdict
+  (`where(finite, g, 0.)`, the gradient itself on a finite step, fused into
+  its consumers); on a non-finite step the masked writes discard what it
+  gives.
+  """
+  if writes.xla:
+    return [g if g is None else tf.where(finite, g, tf.zeros([], g.dtype))
+            for g in grads]
+  gated = []
+  for grad, variable in zip(grads, variables):
+    if grad is not None and id(_tf_variable(variable)) not in (
+        writes.kept_variables):
+      with tf.control_dependencies([finite]):
+        grad = tf.identity(grad)
+    gated.append(grad)
+  return gated
+
+
+def _run_inner(inner, writes, grads, variables):
+  """`inner.apply_gradients` with its writes done by `writes`.
+
+  Returns:
+    The stateless scope it ran in.
+  """
+  # Instance attributes shadow the class's methods for the duration of the
+  # call; set in `__dict__` directly so that Keras's attribute tracking
+  # never sees them.
+  for name in _COMBINE:
+    inner.__dict__[name] = functools.partial(writes.write, name)
+  inner.__dict__["update_step"] = functools.partial(
+      writes.update_step, inner.update_step)
+  try:
+    with keras.StatelessScope(writes.first_reads) as scope:
+      writes.scope = scope
+      inner.apply_gradients(list(zip(grads, variables)))
+  finally:
+    for name in (*_COMBINE, "update_step"):
+      del inner.__dict__[name]
+  return scope
+
+
 def apply_when_finite(inner, grads, variables, finite):
   """Applies `grads` with `inner` where `finite`, else only counts the step.
 
@@ -322,20 +535,11 @@ def apply_when_finite(inner, grads, variables, finite):
   Returns:
     An op that runs after every write of the step.
   """
-  writes = _Writes(inner, variables, finite)
-  # Instance attributes shadow the class's methods for the duration of the
-  # call; set in `__dict__` directly so that Keras's attribute tracking
-  # never sees them.
-  for name in _COMBINE:
-    inner.__dict__[name] = functools.partial(writes.write, name)
-  try:
-    with keras.StatelessScope(writes.first_reads) as scope:
-      writes.scope = scope
-      inner.apply_gradients(list(zip(grads, variables)))
-  finally:
-    for name in _COMBINE:
-      del inner.__dict__[name]
-
+  # Named, so that the step's graph shows which ops wait for it.
+  finite = tf.identity(finite, name="all_finite_verdict")
+  writes = _Writes(inner, variables, finite, keep_budget(inner, variables))
+  scope = _run_inner(inner, writes, _gate(finite, grads, variables, writes),
+                     variables)
   ops = []
   deferred = list(writes.deferred.values())
   for variable in inner.variables:

@@ -1,0 +1,156 @@
+r"""Peak memory and step time of one contender, alone in this process.
+
+Run by `bench_loss_scaling.py --memory` once per contender, each in a fresh
+interpreter, so that no contender inherits another's allocations. The step
+is the one `bench_loss_scaling.py` times (a tanh MLP of `--vars` float32
+variables of `--width`², Adam, batch 64); by default 16 variables of 2048²:
+weights + Adam's two slots = 768 MiB of optimizer state.
+
+Phases: (1) building the variables, the optimizer and its slots, and the
+first call of the step (tracing, compiling); (2) `--steps` more steps, each
+timed. The peak of each phase is measured on its own: on CPU the process's
+resident-set high-water mark (`VmHWM`), reset through
+`/proc/self/clear_refs` between the phases; on a GPU,
+`tf.config.experimental.get_memory_info(device)["peak"]`, reset through
+`reset_memory_stats`. Prints one JSON object.
+
+Usage:
+
+  python benchmarks/memory_probe.py --contender ours_dynamic --mode function
+  python benchmarks/memory_probe.py --contender bare --mode jit --device gpu
+"""
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+CONTENDERS = ("bare", "floor_gated", "keras3", "ours_dynamic", "ours_fixed",
+              "tf_keras")
+MODES = ("eager", "function", "jit", "mirrored")
+
+
+def _rss_kib(field):
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise OSError(field)
+
+
+class _CpuMemory:
+  """The process's resident-set high-water mark, resettable (Linux)."""
+
+  device = "/CPU:0"
+
+  def describe(self):
+    return "CPU (process peak RSS, VmHWM)"
+
+  def reset(self):
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")
+
+  def peak(self):
+    return _rss_kib("VmHWM") * 1024
+
+  def current(self):
+    return _rss_kib("VmRSS") * 1024
+
+
+class _GpuMemory:
+  """TensorFlow's allocator statistics of the first GPU."""
+
+  device = "/GPU:0"
+
+  def __init__(self):
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+      raise SystemExit("--device gpu: TensorFlow sees no GPU here.")
+    self._name = tf.config.experimental.get_device_details(gpus[0]).get(
+        "device_name", gpus[0].name)
+
+  def describe(self):
+    return f"GPU:0 {self._name} (get_memory_info peak)"
+
+  def reset(self):
+    gc.collect()
+    tf.config.experimental.reset_memory_stats("GPU:0")
+
+  def peak(self):
+    return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+
+  def current(self):
+    return tf.config.experimental.get_memory_info("GPU:0")["current"]
+
+
+def measure(contender, mode, num_vars, width, steps, device):
+  """Builds and runs one contender's step; returns its figures as a dict."""
+  memory = _GpuMemory() if device == "gpu" else _CpuMemory()
+  strategy = None
+  if mode == "mirrored":
+    devices = (["/gpu:0", "/gpu:1"] if device == "gpu" and len(
+        tf.config.list_physical_devices("GPU")) > 1 else
+               ["/gpu:0"] if device == "gpu" else ["/cpu:0", "/cpu:1"])
+    strategy = tf.distribute.MirroredStrategy(devices)
+  memory.reset()
+  resting = memory.current()
+  with tf.device(memory.device):
+    values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
+    step = bench._make_step(contender, mode, values, x, strategy)  # pylint: disable=protected-access
+    if step is None:
+      return {"contender": contender, "skipped": "tf_keras is not installed"}
+    del values
+    gc.collect()
+    start = time.perf_counter()
+    bench._sync(step())  # pylint: disable=protected-access
+    first_s = time.perf_counter() - start
+    first_peak = memory.peak()
+    memory.reset()
+    before_steps = memory.current()
+    times = []
+    for _ in range(steps):
+      start = time.perf_counter()
+      bench._sync(step())  # pylint: disable=protected-access
+      times.append(time.perf_counter() - start)
+    steps_peak = memory.peak()
+  state = num_vars * width * width * 4 * 3
+  return {
+      "contender": contender, "mode": mode, "num_vars": num_vars,
+      "width": width, "steps": steps, "device": memory.describe(),
+      "optimizer_state_bytes": state, "resting_bytes": resting,
+      "first_call_s": first_s, "first_phase_peak_bytes": first_peak,
+      "before_steps_bytes": before_steps, "steps_peak_bytes": steps_peak,
+      "step_ms": statistics.median(times) * 1e3,
+      "keras": ("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1"
+                else "keras3"),
+  }
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--contender", required=True, choices=CONTENDERS)
+  parser.add_argument("--mode", default="function", choices=MODES)
+  parser.add_argument("--vars", type=int, default=16)
+  parser.add_argument("--width", type=int, default=2048)
+  parser.add_argument("--steps", type=int, default=5)
+  parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+  args = parser.parse_args(argv)
+  if args.vars < 1 or args.width < 1 or args.steps < 1:
+    parser.error("--vars, --width and --steps must be at least 1")
+  result = measure(args.contender, args.mode, args.vars, args.width,
+                   args.steps, args.device)
+  print(json.dumps(result))
+  return result
+
+
+if __name__ == "__main__":
+  main()

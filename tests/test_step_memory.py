@@ -1,0 +1,311 @@
+"""A loss-scaled step keeps alive no more bytes than its memory budget.
+
+Measured from the step's graph, deterministically: the bytes that must
+survive until the all-finite verdict beyond what TF 2.4's conditional apply
+holds (the gradients, which both hold). Those are
+
+* the variables and slots written before the verdict (their old values are
+  kept, to be written back on a non-finite step), and
+* the tensors computed before the verdict and used after it (new values
+  deferred to a conditional), gradients and variable reads excepted.
+
+`set_overlap_memory_budget` raises or lowers the budget; by default it is
+half of max(5% of the optimizer state, 32 MiB). Steps that take TF 2.4's
+conditional (under MirroredStrategy, and the `tf.compat.v1` optimizer) hold
+nothing beyond the gradients; eagerly each op runs when called, so nothing
+is computed ahead of the verdict.
+"""
+
+from absl.testing import parameterized
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_mixed_precision_compat.optimizers import _gated_apply
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
+from tf_mixed_precision_compat.optimizers import v1_optimizer
+
+_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+# Ops whose outputs hold no bytes of their own: the step's inputs (the
+# gradients), references to a variable's buffer, handles.
+_NOT_HELD = ("Placeholder", "ReadVariableOp", "VarHandleOp", "Const")
+
+
+def _downstream(graph, seeds):
+  """Ops reachable from `seeds` through data and control edges."""
+  consumers = {}
+  for op in graph.get_operations():
+    for t in op.inputs:
+      consumers.setdefault(t.op, []).append(op)
+    for c in op.control_inputs:
+      consumers.setdefault(c, []).append(op)
+  seen, todo = set(), list(seeds)
+  while todo:
+    op = todo.pop()
+    for nxt in consumers.get(op, ()):
+      if nxt not in seen:
+        seen.add(nxt)
+        todo.append(nxt)
+  return seen
+
+
+def _tensor_bytes(t):
+  if t.dtype in (tf.resource, tf.variant) or not t.shape.is_fully_defined():
+    return 0
+  return t.shape.num_elements() * t.dtype.size
+
+
+def held_bytes(graph, verdicts, first_op=0):
+  """Bytes a step must keep alive until `verdicts` are known.
+
+  Args:
+    graph: The step's graph.
+    verdicts: The ops computing the all-finite verdict.
+    first_op: How many of the graph's first ops (variable initializers in a
+      `tf.compat.v1` graph) are not part of the step.
+
+  Returns:
+    (bytes of variables written before the verdict, bytes of tensors
+    computed before it and used after it).
+  """
+  after = _downstream(graph, verdicts) | set(verdicts)
+  kept, held = {}, set()
+  for op in graph.get_operations()[first_op:]:
+    if op in after:
+      for t in op.inputs:
+        if t.op not in after and t.op.type not in _NOT_HELD:
+          held.add(t.ref())
+    elif op.type in _WRITES:
+      value = op.inputs[1]
+      kept[op.inputs[0].ref()] = _tensor_bytes(value)
+  return sum(kept.values()), sum(_tensor_bytes(r.deref()) for r in held)
+
+
+def _gated_verdict(graph):
+  return [op for op in graph.get_operations()
+          if op.name.endswith("all_finite_verdict")]
+
+
+def _conditional_verdicts(graph):
+  return [op.inputs[0].op for op in graph.get_operations()
+          if op.type in ("If", "StatelessIf")]
+
+
+def _step_graph(make_inner, shapes, jit=False):
+  variables = [tf.Variable(tf.zeros(s)) for s in shapes]
+  opt = loss_scale_optimizer.LossScaleOptimizer(make_inner())
+  opt.build(variables)
+  step = tf.function(lambda g: opt.apply_gradients(zip(g, variables)),
+                     jit_compile=jit)
+  graph = step.get_concrete_function(
+      [tf.TensorSpec(s) for s in shapes]).graph
+  return graph, opt, variables
+
+
+_OPTIMIZERS = {
+    "adam": lambda: keras.optimizers.Adam(0.01),
+    "adam_amsgrad": lambda: keras.optimizers.Adam(0.01, amsgrad=True),
+    "sgd": lambda: keras.optimizers.SGD(0.1),
+    "sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
+    "rmsprop_centered": lambda: keras.optimizers.RMSprop(
+        0.01, momentum=0.5, centered=True),
+    "adagrad": lambda: keras.optimizers.Adagrad(0.1),
+    "adadelta": lambda: keras.optimizers.Adadelta(1.0),
+    "adamax": lambda: keras.optimizers.Adamax(0.01),
+    "nadam": lambda: keras.optimizers.Nadam(0.01),
+    "lion": lambda: keras.optimizers.Lion(0.001),
+}
+
+# Six variables of 256 KiB (large) and two small ones.
+_SHAPES = ((256, 256),) * 6 + ((3, 4), (128, 128))
+_MIB = 2**20
+# Bytes of the scalars written or held around the verdict (`iterations`,
+# the loss scale and its counter, learning rates, verdicts).
+_SCALARS = 256
+
+
+class StepMemoryTest(parameterized.TestCase):
+
+  def tearDown(self):
+    _gated_apply.set_overlap_memory_budget(None)
+    super().tearDown()
+
+  @parameterized.named_parameters(
+      (f"{name}_{budget}", name, budget)
+      for name in _OPTIMIZERS for budget in (0, 1 * _MIB, 3 * _MIB))
+  def test_kept_bytes_stay_within_the_budget(self, name, budget):
+    _gated_apply.set_overlap_memory_budget(budget)
+    graph, _, _ = _step_graph(_OPTIMIZERS[name], _SHAPES)
+    verdict = _gated_verdict(graph)
+    self.assertLen(verdict, 1)
+    kept, held = held_bytes(graph, verdict)
+    self.assertLessEqual(kept, budget + _SCALARS)
+    self.assertLessEqual(held, _SCALARS)
+    if budget >= 1 * _MIB and name != "sgd":
+      # The budget is used: at least one variable with its slots is kept.
+      self.assertGreater(kept, 256 * 1024)
+
+  def test_a_larger_budget_keeps_more(self):
+    kept = []
+    for budget in (0, 1 * _MIB, 2 * _MIB, 100 * _MIB):
+      _gated_apply.set_overlap_memory_budget(budget)
+      graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+      kept.append(held_bytes(graph, _gated_verdict(graph))[0])
+    self.assertEqual(kept, sorted(kept))
+    state = sum(int(np.prod(s)) * 4 * 3 for s in _SHAPES)
+    # With room for everything, every variable and slot is kept.
+    self.assertBetween(kept[-1], state, state + _SCALARS)
+
+  def test_default_budget_is_half_of_five_percent_of_state_or_32_mib(self):
+    _, opt, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+    inner = opt.inner_optimizer
+    self.assertEqual(_gated_apply.keep_budget(inner, variables), 16 * _MIB)
+    state = sum(np.asarray(v).nbytes
+                for v in list(variables) + list(inner.variables))
+    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+      self.assertEqual(_gated_apply.keep_budget(inner, variables),
+                       (0.05 * state) // 2)
+
+  def test_default_budget_keeps_no_more_than_it(self):
+    graph, opt, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+    kept, held = held_bytes(graph, _gated_verdict(graph))
+    self.assertLessEqual(
+        kept,
+        _gated_apply.keep_budget(opt.inner_optimizer, variables) + _SCALARS)
+    self.assertLessEqual(held, _SCALARS)
+
+  @parameterized.parameters(0, 8 * _MIB)
+  def test_under_xla_deferred_small_tensors_stay_within_the_budget(
+      self, budget):
+    _gated_apply.set_overlap_memory_budget(budget)
+    # Many small tensors: deferred to the conditional if they fit.
+    shapes = ((64, 64),) * 100
+    with _patched(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0):
+      graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
+    kept, held = held_bytes(graph, _gated_verdict(graph))
+    # A scalar or two per variable (learning rates) around the verdict.
+    scalars = _SCALARS + 8 * len(shapes)
+    self.assertLessEqual(kept, scalars)
+    self.assertLessEqual(held, budget + scalars)
+    # Deferred to the conditional only within the budget (4.7 MiB).
+    types = {op.type for op in graph.get_operations()}
+    self.assertEqual(bool({"If", "StatelessIf"} & types), budget > 0)
+
+  def test_the_v1_optimizer_holds_only_the_gradients(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      variables = [tf.compat.v1.Variable(tf.zeros(s), use_resource=True)
+                   for s in _SHAPES]
+      grads = [tf.compat.v1.placeholder(tf.float32, s) for s in _SHAPES]
+      opt = v1_optimizer.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.AdamOptimizer(0.01), "dynamic")
+      # The slots and their initializers are made up front.
+      opt.apply_gradients(list(zip(grads, variables)))
+      first_op = len(graph.get_operations())
+      opt.apply_gradients(list(zip(grads, variables)))
+    verdicts = _conditional_verdicts(graph) + [
+        op.inputs[1].op for op in graph.get_operations()
+        if op.type == "Switch"]
+    self.assertNotEmpty(verdicts)
+    kept, held = held_bytes(graph, verdicts, first_op)
+    self.assertLessEqual(kept, _SCALARS)
+    self.assertLessEqual(held, _SCALARS)
+
+
+def test_under_a_mirrored_strategy_only_the_gradients_are_held(
+    mirrored_strategy):
+  strategy = mirrored_strategy
+  with strategy.scope():
+    variables = [tf.Variable(tf.zeros(s)) for s in _SHAPES]
+    opt = loss_scale_optimizer.LossScaleOptimizer(
+        keras.optimizers.Adam(0.01))
+    opt.build(variables)
+
+  @tf.function
+  def step(grads):
+    # Gradients computed in the replica, on its device.
+    strategy.run(lambda: opt.apply_gradients(
+        zip([tf.identity(g) * 0.5 for g in grads], variables)))
+
+  graph = step.get_concrete_function(
+      [tf.TensorSpec(s) for s in _SHAPES]).graph
+  verdicts = _conditional_verdicts(graph)
+  assert verdicts
+  kept, held = held_bytes(graph, verdicts)
+  assert kept <= _SCALARS
+  # Each replica's gradients (computed in the step), as in TF 2.4.
+  gradients = sum(int(np.prod(s)) * 4 for s in _SHAPES)
+  assert held <= strategy.num_replicas_in_sync * gradients + _SCALARS
+
+
+@parameterized.parameters("v2", "v1")
+class FitTest(parameterized.TestCase):
+  """`compile`/`fit` with TF 2.4's and TF 2.3's class keep within budget."""
+
+  def tearDown(self):
+    _gated_apply.set_overlap_memory_budget(None)
+    super().tearDown()
+
+  def test_fit_keeps_within_the_budget(self, version):
+    writes = []
+    real = _gated_apply._Writes  # pylint: disable=protected-access
+
+    def spy(*args):
+      writes.append(real(*args))
+      return writes[-1]
+
+    # Adam: a kernel (64x64) with its slots 48 KiB, a bias 768 bytes.
+    budget = 60 * 1024
+    _gated_apply.set_overlap_memory_budget(budget)
+    keras.utils.set_random_seed(1)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64),
+                              keras.layers.Dense(64), keras.layers.Dense(64)])
+    inner = keras.optimizers.Adam(0.01)
+    opt = (loss_scale_optimizer.LossScaleOptimizer(inner) if version == "v2"
+           else loss_scale_optimizer_v1.LossScaleOptimizerV1(inner, "dynamic"))
+    model.compile(optimizer=opt, loss="mse")
+    x = np.ones((8, 64), np.float32)
+    with _patched(_gated_apply, "_Writes", spy):
+      model.fit(x, x, epochs=1, verbose=0)
+    self.assertNotEmpty(writes)  # one per trace
+    for traced in writes:
+      self.assertBetween(traced.kept_bytes, 1, budget)
+      # From the last: its bias and kernel, then the biases only; the
+      # first two kernels wait.
+      self.assertLen(traced.kept_variables, 4)
+
+
+class _patched:
+  """Sets a module attribute for the duration of a `with` block."""
+
+  def __init__(self, module, name, value):
+    self._module, self._name, self._value = module, name, value
+    self._old = None
+
+  def __enter__(self):
+    self._old = getattr(self._module, self._name)
+    setattr(self._module, self._name, self._value)
+
+  def __exit__(self, *args):
+    setattr(self._module, self._name, self._old)
+
+
+class SetOverlapMemoryBudgetTest(parameterized.TestCase):
+
+  def tearDown(self):
+    _gated_apply.set_overlap_memory_budget(None)
+    super().tearDown()
+
+  @parameterized.parameters(1.5, "1GB", True)
+  def test_refuses_a_non_int(self, value):
+    with self.assertRaisesRegex(TypeError, "num_bytes"):
+      _gated_apply.set_overlap_memory_budget(value)
+
+  def test_refuses_a_negative_budget(self):
+    with self.assertRaisesRegex(ValueError, "num_bytes.*>= 0"):
+      _gated_apply.set_overlap_memory_budget(-1)
+
+
+if __name__ == "__main__":
+  tf.test.main()
