@@ -267,6 +267,15 @@ class Keras3Inner(InnerOptimizer):
     for v in self.optimizer.variables:
       if v.name == wanted:
         return v
+    # Keras < 3.8's Adagrad and Ftrl name their accumulators without the
+    # variable's prefix; they are made one per variable, in build order.
+    bare = [v for v in self.optimizer.variables if v.name == slot_name]
+    built = list(_private_api.keras_optimizer_built_variables(
+        self.optimizer) or [])
+    if bare and len(bare) == len(built):
+      for slot, built_var in zip(bare, built):
+        if built_var is var:
+          return slot
     return None
 
   def get_slot(self, var, slot_name):
