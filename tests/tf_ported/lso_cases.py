@@ -11,6 +11,7 @@ and assertions are the original's.
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.tf_ported import harness
@@ -273,3 +274,47 @@ def checkpoint(strategy, sgd_with_extra_variable, save_with_ls,
       status.assert_nontrivial_match()
     assert var.numpy() == 1
     assert _value(slot).item() == -1
+
+
+def fixed_loss_scale_applied_to_loss_with_get_gradients(sgd):
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    var = tf.Variable([2.0])
+    loss_scale = 10.
+    opt = _lso(sgd(1.0), dynamic=False, initial_scale=loss_scale)
+    loss = harness.identity_with_grad_check(loss_scale)(var)
+    grads = opt.get_gradients(loss, [var])
+    sess.run(tf.compat.v1.global_variables_initializer())
+    # Runs the gradient check's assertion.
+    sess.run(grads)
+
+
+def nan_gradient_aggregator(grads_and_vars):
+  """As if one replica's gradient were NaN: the last gradient becomes NaN."""
+  grads_and_vars = list(grads_and_vars)
+  grad, var = grads_and_vars[-1]
+  grads_and_vars[-1] = (grad * float("nan"), var)
+  return grads_and_vars
+
+
+def arbitrary_attributes_not_exposed(lso, opt):
+  """`lso` wraps `opt`, an SGD without nesterov."""
+  assert not opt.nesterov
+  with pytest.raises(
+      AttributeError,
+      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
+    _ = lso.nesterov
+  lso.nesterov = True
+  assert lso.nesterov
+  assert not opt.nesterov
+
+
+def unsupported_strategy(sgd, expected):
+  """Wrapping and stepping under a CentralStorageStrategy raise `expected`."""
+  strategy = tf.distribute.experimental.CentralStorageStrategy()
+  with strategy.scope(), pytest.raises(ValueError, match=expected):
+    _lso(sgd())
+  opt = _lso(sgd())
+  with strategy.scope():
+    var = tf.Variable(1.0)
+    with pytest.raises(ValueError, match=expected):
+      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))

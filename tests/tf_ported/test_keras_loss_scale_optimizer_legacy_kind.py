@@ -75,14 +75,7 @@ def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, kind, mode,
 
 
 def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
-  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-    var = tf.Variable([2.0])
-    loss_scale = 10.
-    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
-    loss = harness.identity_with_grad_check(loss_scale)(var)
-    grads = opt.get_gradients(loss, [var])
-    sess.run(tf.compat.v1.global_variables_initializer())
-    sess.run(grads)
+  lso_cases.fixed_loss_scale_applied_to_loss_with_get_gradients(_sgd)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
@@ -126,15 +119,8 @@ def test_nan_on_one_replica_only(runner_for, kind, mode):
 def test_custom_gradient_aggregator(runner_for, mode):
   runner = runner_for(mode, "default")
 
-  def gradient_aggregator(grads_and_vars):
-    # As if one replica's gradient were NaN: the last gradient becomes NaN.
-    grads_and_vars = list(grads_and_vars)
-    grad, var = grads_and_vars[-1]
-    grads_and_vars[-1] = (grad * float("nan"), var)
-    return grads_and_vars
-
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+  opt = _lso(_sgd(1.0, gradient_aggregator=lso_cases.nan_gradient_aggregator),
              initial_scale=2, dynamic_growth_steps=2)
   runner.run(lambda: opt.minimize(lambda: var * 2, var_list=[var]))
   # The aggregator's NaN is applied: TF 2.4.4 checked before aggregating.
@@ -385,14 +371,7 @@ def test_attributes_and_dir():
   assert not lso.dynamic
   assert lso.dynamic_counter is None
   assert lso.dynamic_growth_steps is None
-  assert not opt.nesterov
-  with pytest.raises(
-      AttributeError,
-      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
-    _ = lso.nesterov
-  lso.nesterov = True
-  assert lso.nesterov
-  assert not opt.nesterov
+  lso_cases.arbitrary_attributes_not_exposed(lso, opt)
   names = dir(_lso(_sgd()))
   assert {"learning_rate", "lr", "minimize", "loss_scale"} <= set(names)
   assert "nesterov" not in names
@@ -428,16 +407,9 @@ def test_argument_errors_and_unsupported_strategy():
   with pytest.raises(TypeError, match='"dynamic" argument to '
                      "LossScaleOptimizer.__init__ must be a bool"):
     _lso(_sgd(), "dynamic")
-  strategy = tf.distribute.experimental.CentralStorageStrategy()
-  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
-              "CentralStorageStrategy")
-  with strategy.scope(), pytest.raises(ValueError, match=expected):
-    _lso(_sgd())
-  opt = _lso(_sgd())
-  with strategy.scope():
-    var = tf.Variable(1.0)
-    with pytest.raises(ValueError, match=expected):
-      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  lso_cases.unsupported_strategy(
+      _sgd, "Loss scaling is not supported with the tf.distribute.Strategy: "
+      "CentralStorageStrategy")
 
 
 class _Records(logging.Handler):

@@ -93,15 +93,7 @@ def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, mode,
 
 
 def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
-  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-    var = tf.Variable([2.0])
-    loss_scale = 10.
-    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
-    loss = harness.identity_with_grad_check(loss_scale)(var)
-    grads = opt.get_gradients(loss, [var])
-    sess.run(tf.compat.v1.global_variables_initializer())
-    # Runs the gradient check's assertion.
-    sess.run(grads)
+  lso_cases.fixed_loss_scale_applied_to_loss_with_get_gradients(_sgd)
 
 
 def test_dynamic_attrs_with_fixed_loss_scale():
@@ -189,16 +181,8 @@ def test_nan_on_one_replica_only(runner_for, mode):
 @pytest.mark.skip(reason="Keras 3: optimizers have no gradient_aggregator "
                   "argument to inject a NaN after the all-reduce")
 def test_custom_gradient_aggregator():
-
-  def gradient_aggregator(grads_and_vars):
-    # As if one replica's gradient were NaN: the last gradient becomes NaN.
-    grads_and_vars = list(grads_and_vars)
-    grad, var = grads_and_vars[-1]
-    grads_and_vars[-1] = (grad * float("nan"), var)
-    return grads_and_vars
-
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+  opt = _lso(_sgd(1.0, gradient_aggregator=lso_cases.nan_gradient_aggregator),
              initial_scale=2, dynamic_growth_steps=2)
   opt.minimize(lambda: var * 2, var_list=[var])
   np.testing.assert_allclose(var.numpy(), [1.0, 2.0])
@@ -288,14 +272,7 @@ def test_hyperparameter_named_like_an_attribute():
 def test_arbitrary_attributes_not_exposed():
   opt = _sgd()
   lso = _lso(opt)
-  assert not opt.nesterov
-  with pytest.raises(
-      AttributeError,
-      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
-    _ = lso.nesterov
-  lso.nesterov = True
-  assert lso.nesterov
-  assert not opt.nesterov
+  lso_cases.arbitrary_attributes_not_exposed(lso, opt)
 
 
 def test_dir():
@@ -576,17 +553,10 @@ def test_serialization_with_custom_optimizer():
 
 
 def test_unsupported_strategy():
-  strategy = tf.distribute.experimental.CentralStorageStrategy()
-  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
-              "CentralStorageStrategy. Try using a different Strategy, e.g. a "
-              "MirroredStrategy")
-  with strategy.scope(), pytest.raises(ValueError, match=expected):
-    _lso(_sgd())
-  opt = _lso(_sgd())
-  with strategy.scope():
-    var = tf.Variable(1.0)
-    with pytest.raises(ValueError, match=expected):
-      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  lso_cases.unsupported_strategy(
+      _sgd, "Loss scaling is not supported with the tf.distribute.Strategy: "
+      "CentralStorageStrategy. Try using a different Strategy, e.g. a "
+      "MirroredStrategy")
 
 
 def test_invalid_args_with_fixed_loss_scale():
