@@ -109,3 +109,48 @@ def check_rows(opt, var, step, grads, expected_rows):
     assert _loss_scale_variables(opt) == {
         k: _as_float(v) for k, v in row["loss_scale_variables"].items()
     }, where
+
+
+def check_trajectory(opt, function, rows):
+  """`opt` steps a fresh variable as TF 2.3.4's recorded `rows` did.
+
+  Args:
+    opt: The experimental LossScaleOptimizer of the case.
+    function: Whether the step runs in a `tf.function`.
+    rows: The case's recorded trajectory for that mode.
+  """
+  var = tf.Variable([1.0, -2.0])
+  step = step_fn(opt, var)
+  check_rows(opt, var, tf.function(step) if function else step,
+             gradients(), rows)
+
+
+def check_trajectory_mirrored(strategy, make_opt, rows):
+  """The recorded `rows` again, the step run on the strategy's 2 replicas."""
+  with strategy.scope():
+    opt = make_opt()
+    var = tf.Variable([1.0, -2.0])
+  step = step_fn(opt, var)
+
+  @tf.function
+  def distributed(grad):
+    # Each of the 2 replicas gets half the gradient: their sum is the step's.
+    scale = strategy.run(step, args=(grad / 2.,))
+    return strategy.experimental_local_results(scale)[0]
+
+  check_rows(opt, var, distributed, gradients(), rows)
+
+
+def check_resumes_checkpoint(case, opt):
+  """`opt` restores TF 2.3.4's checkpoint of `case` and continues as it did."""
+  data = fixture()
+  record = data[case]
+  model = holder()
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      testing.fixture_path("keras_lso", record["checkpoint"]["prefix"]))
+  model(tf.ones([2]))  # Keras 3 layers restore once built.
+  after = data["save_after"]
+  rows = record["trajectory_eager"]
+  assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
+  check_rows(opt, model.var, step_fn(opt, model.var),
+             gradients()[after:], rows[after:])

@@ -15,17 +15,10 @@ import tensorflow as tf
 import tf_keras
 
 import tf_mixed_precision_compat as mp
-from tests import testing
 from tests import v1_tf23_cases as cases
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 FAMILIES = ("current", "legacy")
@@ -56,44 +49,20 @@ def test_loss_scale_call_matches_tf23(case, family):
 def test_trajectory_matches_tf23(case, family, function):
   rows = cases.fixture()[case][
       "trajectory_function" if function else "trajectory_eager"]
-  opt = _optimizer(case, family)
-  var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-  cases.check_rows(opt, var, tf.function(step) if function else step,
-                   cases.gradients(), rows)
+  cases.check_trajectory(_optimizer(case, family), function, rows)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_trajectory_matches_tf23_mirrored(family, mirrored_strategy):
-  rows = cases.fixture()["multiplier_4"]["trajectory_function"]
-  with mirrored_strategy.scope():
-    opt = _optimizer("multiplier_4", family)
-    var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-
-  @tf.function
-  def distributed(grad):
-    scale = mirrored_strategy.run(step, args=(grad / 2.,))
-    return mirrored_strategy.experimental_local_results(scale)[0]
-
-  cases.check_rows(opt, var, distributed, cases.gradients(), rows)
+  cases.check_trajectory_mirrored(
+      mirrored_strategy, lambda: _optimizer("multiplier_4", family),
+      cases.fixture()["multiplier_4"]["trajectory_function"])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("case", cases.CASES)
 def test_resumes_tf23_checkpoint(case, family):
-  data = cases.fixture()
-  record = data[case]
-  opt = _optimizer(case, family)
-  model = cases.holder()
-  tf.train.Checkpoint(model=model, optimizer=opt).restore(
-      testing.fixture_path("keras_lso", record["checkpoint"]["prefix"]))
-  model(tf.ones([2]))
-  after = data["save_after"]
-  rows = record["trajectory_eager"]
-  assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
-  cases.check_rows(opt, model.var, cases.step_fn(opt, model.var),
-                   cases.gradients()[after:], rows[after:])
+  cases.check_resumes_checkpoint(case, _optimizer(case, family))
 
 
 @pytest.mark.parametrize("case", ["multiplier_4", "custom"])
