@@ -165,24 +165,11 @@ def test_second_wrapper_around_same_inner_raises(first, second):
 
 
 def test_policy_loss_scale_is_the_optimizers():
-  experimental = tf.keras.mixed_precision.experimental
-  policy = experimental.Policy(
-      "mixed_float16",
-      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
-          initial_loss_scale=8, increment_period=2, multiplier=4))
-  experimental.set_policy(policy)
-  try:
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-  finally:
-    experimental.set_policy("float32")
+  model, policy = cases.model_under_loss_scale_policy(
+      lambda: keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
   model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
   assert isinstance(model.optimizer, LossScaleOptimizerV1)
-  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
-            batch_size=2, epochs=1, verbose=0)
-  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
-  assert model.optimizer.loss_scale == policy.loss_scale
-  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
-      32.)
+  cases.fit_and_check_policy_loss_scale(model, policy)
 
 
 def test_tfs_own_compat_v1_dynamic_loss_scale_multiplier_4():

@@ -154,3 +154,32 @@ def check_resumes_checkpoint(case, opt):
   assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
   check_rows(opt, model.var, step_fn(opt, model.var),
              gradients()[after:], rows[after:])
+
+
+def model_under_loss_scale_policy(build):
+  """`(build(), policy)`: a model built under a TF 2.3 policy with a LossScale.
+
+  The policy is mixed_float16 with a DynamicLossScale (initial 8, period 2,
+  multiplier 4); the global policy is float32 again afterwards.
+  """
+  experimental = tf.keras.mixed_precision.experimental
+  policy = experimental.Policy(
+      "mixed_float16",
+      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
+          initial_loss_scale=8, increment_period=2, multiplier=4))
+  experimental.set_policy(policy)
+  try:
+    model = build()
+  finally:
+    experimental.set_policy("float32")
+  return model, policy
+
+
+def fit_and_check_policy_loss_scale(model, policy):
+  """One epoch of 2 steps; the policy's LossScale is the optimizer's."""
+  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
+            batch_size=2, epochs=1, verbose=0)
+  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
+  assert model.optimizer.loss_scale == policy.loss_scale
+  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
+      32.)

@@ -138,24 +138,12 @@ def test_second_wrapper_around_same_inner_raises(family):
 
 
 def test_policy_loss_scale_is_the_optimizers():
-  experimental = tf.keras.mixed_precision.experimental
-  policy = experimental.Policy(
-      "mixed_float16",
-      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
-          initial_loss_scale=8, increment_period=2, multiplier=4))
-  experimental.set_policy(policy)
-  try:
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
-  finally:
-    experimental.set_policy("float32")
+  model, policy = cases.model_under_loss_scale_policy(
+      lambda: tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))]))
   model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
-            batch_size=2, epochs=1, verbose=0)
-  assert isinstance(model.optimizer, experimental.LossScaleOptimizer)
-  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
-  assert model.optimizer.loss_scale == policy.loss_scale
-  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
-      32.)
+  cases.fit_and_check_policy_loss_scale(model, policy)
+  assert isinstance(model.optimizer,
+                    tf.keras.mixed_precision.experimental.LossScaleOptimizer)
 
 
 def test_registered_name_deserializes_as_tf24_unless_only_tf23_can_hold():
