@@ -23,8 +23,12 @@ SGD_CONFIG_TF23 = {
 }
 
 
-def _lso(*args, **kwargs):
+def lso(*args, **kwargs):
+  """The `tf.keras.mixed_precision.LossScaleOptimizer` install() provides."""
   return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+
+
+_lso = lso
 
 
 def fixed_loss_scale_applied_to_loss_with_minimize(runner, sgd):
@@ -318,3 +322,17 @@ def unsupported_strategy(sgd, expected):
     var = tf.Variable(1.0)
     with pytest.raises(ValueError, match=expected):
       strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+
+
+def hyperparameter_named_like_an_attribute(sgd_cls):
+  """An inner hyperparameter named `loss_scale` is not reached by setting it."""
+
+  class MyOpt(sgd_cls):
+
+    def __init__(self):
+      super().__init__()
+      self._set_hyper("loss_scale", 123.)
+
+  wrapped = _lso(MyOpt())
+  with pytest.raises(AttributeError):
+    wrapped.loss_scale = 2.

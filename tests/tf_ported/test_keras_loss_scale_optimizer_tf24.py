@@ -52,8 +52,7 @@ MODES = ("eager", "function")
 STRATEGIES = harness.STRATEGIES
 
 
-def _lso(*args, **kwargs):
-  return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+_lso = lso_cases.lso
 
 
 def _lso_v1(*args, **kwargs):
@@ -257,16 +256,7 @@ def test_hyperparameters_are_variables():
 @pytest.mark.skip(reason="Keras 3: optimizers have no _set_hyper, so no "
                   "inner hyperparameter can be named loss_scale")
 def test_hyperparameter_named_like_an_attribute():
-
-  class MyOpt(tf.keras.optimizers.SGD):
-
-    def __init__(self):
-      super().__init__()
-      self._set_hyper("loss_scale", 123.)
-
-  lso = _lso(MyOpt())
-  with pytest.raises(AttributeError):
-    lso.loss_scale = 2.
+  lso_cases.hyperparameter_named_like_an_attribute(tf.keras.optimizers.SGD)
 
 
 def test_arbitrary_attributes_not_exposed():
