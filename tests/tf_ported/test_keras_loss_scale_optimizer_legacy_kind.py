@@ -33,7 +33,6 @@ aggregates first and skips the step.
 """
 
 import gc
-import logging
 import os
 
 import numpy as np
@@ -41,6 +40,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from tests import testing
 from tests.tf_ported import harness
 from tests.tf_ported import lso_cases
 
@@ -404,16 +404,6 @@ def test_argument_errors_and_unsupported_strategy():
       "CentralStorageStrategy")
 
 
-class _Records(logging.Handler):
-
-  def __init__(self):
-    super().__init__()
-    self.messages = []
-
-  def emit(self, record):
-    self.messages.append(record.getMessage())
-
-
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 def test_restore_before_first_step_leaves_nothing_behind(strategy_name,
                                                           tmp_path):
@@ -433,11 +423,7 @@ def test_restore_before_first_step_leaves_nothing_behind(strategy_name,
     strategy.run(lambda: opt.minimize(loss, var_list=[var]))
     assert opt.get_slot(var, "momentum").numpy().item() == -2
   status.assert_consumed()
-  records = _Records()
-  tf.get_logger().addHandler(records)
-  try:
+  with testing.capture_tf_log() as messages:
     del status
     gc.collect()
-  finally:
-    tf.get_logger().removeHandler(records)
-  assert not [m for m in records.messages if "could not be found" in m]
+  assert not [m for m in messages if "could not be found" in m]
