@@ -16,21 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
 from tests import h5_resume_job
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 CASES = ("h5_tf23_func_adam", "h5_tf24_func_sgd", "h5_tf24_seq_adam_exp")
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    tf.keras.mixed_precision.set_global_policy("float32")
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed_then_float32")
 
 
 @pytest.mark.parametrize("case", CASES)
