@@ -27,43 +27,64 @@ def fixture_dir(name):
   return testing.fixture_path("restore_failures", name)
 
 
-class Lin(keras.layers.Layer):
-  """A custom layer holding its weights as `self.w = self.add_weight(...)`."""
+def model_classes(layer_base, model_base, matmul, relu):
+  """The fixture job's `Lin`, `Block` and `Net`, for one Keras target.
 
-  def __init__(self, units, **kwargs):
-    super().__init__(**kwargs)
-    self.units = units
+  Args:
+    layer_base: The target's `Layer` class (Keras 3's or tf_keras's).
+    model_base: The target's `Model` class.
+    matmul: The matrix product the target's job code calls.
+    relu: The activation the target's job code calls.
 
-  def build(self, input_shape):
-    self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
-                             initializer="glorot_uniform")
-    self.b = self.add_weight(name="b", shape=(self.units,),
-                             initializer="zeros")
+  Returns:
+    A `(Lin, Block, Net)` tuple of classes.
 
-  def call(self, x):
-    return keras.ops.matmul(x, self.w) + self.b
+  Example:
+    >>> Lin, Block, Net = model_classes(tf.keras.layers.Layer, tf.keras.Model,
+    ...                                 tf.matmul, tf.nn.relu)
+  """
+
+  class Lin(layer_base):
+    """A custom layer holding its weights as `self.w = self.add_weight(...)`."""
+
+    def __init__(self, units, **kwargs):
+      super().__init__(**kwargs)
+      self.units = units
+
+    def build(self, input_shape):
+      self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
+                               initializer="glorot_uniform")
+      self.b = self.add_weight(name="b", shape=(self.units,),
+                               initializer="zeros")
+
+    def call(self, x):
+      return matmul(x, self.w) + self.b
+
+  class Block(layer_base):
+
+    def __init__(self, width, **kwargs):
+      super().__init__(**kwargs)
+      self.lin = Lin(width, name="lin")
+
+    def call(self, x):
+      return relu(self.lin(x))
+
+  class Net(model_base):
+    """The fixture job's model: `block.lin` (width) and `head` (1 unit)."""
+
+    def __init__(self, width=3):
+      super().__init__(name="net")
+      self.block = Block(width, name="block")
+      self.head = Lin(1, name="head")
+
+    def call(self, x):
+      return self.head(self.block(x))
+
+  return Lin, Block, Net
 
 
-class Block(keras.layers.Layer):
-
-  def __init__(self, width, **kwargs):
-    super().__init__(**kwargs)
-    self.lin = Lin(width, name="lin")
-
-  def call(self, x):
-    return keras.ops.relu(self.lin(x))
-
-
-class Net(keras.Model):
-  """The fixture job's model: `block.lin` (width) and `head` (1 unit)."""
-
-  def __init__(self, width=3):
-    super().__init__(name="net")
-    self.block = Block(width, name="block")
-    self.head = Lin(1, name="head")
-
-  def call(self, x):
-    return self.head(self.block(x))
+Lin, Block, Net = model_classes(keras.layers.Layer, keras.Model,
+                                keras.ops.matmul, keras.ops.relu)
 
 
 def optimizer():

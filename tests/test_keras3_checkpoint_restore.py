@@ -30,21 +30,7 @@ def _installed():
   mp.uninstall()
 
 
-class Lin(keras.layers.Layer):
-  """A custom layer holding its weights as `self.w = self.add_weight(...)`."""
-
-  def __init__(self, units, **kwargs):
-    super().__init__(**kwargs)
-    self.units = units
-
-  def build(self, input_shape):
-    self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
-                             initializer="glorot_uniform")
-    self.b = self.add_weight(name="b", shape=(self.units,),
-                             initializer="zeros")
-
-  def call(self, x):
-    return keras.ops.matmul(x, self.w) + self.b
+Lin = restore_jobs.Lin
 
 
 class Block(keras.layers.Layer):

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests import testing
 from tests import v1_tf23_cases as cases
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
@@ -42,47 +41,21 @@ def test_loss_scale_call_matches_tf23(case):
 def test_trajectory_matches_tf23(case, function):
   rows = cases.fixture()[case][
       "trajectory_function" if function else "trajectory_eager"]
-  opt = cases.make_optimizer(case)
-  var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-  cases.check_rows(opt, var, tf.function(step) if function else step,
-                   cases.gradients(), rows)
+  cases.check_trajectory(cases.make_optimizer(case), function, rows)
 
 
 # TF 2.3.4's own DynamicLossScale handled replicas; a user LossScale's update
 # got per-replica gradients there too, which the fixture's does not handle.
 @pytest.mark.parametrize("case", ["dynamic", "multiplier_4"])
 def test_trajectory_matches_tf23_mirrored(case, mirrored_strategy):
-  rows = cases.fixture()[case]["trajectory_function"]
-  with mirrored_strategy.scope():
-    opt = cases.make_optimizer(case)
-    var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-
-  @tf.function
-  def distributed(grad):
-    # Each of the 2 replicas gets half the gradient: their sum is the step's.
-    scale = mirrored_strategy.run(step, args=(grad / 2.,))
-    return mirrored_strategy.experimental_local_results(scale)[0]
-
-  cases.check_rows(opt, var, distributed, cases.gradients(), rows)
+  cases.check_trajectory_mirrored(
+      mirrored_strategy, lambda: cases.make_optimizer(case),
+      cases.fixture()[case]["trajectory_function"])
 
 
 @pytest.mark.parametrize("case", cases.CASES)
 def test_resumes_tf23_checkpoint(case):
-  data = cases.fixture()
-  record = data[case]
-  opt = cases.make_optimizer(case)
-  model = cases.holder()
-  tf.train.Checkpoint(model=model, optimizer=opt).restore(
-      testing.fixture_path("keras_lso", record["checkpoint"]["prefix"]))
-  model(tf.ones([2]))  # Keras 3 layers restore once built.
-  var = model.var
-  after = data["save_after"]
-  rows = record["trajectory_eager"]
-  assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
-  cases.check_rows(opt, var, cases.step_fn(opt, var),
-                   cases.gradients()[after:], rows[after:])
+  cases.check_resumes_checkpoint(case, cases.make_optimizer(case))
 
 
 @pytest.mark.parametrize("case", ["multiplier_4", "custom"])
@@ -192,24 +165,11 @@ def test_second_wrapper_around_same_inner_raises(first, second):
 
 
 def test_policy_loss_scale_is_the_optimizers():
-  experimental = tf.keras.mixed_precision.experimental
-  policy = experimental.Policy(
-      "mixed_float16",
-      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
-          initial_loss_scale=8, increment_period=2, multiplier=4))
-  experimental.set_policy(policy)
-  try:
-    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
-  finally:
-    experimental.set_policy("float32")
+  model, policy = cases.model_under_loss_scale_policy(
+      lambda: keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
   model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse")
   assert isinstance(model.optimizer, LossScaleOptimizerV1)
-  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
-            batch_size=2, epochs=1, verbose=0)
-  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
-  assert model.optimizer.loss_scale == policy.loss_scale
-  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
-      32.)
+  cases.fit_and_check_policy_loss_scale(model, policy)
 
 
 def test_tfs_own_compat_v1_dynamic_loss_scale_multiplier_4():

@@ -21,35 +21,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests import h5_resume_job
 from tests import testing
 from tf_mixed_precision_compat.legacy import _h5
 from tf_mixed_precision_compat.legacy import _training_config
 
 K = tf.keras
-# Per-epoch losses and metrics of a float16 model after two epochs on
-# another implementation of the same ops.
-RTOL = 1e-2
-
-
-def _job(case):
-  with open(testing.fixture_path("legacy", case + ".json")) as f:
-    meta = json.load(f)
-  x = np.array(meta["x"], np.float32)
-  y = np.array(meta["y"], np.float32)
-  return meta, x, y, testing.fixture_path("legacy", case, "checkpoint-2.h5")
-
-
-def _resume(model, meta, x, y):
-  return model.fit(x, y, batch_size=meta["batch_size"], epochs=meta["epochs"],
-                   initial_epoch=meta["resume_epoch"], shuffle=False,
-                   verbose=0).history
-
-
-def _assert_history(got, meta):
-  want = meta["resumed_history"]
-  assert sorted(got) == sorted(want)
-  for key, values in want.items():
-    np.testing.assert_allclose(got[key], values, rtol=RTOL, err_msg=key)
+_job = h5_resume_job.job
+_resume = h5_resume_job.resume
+_assert_history = h5_resume_job.assert_history
+_built_in_code = h5_resume_job.built_in_code
 
 
 @pytest.mark.usefixtures("installed")
@@ -75,26 +56,6 @@ def test_load_model_then_fit_eagerly():
   model = K.models.load_model(path)
   model.run_eagerly = True
   _assert_history(_resume(model, meta, x, y), meta)
-
-
-def _built_in_code():
-  """The job's model as its code builds it (layer names as in the file)."""
-  inputs = K.Input((4, 4, 4, 1), name="cube")
-  h = K.layers.Conv3D(4, 2, strides=2, name="conv")(inputs)
-  h = K.layers.LeakyReLU(name="act")(h)
-  h = K.layers.Flatten(name="flat")(h)
-  h = K.layers.Dense(8, activation="relu", name="fc1")(h)
-  h = K.layers.Dense(2, activation="tanh", name="fc2")(h)
-  outputs = K.layers.Activation("linear", dtype="float32", name="out")(h)
-  outputs = K.layers.Lambda(lambda t: t * 1.2, dtype="float32",
-                            name="scale_1p2")(outputs)
-  model = K.Model(inputs, outputs, name="cosmoflow_tiny")
-  model.compile(
-      optimizer=K.mixed_precision.LossScaleOptimizer(
-          K.optimizers.SGD(learning_rate=0.05, momentum=0.9),
-          initial_scale=2.0 ** 15, dynamic_growth_steps=3),
-      loss="mean_squared_error", metrics=["mean_absolute_error"])
-  return model
 
 
 @pytest.mark.usefixtures("installed")

@@ -109,3 +109,77 @@ def check_rows(opt, var, step, grads, expected_rows):
     assert _loss_scale_variables(opt) == {
         k: _as_float(v) for k, v in row["loss_scale_variables"].items()
     }, where
+
+
+def check_trajectory(opt, function, rows):
+  """`opt` steps a fresh variable as TF 2.3.4's recorded `rows` did.
+
+  Args:
+    opt: The experimental LossScaleOptimizer of the case.
+    function: Whether the step runs in a `tf.function`.
+    rows: The case's recorded trajectory for that mode.
+  """
+  var = tf.Variable([1.0, -2.0])
+  step = step_fn(opt, var)
+  check_rows(opt, var, tf.function(step) if function else step,
+             gradients(), rows)
+
+
+def check_trajectory_mirrored(strategy, make_opt, rows):
+  """The recorded `rows` again, the step run on the strategy's 2 replicas."""
+  with strategy.scope():
+    opt = make_opt()
+    var = tf.Variable([1.0, -2.0])
+  step = step_fn(opt, var)
+
+  @tf.function
+  def distributed(grad):
+    # Each of the 2 replicas gets half the gradient: their sum is the step's.
+    scale = strategy.run(step, args=(grad / 2.,))
+    return strategy.experimental_local_results(scale)[0]
+
+  check_rows(opt, var, distributed, gradients(), rows)
+
+
+def check_resumes_checkpoint(case, opt):
+  """`opt` restores TF 2.3.4's checkpoint of `case` and continues as it did."""
+  data = fixture()
+  record = data[case]
+  model = holder()
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      testing.fixture_path("keras_lso", record["checkpoint"]["prefix"]))
+  model(tf.ones([2]))  # Keras 3 layers restore once built.
+  after = data["save_after"]
+  rows = record["trajectory_eager"]
+  assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
+  check_rows(opt, model.var, step_fn(opt, model.var),
+             gradients()[after:], rows[after:])
+
+
+def model_under_loss_scale_policy(build):
+  """`(build(), policy)`: a model built under a TF 2.3 policy with a LossScale.
+
+  The policy is mixed_float16 with a DynamicLossScale (initial 8, period 2,
+  multiplier 4); the global policy is float32 again afterwards.
+  """
+  experimental = tf.keras.mixed_precision.experimental
+  policy = experimental.Policy(
+      "mixed_float16",
+      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
+          initial_loss_scale=8, increment_period=2, multiplier=4))
+  experimental.set_policy(policy)
+  try:
+    model = build()
+  finally:
+    experimental.set_policy("float32")
+  return model, policy
+
+
+def fit_and_check_policy_loss_scale(model, policy):
+  """One epoch of 2 steps; the policy's LossScale is the optimizer's."""
+  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
+            batch_size=2, epochs=1, verbose=0)
+  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
+  assert model.optimizer.loss_scale == policy.loss_scale
+  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
+      32.)

@@ -12,7 +12,6 @@ import os
 
 import pytest
 
-import tf_mixed_precision_compat as mp
 from tests.both_targets import scenarios
 from tf_mixed_precision_compat import targets
 
@@ -30,13 +29,7 @@ def _recorded(version):
     return json.load(f)
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 @pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))

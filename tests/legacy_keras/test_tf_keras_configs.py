@@ -12,7 +12,6 @@ import os
 import pytest
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures",
                          "keras_lso")
@@ -26,13 +25,7 @@ def _entries():
           yield pytest.param(entry, id=f"tf{version}-{name}")
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 def _expected(config):

@@ -26,13 +26,7 @@ CASES = ("tf22_func_adam_dynamic", "tf22_seq_sgd_dynamic",
 _SLOT = {"m": "m", "v": "v", "momentum": "m"}
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 def _meta(case):

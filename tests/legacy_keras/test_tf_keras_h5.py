@@ -16,20 +16,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
+from tests import h5_resume_job
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 CASES = ("h5_tf23_func_adam", "h5_tf24_func_sgd", "h5_tf24_seq_adam_exp")
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    tf.keras.mixed_precision.set_global_policy("float32")
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed_then_float32")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -57,27 +50,11 @@ def test_load_model_restores_the_optimizer(case):
 # The CosmoFlow-like TF 2.4.4 job of tools/gen_h5_resume_job.py (see
 # tests/test_legacy_h5_resume.py for the Keras 3 target).
 
-# Per-epoch losses and metrics of a float16 model after two epochs.
-_RTOL = 1e-2
-
-
-def _job(case):
-  with open(os.path.join(_FIXTURES, case + ".json")) as f:
-    meta = json.load(f)
-  return (meta, np.array(meta["x"], np.float32),
-          np.array(meta["y"], np.float32),
-          os.path.join(_FIXTURES, case, "checkpoint-2.h5"))
+_job = h5_resume_job.job
 
 
 def _resume(model, meta, x, y):
-  history = model.fit(x, y, batch_size=meta["batch_size"],
-                      epochs=meta["epochs"],
-                      initial_epoch=meta["resume_epoch"], shuffle=False,
-                      verbose=0).history
-  want = meta["resumed_history"]
-  assert sorted(history) == sorted(want)
-  for key, values in want.items():
-    np.testing.assert_allclose(history[key], values, rtol=_RTOL, err_msg=key)
+  h5_resume_job.assert_history(h5_resume_job.resume(model, meta, x, y), meta)
 
 
 @pytest.mark.parametrize("run_eagerly", [False, True])
@@ -102,23 +79,8 @@ def test_old_lambda_bytecode_is_one_clear_error():
 
 
 def _built_in_code(optimizer=None):
-  k = tf.keras
-  inputs = k.Input((4, 4, 4, 1), name="cube")
-  h = k.layers.Conv3D(4, 2, strides=2, name="conv")(inputs)
-  h = k.layers.LeakyReLU(name="act")(h)
-  h = k.layers.Flatten(name="flat")(h)
-  h = k.layers.Dense(8, activation="relu", name="fc1")(h)
-  h = k.layers.Dense(2, activation="tanh", name="fc2")(h)
-  outputs = k.layers.Activation("linear", dtype="float32", name="out")(h)
-  outputs = k.layers.Lambda(lambda t: t * 1.2, dtype="float32",
-                            name="scale_1p2")(outputs)
-  model = k.Model(inputs, outputs, name="cosmoflow_tiny")
-  model.compile(
-      optimizer=optimizer or k.mixed_precision.LossScaleOptimizer(
-          k.optimizers.SGD(learning_rate=0.05, momentum=0.9),
-          initial_scale=2.0 ** 15, dynamic_growth_steps=3),
-      loss=k.losses.mean_squared_error, metrics=["mean_absolute_error"])
-  return model
+  return h5_resume_job.built_in_code(
+      optimizer, loss=tf.keras.losses.mean_squared_error)
 
 
 @pytest.mark.parametrize("legacy_optimizer", [False, True])

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
+from tests import restore_jobs
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures",
                          "restore_failures")
@@ -35,13 +35,7 @@ X = np.ones((2, 4), np.float32)
 MODES = ["eager", "function", "mirrored"]
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 def _record():
@@ -53,42 +47,9 @@ def _prefix(name):
   return tf.train.latest_checkpoint(os.path.join(_FIXTURES, name))
 
 
-class Lin(tf.keras.layers.Layer):
-
-  def __init__(self, units, **kwargs):
-    super().__init__(**kwargs)
-    self.units = units
-
-  def build(self, input_shape):
-    self.w = self.add_weight(name="w", shape=(input_shape[-1], self.units),
-                             initializer="glorot_uniform")
-    self.b = self.add_weight(name="b", shape=(self.units,),
-                             initializer="zeros")
-
-  def call(self, x):
-    return tf.matmul(x, self.w) + self.b
-
-
-class Block(tf.keras.layers.Layer):
-
-  def __init__(self, width, **kwargs):
-    super().__init__(**kwargs)
-    self.lin = Lin(width, name="lin")
-
-  def call(self, x):
-    return tf.nn.relu(self.lin(x))
-
-
-class Net(tf.keras.Model):
-  """The fixture job's model, as its TF 2.4 code wrote it."""
-
-  def __init__(self, width=3):
-    super().__init__(name="net")
-    self.block = Block(width, name="block")
-    self.head = Lin(1, name="head")
-
-  def call(self, x):
-    return self.head(self.block(x))
+# The fixture job's model, as its TF 2.4 code wrote it.
+Lin, Block, Net = restore_jobs.model_classes(
+    tf.keras.layers.Layer, tf.keras.Model, tf.matmul, tf.nn.relu)
 
 
 def _optimizer(kind):

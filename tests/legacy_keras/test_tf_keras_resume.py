@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 # The subclassed-model fixtures need the model's Python class; the Keras 3
@@ -24,13 +23,7 @@ CASES = ("tf22_func_adam_dynamic", "tf22_seq_sgd_dynamic",
          "tf24_func_adam_dynamic", "tf24_seq_sgd_fixed")
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 def _optimizer(meta):

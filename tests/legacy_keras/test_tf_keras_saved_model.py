@@ -21,13 +21,7 @@ _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "legacy")
 CASES = ("sm_tf23_seq_sgd", "sm_tf24_func_adam")
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 def _meta(case):

@@ -14,14 +14,7 @@ FAMILIES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    tf.keras.mixed_precision.set_global_policy("float32")
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed_then_float32")
 
 
 def _dynamic_v1(family, lr=1.0):

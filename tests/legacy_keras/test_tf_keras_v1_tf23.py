@@ -15,17 +15,10 @@ import tensorflow as tf
 import tf_keras
 
 import tf_mixed_precision_compat as mp
-from tests import testing
 from tests import v1_tf23_cases as cases
 
 
-@pytest.fixture(autouse=True)
-def _installed():
-  mp.install()
-  try:
-    yield
-  finally:
-    mp.uninstall()
+pytestmark = pytest.mark.usefixtures("installed")
 
 
 FAMILIES = ("current", "legacy")
@@ -56,44 +49,20 @@ def test_loss_scale_call_matches_tf23(case, family):
 def test_trajectory_matches_tf23(case, family, function):
   rows = cases.fixture()[case][
       "trajectory_function" if function else "trajectory_eager"]
-  opt = _optimizer(case, family)
-  var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-  cases.check_rows(opt, var, tf.function(step) if function else step,
-                   cases.gradients(), rows)
+  cases.check_trajectory(_optimizer(case, family), function, rows)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_trajectory_matches_tf23_mirrored(family, mirrored_strategy):
-  rows = cases.fixture()["multiplier_4"]["trajectory_function"]
-  with mirrored_strategy.scope():
-    opt = _optimizer("multiplier_4", family)
-    var = tf.Variable([1.0, -2.0])
-  step = cases.step_fn(opt, var)
-
-  @tf.function
-  def distributed(grad):
-    scale = mirrored_strategy.run(step, args=(grad / 2.,))
-    return mirrored_strategy.experimental_local_results(scale)[0]
-
-  cases.check_rows(opt, var, distributed, cases.gradients(), rows)
+  cases.check_trajectory_mirrored(
+      mirrored_strategy, lambda: _optimizer("multiplier_4", family),
+      cases.fixture()["multiplier_4"]["trajectory_function"])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("case", cases.CASES)
 def test_resumes_tf23_checkpoint(case, family):
-  data = cases.fixture()
-  record = data[case]
-  opt = _optimizer(case, family)
-  model = cases.holder()
-  tf.train.Checkpoint(model=model, optimizer=opt).restore(
-      testing.fixture_path("keras_lso", record["checkpoint"]["prefix"]))
-  model(tf.ones([2]))
-  after = data["save_after"]
-  rows = record["trajectory_eager"]
-  assert float(opt.loss_scale()) == float(rows[after - 1]["loss_scale"])
-  cases.check_rows(opt, model.var, cases.step_fn(opt, model.var),
-                   cases.gradients()[after:], rows[after:])
+  cases.check_resumes_checkpoint(case, _optimizer(case, family))
 
 
 @pytest.mark.parametrize("case", ["multiplier_4", "custom"])
@@ -169,24 +138,12 @@ def test_second_wrapper_around_same_inner_raises(family):
 
 
 def test_policy_loss_scale_is_the_optimizers():
-  experimental = tf.keras.mixed_precision.experimental
-  policy = experimental.Policy(
-      "mixed_float16",
-      loss_scale=tf.mixed_precision.experimental.DynamicLossScale(
-          initial_loss_scale=8, increment_period=2, multiplier=4))
-  experimental.set_policy(policy)
-  try:
-    model = tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))])
-  finally:
-    experimental.set_policy("float32")
+  model, policy = cases.model_under_loss_scale_policy(
+      lambda: tf.keras.Sequential([tf.keras.layers.Dense(1, input_shape=(2,))]))
   model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
-  model.fit(np.ones((4, 2), np.float32), np.ones((4, 1), np.float32),
-            batch_size=2, epochs=1, verbose=0)
-  assert isinstance(model.optimizer, experimental.LossScaleOptimizer)
-  # TF 2.3: the policy's LossScale is the optimizer's, one state, callable.
-  assert model.optimizer.loss_scale == policy.loss_scale
-  assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
-      32.)
+  cases.fit_and_check_policy_loss_scale(model, policy)
+  assert isinstance(model.optimizer,
+                    tf.keras.mixed_precision.experimental.LossScaleOptimizer)
 
 
 def test_registered_name_deserializes_as_tf24_unless_only_tf23_can_hold():

@@ -9,6 +9,7 @@ import keras
 import pytest
 
 import tf_mixed_precision_compat as mp
+from tests.tf_ported import harness
 
 
 @pytest.fixture(autouse=True)
@@ -23,3 +24,23 @@ def _installed_for_test():
     if not was_installed:
       mp.uninstall()
     keras.config.set_dtype_policy(policy)
+
+
+@pytest.fixture(name="runner_for")
+def _runner_for():
+  """`runner_for(mode, strategy_name)` enters the mode and the strategy."""
+  stack = []
+
+  def enter(mode, strategy_name):
+    context = harness.mode_context("graph" if mode == "graph" else "eager")
+    evaluate = context.__enter__()
+    stack.append(context)
+    strategy = harness.make_strategy(strategy_name)
+    scope = strategy.scope()
+    scope.__enter__()
+    stack.append(scope)
+    return harness.Runner(mode, strategy, evaluate)
+
+  yield enter
+  while stack:
+    stack.pop().__exit__(None, None, None)

@@ -8,6 +8,7 @@ MirroredStrategy; here a case takes `mode` and `strategy` parameters and uses
 
 import contextlib
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -98,3 +99,54 @@ def identity_with_grad_check(expected_grad):
     return tf.identity(x), grad
 
   return identity
+
+
+def minimize_with_grad_check(strategy, var, opt, expected_grad):
+  """A replica step minimizing `var` whose scaled gradient is checked."""
+  check = identity_with_grad_check(expected_grad)
+  loss = lambda: check(var) / strategy.num_replicas_in_sync
+  return lambda: opt.minimize(loss, var_list=[var])
+
+
+class Runner:
+  """Builds replica steps for one mode and runs them, as TF's tests did.
+
+  Modes: "graph" (a TF1 graph and session), "eager" and "function" (a
+  `tf.function`). In graph mode a step is built once (its op is what
+  `minimize` returned) and run in the session; variables are initialized
+  when first needed.
+  """
+
+  def __init__(self, mode, strategy, evaluate):
+    self.mode = mode
+    self.strategy = strategy
+    self.evaluate = evaluate
+
+  def step(self, fn):
+    """A callable running `fn` on every replica once per call."""
+    if self.mode == "graph":
+      op = self.strategy.run(fn)
+      for local in self.strategy.experimental_local_results(op):
+        assert isinstance(local, tf.Operation), local
+      return lambda: self._run_graph(op)
+    call = lambda: self.strategy.run(fn)
+    return tf.function(call) if self.mode == "function" else call
+
+  def run(self, fn):
+    self.step(fn)()
+
+  def _run_graph(self, op):
+    session = self.evaluate.session
+    uninitialized = set(session.run(
+        tf.compat.v1.report_uninitialized_variables()))
+    new = [v for v in tf.compat.v1.global_variables()
+           if v.op.name.encode() in uninitialized]
+    session.run(tf.compat.v1.variables_initializer(new))
+    session.run(op)
+
+  def value(self, x):
+    if self.mode == "graph":
+      if isinstance(x, keras.Variable):
+        x = x.value
+      return self.evaluate.session.run(x)
+    return x.numpy() if hasattr(x, "numpy") else x

@@ -33,23 +33,22 @@ aggregates first and skips the step.
 """
 
 import gc
-import logging
 import os
 
 import numpy as np
 import pytest
-import keras
 import tensorflow as tf
 import tf_keras
 
+from tests import testing
 from tests.tf_ported import harness
+from tests.tf_ported import lso_cases
 
 MODES = ("graph", "eager", "function")
 STRATEGIES = harness.STRATEGIES
 
 
-def _lso(*args, **kwargs):
-  return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+_lso = lso_cases.lso
 
 
 def _sgd(*args, **kwargs):
@@ -65,120 +64,24 @@ def _sgd_of(kind):
 KIND_MODES = [("legacy", mode) for mode in MODES] + [("keras3", "graph")]
 
 
-class _Runner:
-  """Builds replica steps for one mode and runs them, as TF's tests did.
-
-  In graph mode a step is built once (its op is what `minimize` returned)
-  and run in the session; variables are initialized when first needed.
-  """
-
-  def __init__(self, mode, strategy, evaluate):
-    self.mode = mode
-    self.strategy = strategy
-    self.evaluate = evaluate
-
-  def step(self, fn):
-    """A callable running `fn` on every replica once per call."""
-    if self.mode == "graph":
-      op = self.strategy.run(fn)
-      for local in self.strategy.experimental_local_results(op):
-        assert isinstance(local, tf.Operation), local
-      return lambda: self._run_graph(op)
-    call = lambda: self.strategy.run(fn)
-    return tf.function(call) if self.mode == "function" else call
-
-  def run(self, fn):
-    self.step(fn)()
-
-  def _run_graph(self, op):
-    session = self.evaluate.session
-    uninitialized = set(session.run(
-        tf.compat.v1.report_uninitialized_variables()))
-    new = [v for v in tf.compat.v1.global_variables()
-           if v.op.name.encode() in uninitialized]
-    session.run(tf.compat.v1.variables_initializer(new))
-    session.run(op)
-
-  def value(self, x):
-    if self.mode == "graph":
-      if isinstance(x, keras.Variable):
-        x = x.value
-      return self.evaluate.session.run(x)
-    return x.numpy() if hasattr(x, "numpy") else x
-
-
-@pytest.fixture(name="runner_for")
-def _runner_for():
-  """`runner_for(mode, strategy_name)` enters the mode and the strategy."""
-  stack = []
-
-  def enter(mode, strategy_name):
-    context = harness.mode_context("graph" if mode == "graph" else "eager")
-    evaluate = context.__enter__()
-    stack.append(context)
-    strategy = harness.make_strategy(strategy_name)
-    scope = strategy.scope()
-    scope.__enter__()
-    stack.append(scope)
-    return _Runner(mode, strategy, evaluate)
-
-  yield enter
-  while stack:
-    stack.pop().__exit__(None, None, None)
-
-
-def _minimize_with_grad_check(strategy, var, opt, expected_grad):
-  check = harness.identity_with_grad_check(expected_grad)
-  loss = lambda: check(var) / strategy.num_replicas_in_sync
-  return lambda: opt.minimize(loss, var_list=[var])
-
-
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, kind, mode,
                                                          strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  var = tf.Variable([5.0])
-  loss_scale = 10.
-  opt = _lso(_sgd_of(kind)(2.0), dynamic=False, initial_scale=loss_scale)
-  assert runner.value(opt.loss_scale) == loss_scale
-  runner.run(_minimize_with_grad_check(
-      strategy, var, opt, loss_scale / strategy.num_replicas_in_sync))
-  # d(var)/d(var) is 1, so var becomes 5 - 1 * 2.
-  np.testing.assert_allclose(runner.value(var), [3.])
+  lso_cases.fixed_loss_scale_applied_to_loss_with_minimize(runner,
+                                                           _sgd_of(kind))
 
 
 def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
-  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-    var = tf.Variable([2.0])
-    loss_scale = 10.
-    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
-    loss = harness.identity_with_grad_check(loss_scale)(var)
-    grads = opt.get_gradients(loss, [var])
-    sess.run(tf.compat.v1.global_variables_initializer())
-    sess.run(grads)
+  lso_cases.fixed_loss_scale_applied_to_loss_with_get_gradients(_sgd)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_dynamic_loss_scale(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  learning_rate = 2.
-  expected_grad = tf.Variable(learning_rate / strategy.num_replicas_in_sync)
-  var = tf.Variable([5.0])
-  opt = _lso(_sgd_of(kind)(learning_rate), initial_scale=2,
-             dynamic_growth_steps=1)
-  step = runner.step(_minimize_with_grad_check(strategy, var, opt,
-                                               expected_grad))
-  step()
-  np.testing.assert_allclose(runner.value(var), [3.])
-  # The loss scale doubled, and so does the scaled gradient.
-  runner.value(expected_grad.assign(2 * learning_rate /
-                                    strategy.num_replicas_in_sync))
-  step()
-  np.testing.assert_allclose(runner.value(var), [1.])
+  lso_cases.dynamic_loss_scale(runner, _sgd_of(kind))
 
 
 @pytest.mark.parametrize("clip_type", ["clipnorm", "global_clipnorm",
@@ -187,50 +90,14 @@ def test_dynamic_loss_scale(runner_for, kind, mode, strategy_name):
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_clipping(runner_for, kind, mode, strategy_name, clip_type):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  learning_rate = 2.
-  var = tf.Variable([5.0])
-  opt = _lso(_sgd_of(kind)(learning_rate, **{clip_type: 2.0}), initial_scale=2,
-             dynamic_growth_steps=1)
-  assert getattr(opt, clip_type) == 2.0
-  loss = lambda: var * 4 / strategy.num_replicas_in_sync
-  run_fn = lambda: opt.minimize(loss, var_list=[var])
-  step = runner.step(run_fn)
-  step()
-  # The gradient 4 is clipped to 2: 5 - 2 * 2.
-  np.testing.assert_allclose(runner.value(var), [1.])
-  assert runner.value(opt.loss_scale) == 4
-
-  # Clipping is read when the step is built, as in TF 2.4.
-  setattr(opt, clip_type, 3.0)
-  step = runner.step(run_fn)
-  step()
-  np.testing.assert_allclose(runner.value(var), [-5.])
-  assert runner.value(opt.loss_scale) == 8
-
-  # Infinite gradients are skipped, not clipped.
-  loss = lambda: var * float("inf")
-  runner.run(lambda: opt.minimize(loss, var_list=[var]))
-  np.testing.assert_allclose(runner.value(var), [-5.])
-  assert runner.value(opt.loss_scale) == 4
+  lso_cases.clipping(runner, _sgd_of(kind), clip_type)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_dynamic_update(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=1)
-  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
-  runner.run(lambda: opt.minimize(loss, var_list=[var]))
-  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
-  assert runner.value(opt.loss_scale) == 4.
-
-  loss = lambda: var * float("nan")
-  runner.run(lambda: opt.minimize(loss, var_list=[var]))
-  np.testing.assert_allclose(runner.value(var), [-1.0, 0.0])
-  assert runner.value(opt.loss_scale) == 2.
+  lso_cases.dynamic_update(runner, _sgd_of(kind))
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
@@ -238,44 +105,21 @@ def test_dynamic_update(runner_for, kind, mode, strategy_name):
 def test_dynamic_loss_scale_with_float16_loss(runner_for, kind, mode,
                                               strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  var = tf.Variable([5.0])
-  opt = _lso(_sgd_of(kind)(2.), initial_scale=2, dynamic_growth_steps=1)
-  loss = lambda: tf.cast(var / strategy.num_replicas_in_sync, "float16")
-  runner.run(lambda: opt.minimize(loss, var_list=[var]))
-  np.testing.assert_allclose(runner.value(var), [3.])
+  lso_cases.dynamic_loss_scale_with_float16_loss(runner, _sgd_of(kind))
 
 
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_nan_on_one_replica_only(runner_for, kind, mode):
-  runner = runner_for(mode, "mirrored")
-  var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd_of(kind)(1.0), initial_scale=2, dynamic_growth_steps=2)
-
-  def loss():
-    replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-    return tf.cond(
-        tf.equal(replica, 0), lambda: var * 2.,
-        lambda: var * tf.constant([1., float("nan")]))
-
-  runner.run(lambda: opt.minimize(loss, var_list=[var]))
-  np.testing.assert_allclose(runner.value(var), [1.0, 2.0])
-  assert runner.value(opt.loss_scale) == 1.
+  lso_cases.nan_on_one_replica_only(runner_for(mode, "mirrored"),
+                                    _sgd_of(kind))
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_custom_gradient_aggregator(runner_for, mode):
   runner = runner_for(mode, "default")
 
-  def gradient_aggregator(grads_and_vars):
-    # As if one replica's gradient were NaN: the last gradient becomes NaN.
-    grads_and_vars = list(grads_and_vars)
-    grad, var = grads_and_vars[-1]
-    grads_and_vars[-1] = (grad * float("nan"), var)
-    return grads_and_vars
-
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+  opt = _lso(_sgd(1.0, gradient_aggregator=lso_cases.nan_gradient_aggregator),
              initial_scale=2, dynamic_growth_steps=2)
   runner.run(lambda: opt.minimize(lambda: var * 2, var_list=[var]))
   # The aggregator's NaN is applied: TF 2.4.4 checked before aggregating.
@@ -287,47 +131,18 @@ def test_custom_gradient_aggregator(runner_for, mode):
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_dynamic_loss_scale_with_slots(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  var = tf.Variable([1.0, 2.0])
-  initial_scale = 2.
-  opt = _lso(_sgd_of(kind)(1.0, momentum=1.), initial_scale=initial_scale,
-             dynamic_growth_steps=1)
-  loss = lambda: var / strategy.num_replicas_in_sync
-  step = runner.step(lambda: opt.minimize(loss, var_list=[var]))
-  step()
-  np.testing.assert_allclose(runner.value(var), [0.0, 1.0])
-  assert runner.value(opt.loss_scale) == initial_scale * 2
-  step()
-  np.testing.assert_allclose(runner.value(var), [-2., -1.])
-  assert runner.value(opt.loss_scale) == initial_scale * 4
-  assert opt.get_slot_names() == ["momentum"]
+  lso_cases.dynamic_loss_scale_with_slots(runner, _sgd_of(kind))
 
 
 def test_iterations():
-  opt = _sgd(2.0)
-  lso = _lso(opt, dynamic=False, initial_scale=10.)
-  lso.iterations = 7
-  assert lso.iterations == 7
-  assert opt.iterations == 7
+  lso_cases.iterations(_sgd)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("kind,mode", KIND_MODES)
 def test_iterations_incremented(runner_for, kind, mode, strategy_name):
   runner = runner_for(mode, strategy_name)
-  strategy = runner.strategy
-  opt = _lso(_sgd_of(kind)(1.0))
-  var = tf.Variable([5.0])
-  loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
-  runner.run(lambda: opt.minimize(loss, [var]))
-  assert runner.value(var) == 3.0
-  assert runner.value(opt.iterations) == 1
-
-  # Also incremented when NaN gradients skip the update.
-  loss = lambda: var * float("nan")
-  runner.run(lambda: opt.minimize(loss, [var]))
-  assert runner.value(var) == 3.0
-  assert runner.value(opt.iterations) == 2
+  lso_cases.iterations_incremented(runner, _sgd_of(kind))
 
 
 def test_weight_methods():
@@ -362,16 +177,9 @@ def test_hyperparameters_exposed():
   assert opt.lr.numpy() == 2.0
   assert lso.lr is opt.lr
 
-  class MyOpt(tf_keras.optimizers.legacy.SGD):
-
-    def __init__(self):
-      super().__init__()
-      self._set_hyper("loss_scale", 123.)
-
   # A hyperparameter named like an attribute of the wrapper is not reached.
-  lso = _lso(MyOpt())
-  with pytest.raises(AttributeError):
-    lso.loss_scale = 2.
+  lso_cases.hyperparameter_named_like_an_attribute(
+      tf_keras.optimizers.legacy.SGD)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -415,70 +223,9 @@ class _SGDWithExtraVariable(tf_keras.optimizers.legacy.SGD):
 def test_checkpoint(strategy_name, save_with_ls, restore_with_ls, tmp_path):
   # Restored before the first step: the momentum slot does not exist yet, and
   # must be assigned when the step creates it (a deferred slot restore).
-  strategy = harness.make_strategy(strategy_name)
-  replicas = strategy.num_replicas_in_sync
-
-  def build(with_ls):
-    inner = _SGDWithExtraVariable(1., momentum=1.)
-    opt = inner
-    if with_ls:
-      opt = _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
-    return inner, opt
-
-  def train(opt, var):
-    loss = lambda: var / replicas + 1.
-    strategy.run(lambda: opt.minimize(loss, var_list=[var]))
-
-  with strategy.scope():
-    var = tf.Variable([2.0])
-    inner_opt, opt = build(save_with_ls)
-    train(opt, var)
-    assert var.numpy() == 1.
-    if save_with_ls:
-      assert opt.loss_scale.numpy() == 1.
-      assert opt.dynamic_counter.numpy() == 1
-    slot = opt.get_slot(var, "momentum")
-    assert slot.numpy().item() == -1
-    assert opt.iterations.numpy() == 1
-    inner_opt.my_var.assign(1.)
-
-    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
-    save_path = checkpoint.save(os.path.join(tmp_path, "ckpt"))
-
-    var = tf.Variable([2.0])
-    inner_opt, opt = build(restore_with_ls)
-    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
-    status = checkpoint.restore(save_path)
-    if save_with_ls:
-      status.assert_existing_objects_matched()
-    else:
-      status.assert_nontrivial_match()
-    assert var.numpy() == 1.
-    if save_with_ls and restore_with_ls:
-      assert opt.loss_scale.numpy() == 1.
-      assert opt.dynamic_counter.numpy() == 1
-    elif restore_with_ls:
-      assert opt.loss_scale.numpy() == 1.
-      assert opt.dynamic_counter.numpy() == 0
-    assert opt.iterations.numpy() == 1
-
-    train(opt, var)
-    assert var.numpy() == -1
-    slot = opt.get_slot(var, "momentum")
-    assert slot.numpy().item() == -2
-    assert opt.iterations.numpy() == 2
-    assert inner_opt.my_var.numpy() == 1
-
-    # Restoring again, now that the slots exist.
-    status = checkpoint.restore(save_path)
-    if save_with_ls and restore_with_ls:
-      status.assert_consumed()
-    elif save_with_ls:
-      status.assert_existing_objects_matched()
-    else:
-      status.assert_nontrivial_match()
-    assert var.numpy() == 1
-    assert slot.numpy().item() == -1
+  lso_cases.checkpoint(harness.make_strategy(strategy_name),
+                       _SGDWithExtraVariable, save_with_ls, restore_with_ls,
+                       tmp_path)
 
 
 def test_checkpoint_in_graph_mode(tmp_path):
@@ -524,13 +271,6 @@ def test_checkpoint_in_graph_mode(tmp_path):
     assert sess.run(slot).item() == -1
 
 
-_SGD_CONFIG_TF23 = {
-    "class_name": "SGD",
-    "config": {"learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
-               "nesterov": False, "name": "SGD"},
-}
-
-
 @pytest.mark.parametrize("dynamic", [False, True], ids=["fixed", "dynamic"])
 def test_get_config_round_trip_keeps_the_kind(dynamic):
   kwargs = (dict(initial_scale=2, dynamic_growth_steps=3) if dynamic else
@@ -546,7 +286,7 @@ def test_get_config_round_trip_keeps_the_kind(dynamic):
   assert opt.dynamic is dynamic
   assert opt.dynamic_growth_steps == (3 if dynamic else None)
   var = tf.Variable([5.0])
-  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  harness.minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
   assert var.numpy() == [3.]
   if dynamic:
     assert opt.dynamic_counter.numpy() == 1
@@ -565,7 +305,7 @@ def test_serialization_with_built_in_optimizer():
   assert opt.loss_scale.numpy() == 2.
   assert opt.dynamic_growth_steps == 3.
   var = tf.Variable([5.0])
-  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  harness.minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
   assert var.numpy() == [3.]
   assert opt.dynamic_counter.numpy() == 1
 
@@ -623,14 +363,7 @@ def test_attributes_and_dir():
   assert not lso.dynamic
   assert lso.dynamic_counter is None
   assert lso.dynamic_growth_steps is None
-  assert not opt.nesterov
-  with pytest.raises(
-      AttributeError,
-      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
-    _ = lso.nesterov
-  lso.nesterov = True
-  assert lso.nesterov
-  assert not opt.nesterov
+  lso_cases.arbitrary_attributes_not_exposed(lso, opt)
   names = dir(_lso(_sgd()))
   assert {"learning_rate", "lr", "minimize", "loss_scale"} <= set(names)
   assert "nesterov" not in names
@@ -666,26 +399,9 @@ def test_argument_errors_and_unsupported_strategy():
   with pytest.raises(TypeError, match='"dynamic" argument to '
                      "LossScaleOptimizer.__init__ must be a bool"):
     _lso(_sgd(), "dynamic")
-  strategy = tf.distribute.experimental.CentralStorageStrategy()
-  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
-              "CentralStorageStrategy")
-  with strategy.scope(), pytest.raises(ValueError, match=expected):
-    _lso(_sgd())
-  opt = _lso(_sgd())
-  with strategy.scope():
-    var = tf.Variable(1.0)
-    with pytest.raises(ValueError, match=expected):
-      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
-
-
-class _Records(logging.Handler):
-
-  def __init__(self):
-    super().__init__()
-    self.messages = []
-
-  def emit(self, record):
-    self.messages.append(record.getMessage())
+  lso_cases.unsupported_strategy(
+      _sgd, "Loss scaling is not supported with the tf.distribute.Strategy: "
+      "CentralStorageStrategy")
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
@@ -707,11 +423,7 @@ def test_restore_before_first_step_leaves_nothing_behind(strategy_name,
     strategy.run(lambda: opt.minimize(loss, var_list=[var]))
     assert opt.get_slot(var, "momentum").numpy().item() == -2
   status.assert_consumed()
-  records = _Records()
-  tf.get_logger().addHandler(records)
-  try:
+  with testing.capture_tf_log() as messages:
     del status
     gc.collect()
-  finally:
-    tf.get_logger().removeHandler(records)
-  assert not [m for m in records.messages if "could not be found" in m]
+  assert not [m for m in messages if "could not be found" in m]

@@ -41,20 +41,18 @@ Skipped, with reasons:
   of testHyperParametersExposed).
 """
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tests.tf_ported import harness
+from tests.tf_ported import lso_cases
 
 MODES = ("eager", "function")
 STRATEGIES = harness.STRATEGIES
 
 
-def _lso(*args, **kwargs):
-  return tf.keras.mixed_precision.LossScaleOptimizer(*args, **kwargs)
+_lso = lso_cases.lso
 
 
 def _lso_v1(*args, **kwargs):
@@ -77,43 +75,24 @@ def _run(mode, strategy, fn):
   return _step_fn(mode, strategy, fn)()
 
 
-def _minimize_with_grad_check(strategy, var, opt, expected_grad):
-  check = harness.identity_with_grad_check(expected_grad)
-  loss = lambda: check(var) / strategy.num_replicas_in_sync
-  return lambda: opt.minimize(loss, var_list=[var])
-
-
 def _value(x):
   return x.numpy() if hasattr(x, "numpy") else x
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_fixed_loss_scale_applied_to_loss_with_minimize(mode, strategy_name):
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    var = tf.Variable([5.0])
-    loss_scale = 10.
-    opt = _lso(_sgd(2.0), dynamic=False, initial_scale=loss_scale)
-    assert _value(opt.loss_scale) == loss_scale
-    assert isinstance(opt.loss_scale, tf.Tensor)
-    # The per-replica expected gradient must be exact.
-    assert loss_scale % strategy.num_replicas_in_sync == 0
-    _run(mode, strategy, _minimize_with_grad_check(
-        strategy, var, opt, loss_scale / strategy.num_replicas_in_sync))
-    # d(var)/d(var) is 1, so var becomes 5 - 1 * 2.
-    np.testing.assert_allclose(var.numpy(), [3.])
+def test_fixed_loss_scale_applied_to_loss_with_minimize(runner_for, mode,
+                                                         strategy_name):
+  runner = runner_for(mode, strategy_name)
+  opt = lso_cases.fixed_loss_scale_applied_to_loss_with_minimize(runner,
+                                                                 _sgd)
+  assert isinstance(opt.loss_scale, tf.Tensor)
+  # The per-replica expected gradient must be exact.
+  assert _value(opt.loss_scale) % runner.strategy.num_replicas_in_sync == 0
 
 
 def test_fixed_loss_scale_applied_to_loss_with_get_gradients():
-  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
-    var = tf.Variable([2.0])
-    loss_scale = 10.
-    opt = _lso(_sgd(1.0), dynamic=False, initial_scale=loss_scale)
-    loss = harness.identity_with_grad_check(loss_scale)(var)
-    grads = opt.get_gradients(loss, [var])
-    sess.run(tf.compat.v1.global_variables_initializer())
-    # Runs the gradient check's assertion.
-    sess.run(grads)
+  lso_cases.fixed_loss_scale_applied_to_loss_with_get_gradients(_sgd)
 
 
 def test_dynamic_attrs_with_fixed_loss_scale():
@@ -151,27 +130,14 @@ def test_get_unscaled_sparse_gradients():
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale(mode, strategy_name):
-  strategy = harness.make_strategy(strategy_name)
-  learning_rate = 2.
-  expected_grad = tf.Variable(learning_rate / strategy.num_replicas_in_sync)
-  with strategy.scope():
-    var = tf.Variable([5.0])
-    opt = _lso(_sgd(learning_rate), initial_scale=2, dynamic_growth_steps=1)
-    assert opt.initial_scale == 2.
-    assert isinstance(opt.initial_scale, float)
-    assert opt.dynamic_growth_steps == 1
-    assert isinstance(opt.dynamic_growth_steps, int)
-    assert opt.initial_scale % strategy.num_replicas_in_sync == 0
-    run_fn = _minimize_with_grad_check(strategy, var, opt, expected_grad)
-    step = _step_fn(mode, strategy, run_fn)
-    step()
-    # d(var)/d(var) is 1, so var becomes 5 - 1 * 2.
-    np.testing.assert_allclose(var.numpy(), [3.])
-    # The loss scale doubled, and so does the scaled gradient.
-    expected_grad.assign(2 * learning_rate / strategy.num_replicas_in_sync)
-    step()
-    np.testing.assert_allclose(var.numpy(), [1.])
+def test_dynamic_loss_scale(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  opt = lso_cases.dynamic_loss_scale(runner, _sgd)
+  assert opt.initial_scale == 2.
+  assert isinstance(opt.initial_scale, float)
+  assert opt.dynamic_growth_steps == 1
+  assert isinstance(opt.dynamic_growth_steps, int)
+  assert opt.initial_scale % runner.strategy.num_replicas_in_sync == 0
 
 
 def test_dynamic_loss_scale_default_values():
@@ -185,98 +151,37 @@ def test_dynamic_loss_scale_default_values():
                                        "clipvalue"])
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_clipping(mode, strategy_name, clip_type):
-  learning_rate = 2.
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    var = tf.Variable([5.0])
-    opt = _lso(_sgd(learning_rate, **{clip_type: 2.0}), initial_scale=2,
-               dynamic_growth_steps=1)
-    assert getattr(opt, clip_type) == 2.0
-    assert opt.initial_scale % strategy.num_replicas_in_sync == 0
-
-    loss = lambda: var * 4 / strategy.num_replicas_in_sync
-    run_fn = lambda: opt.minimize(loss, var_list=[var])
-    _run(mode, strategy, run_fn)
-    # The gradient 4 is clipped to 2: 5 - 2 * 2.
-    np.testing.assert_allclose(var.numpy(), [1.])
-    assert _value(opt.loss_scale) == 4
-
-    setattr(opt, clip_type, 3.0)
-    _run(mode, strategy, run_fn)
-    # Now clipped to 3: 1 - 3 * 2.
-    np.testing.assert_allclose(var.numpy(), [-5.])
-    assert _value(opt.loss_scale) == 8
-
-    # Infinite gradients are skipped, not clipped.
-    loss = lambda: var * float("inf")
-    _run(mode, strategy, lambda: opt.minimize(loss, var_list=[var]))
-    np.testing.assert_allclose(var.numpy(), [-5.])
-    assert _value(opt.loss_scale) == 4
+def test_clipping(runner_for, mode, strategy_name, clip_type):
+  runner = runner_for(mode, strategy_name)
+  opt = lso_cases.clipping(runner, _sgd, clip_type)
+  assert opt.initial_scale % runner.strategy.num_replicas_in_sync == 0
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_dynamic_update(mode, strategy_name):
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    var = tf.Variable([1.0, 2.0])
-    opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=1)
-
-    # Finite gradients: 2 is subtracted, and the scale doubles.
-    loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
-    _run(mode, strategy, lambda: opt.minimize(loss, var_list=[var]))
-    np.testing.assert_allclose(var.numpy(), [-1.0, 0.0])
-    assert _value(opt.loss_scale) == 4.
-
-    # NaN gradients: nothing applied, and the scale halves.
-    loss = lambda: var * float("nan")
-    _run(mode, strategy, lambda: opt.minimize(loss, var_list=[var]))
-    np.testing.assert_allclose(var.numpy(), [-1.0, 0.0])
-    assert _value(opt.loss_scale) == 2.
+def test_dynamic_update(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  lso_cases.dynamic_update(runner, _sgd)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale_with_float16_loss(mode, strategy_name):
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    var = tf.Variable([5.0])
-    opt = _lso(_sgd(2.), initial_scale=2, dynamic_growth_steps=1)
-    loss = lambda: tf.cast(var / strategy.num_replicas_in_sync, "float16")
-    _run(mode, strategy, lambda: opt.minimize(loss, var_list=[var]))
-    np.testing.assert_allclose(var.numpy(), [3.])
+def test_dynamic_loss_scale_with_float16_loss(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  lso_cases.dynamic_loss_scale_with_float16_loss(runner, _sgd)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_nan_on_one_replica_only(mode):
+def test_nan_on_one_replica_only(runner_for, mode):
   # TF needed a GPU for a second replica; the 2 logical CPUs give one here.
-  with harness.make_strategy("mirrored").scope() as strategy:
-    var = tf.Variable([1.0, 2.0])
-    opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=2)
-
-    def loss():
-      replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-      # The last replica's last gradient element is NaN.
-      return tf.cond(
-          tf.equal(replica, 0), lambda: var * 2.,
-          lambda: var * tf.constant([1., float("nan")]))
-
-    _run(mode, strategy, lambda: opt.minimize(loss, var_list=[var]))
-    np.testing.assert_allclose(var.numpy(), [1.0, 2.0])
-    assert _value(opt.loss_scale) == 1.
+  lso_cases.nan_on_one_replica_only(runner_for(mode, "mirrored"), _sgd)
 
 
 @pytest.mark.skip(reason="Keras 3: optimizers have no gradient_aggregator "
                   "argument to inject a NaN after the all-reduce")
 def test_custom_gradient_aggregator():
-
-  def gradient_aggregator(grads_and_vars):
-    # As if one replica's gradient were NaN: the last gradient becomes NaN.
-    grads_and_vars = list(grads_and_vars)
-    grad, var = grads_and_vars[-1]
-    grads_and_vars[-1] = (grad * float("nan"), var)
-    return grads_and_vars
-
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0, gradient_aggregator=gradient_aggregator),
+  opt = _lso(_sgd(1.0, gradient_aggregator=lso_cases.nan_gradient_aggregator),
              initial_scale=2, dynamic_growth_steps=2)
   opt.minimize(lambda: var * 2, var_list=[var])
   np.testing.assert_allclose(var.numpy(), [1.0, 2.0])
@@ -285,51 +190,20 @@ def test_custom_gradient_aggregator():
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_dynamic_loss_scale_with_slots(mode, strategy_name):
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    var = tf.Variable([1.0, 2.0])
-    # SGD with momentum has a slot.
-    initial_scale = 2.
-    opt = _lso(_sgd(1.0, momentum=1.), initial_scale=initial_scale,
-               dynamic_growth_steps=1)
-    loss = lambda: var / strategy.num_replicas_in_sync
-    run_fn = lambda: opt.minimize(loss, var_list=[var])
-    step = _step_fn(mode, strategy, run_fn)
-    step()
-    # Accumulator 0 + gradient 1 = 1 is subtracted.
-    np.testing.assert_allclose(var.numpy(), [0.0, 1.0])
-    assert _value(opt.loss_scale) == initial_scale * 2
-    step()
-    # Accumulator 1 + gradient 1 = 2 is subtracted.
-    np.testing.assert_allclose(var.numpy(), [-2., -1.])
-    assert _value(opt.loss_scale) == initial_scale * 4
-    assert opt.get_slot_names() == ["momentum"]
+def test_dynamic_loss_scale_with_slots(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  lso_cases.dynamic_loss_scale_with_slots(runner, _sgd)
 
 
 def test_iterations():
-  opt = _sgd(2.0)
-  lso = _lso(opt, dynamic=False, initial_scale=10.)
-  lso.iterations = 7
-  assert lso.iterations == 7
-  assert opt.iterations == 7
+  lso_cases.iterations(_sgd)
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
 @pytest.mark.parametrize("mode", MODES)
-def test_iterations_incremented(mode, strategy_name):
-  with harness.make_strategy(strategy_name).scope() as strategy:
-    opt = _lso(_sgd(1.0))
-    var = tf.Variable([5.0])
-    loss = lambda: var * 2.0 / strategy.num_replicas_in_sync
-    _run(mode, strategy, lambda: opt.minimize(loss, [var]))
-    assert var.numpy() == 3.0  # 5 - 2
-    assert _value(opt.iterations) == 1
-
-    # Also incremented when NaN gradients skip the update.
-    loss = lambda: var * float("nan")
-    _run(mode, strategy, lambda: opt.minimize(loss, [var]))
-    assert var.numpy() == 3.0
-    assert _value(opt.iterations) == 2
+def test_iterations_incremented(runner_for, mode, strategy_name):
+  runner = runner_for(mode, strategy_name)
+  lso_cases.iterations_incremented(runner, _sgd)
 
 
 def test_weight_methods():
@@ -382,29 +256,13 @@ def test_hyperparameters_are_variables():
 @pytest.mark.skip(reason="Keras 3: optimizers have no _set_hyper, so no "
                   "inner hyperparameter can be named loss_scale")
 def test_hyperparameter_named_like_an_attribute():
-
-  class MyOpt(tf.keras.optimizers.SGD):
-
-    def __init__(self):
-      super().__init__()
-      self._set_hyper("loss_scale", 123.)
-
-  lso = _lso(MyOpt())
-  with pytest.raises(AttributeError):
-    lso.loss_scale = 2.
+  lso_cases.hyperparameter_named_like_an_attribute(tf.keras.optimizers.SGD)
 
 
 def test_arbitrary_attributes_not_exposed():
   opt = _sgd()
   lso = _lso(opt)
-  assert not opt.nesterov
-  with pytest.raises(
-      AttributeError,
-      match="'LossScaleOptimizer' object has no attribute 'nesterov'"):
-    _ = lso.nesterov
-  lso.nesterov = True
-  assert lso.nesterov
-  assert not opt.nesterov
+  lso_cases.arbitrary_attributes_not_exposed(lso, opt)
 
 
 def test_dir():
@@ -454,7 +312,7 @@ def test_v1_optimizer(mode, strategy_name):
     assert _value(opt.loss_scale) == 2
     assert opt.initial_scale == 2
     assert opt.dynamic_growth_steps is None
-    _run(mode, strategy, _minimize_with_grad_check(
+    _run(mode, strategy, harness.minimize_with_grad_check(
         strategy, var, opt, 2 / strategy.num_replicas_in_sync))
     np.testing.assert_allclose(var.numpy(), [3.])
 
@@ -486,7 +344,7 @@ def test_passing_v1_loss_scale(mode, strategy_name):
     opt = _lso_v1(_sgd(learning_rate), exp.FixedLossScale(2.))
     _assert_float32_tensor_like(opt.loss_scale)
     assert _value(opt.loss_scale) == 2
-    _run(mode, strategy, _minimize_with_grad_check(
+    _run(mode, strategy, harness.minimize_with_grad_check(
         strategy, var, opt, 2 / strategy.num_replicas_in_sync))
     np.testing.assert_allclose(var.numpy(), [3.])
 
@@ -503,7 +361,7 @@ def test_passing_v1_loss_scale(mode, strategy_name):
     assert _value(opt.loss_scale) == 2
     for counter in strategy.experimental_local_results(opt.dynamic_counter):
       assert _value(counter) == 0
-    _run(mode, strategy, _minimize_with_grad_check(
+    _run(mode, strategy, harness.minimize_with_grad_check(
         strategy, var, opt, 2 / strategy.num_replicas_in_sync))
     np.testing.assert_allclose(var.numpy(), [3.])
     assert _value(opt.loss_scale) == 4  # One finite step per growth period.
@@ -554,94 +412,9 @@ class _SGDWithExtraVariable(tf.keras.optimizers.SGD):
 def test_checkpoint(strategy_name, save_with_ls, restore_with_ls, tmp_path):
   # Eager only, as in TF (its graph cases never ran under a MirroredStrategy,
   # and could not assert restored values before initialization).
-  strategy = harness.make_strategy(strategy_name)
-  replicas = strategy.num_replicas_in_sync
-
-  def build(with_ls):
-    inner = _SGDWithExtraVariable(1., momentum=1.)
-    opt = inner
-    if with_ls:
-      opt = _lso(inner, initial_scale=1., dynamic_growth_steps=2.)
-    return inner, opt
-
-  def train(opt, var):
-    loss = lambda: var / replicas + 1.
-    if hasattr(opt, "minimize"):
-      strategy.run(lambda: opt.minimize(loss, var_list=[var]))
-      return
-
-    def step():  # Keras 3's own optimizers have no minimize.
-      with tf.GradientTape() as tape:
-        value = loss()
-      opt.apply_gradients([(tape.gradient(value, var), var)])
-
-    strategy.run(step)
-
-  def momentum(opt, var):
-    if hasattr(opt, "get_slot"):
-      return opt.get_slot(var, "momentum")
-    # Keras 3's own optimizers have no get_slot.
-    return opt.momentums[opt._get_variable_index(var)]
-
-  with strategy.scope():
-    var = tf.Variable([2.0])
-    inner_opt, opt = build(save_with_ls)
-    train(opt, var)
-    assert var.numpy() == 1.
-    if save_with_ls:
-      assert _value(opt.loss_scale) == 1.
-      assert _value(opt.dynamic_counter) == 1
-    slot = momentum(opt, var)
-    assert _value(slot).item() == -1
-    assert _value(opt.iterations) == 1
-    # Any optimizer attribute is saved and restored.
-    inner_opt.my_var.assign(1.)
-
-    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
-    save_path = checkpoint.save(os.path.join(tmp_path, "ckpt"))
-
-    var = tf.Variable([2.0])
-    inner_opt, opt = build(restore_with_ls)
-    checkpoint = tf.train.Checkpoint(optimizer=opt, var=var)
-    status = checkpoint.restore(save_path)
-    if save_with_ls:
-      status.assert_existing_objects_matched()
-    else:
-      status.assert_nontrivial_match()
-
-    assert var.numpy() == 1.
-    if save_with_ls and restore_with_ls:
-      assert _value(opt.loss_scale) == 1.
-      assert _value(opt.dynamic_counter) == 1
-    elif restore_with_ls:
-      assert _value(opt.loss_scale) == 1.
-      assert _value(opt.dynamic_counter) == 0
-    assert _value(opt.iterations) == 1
-
-    train(opt, var)
-    assert var.numpy() == -1
-    slot = momentum(opt, var)
-    assert _value(slot).item() == -2
-    assert _value(opt.iterations) == 2
-    assert _value(inner_opt.my_var) == 1
-
-    # Restoring again, now that the slots exist.
-    status = checkpoint.restore(save_path)
-    if save_with_ls and restore_with_ls:
-      status.assert_consumed()
-    elif save_with_ls:
-      status.assert_existing_objects_matched()
-    else:
-      status.assert_nontrivial_match()
-    assert var.numpy() == 1
-    assert _value(slot).item() == -1
-
-
-_SGD_CONFIG_TF23 = {
-    "class_name": "SGD",
-    "config": {"learning_rate": 2.0, "momentum": 0.5, "decay": 0.0,
-               "nesterov": False, "name": "SGD"},
-}
+  lso_cases.checkpoint(harness.make_strategy(strategy_name),
+                       _SGDWithExtraVariable, save_with_ls, restore_with_ls,
+                       tmp_path)
 
 
 def _config_from(source, dynamic):
@@ -665,7 +438,7 @@ def _config_from(source, dynamic):
   else:
     loss_scale = {"class_name": "FixedLossScale",
                   "config": {"loss_scale_value": 2.0}}
-  return {"optimizer": _SGD_CONFIG_TF23, "loss_scale": loss_scale}
+  return {"optimizer": lso_cases.SGD_CONFIG_TF23, "loss_scale": loss_scale}
 
 
 def _from_config(target, config):
@@ -677,7 +450,7 @@ def _from_config(target, config):
 def _check_usable(opt):
   """One minimize step with the expected scaled gradient 2 (lr 2)."""
   var = tf.Variable([5.0])
-  _minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
+  harness.minimize_with_grad_check(tf.distribute.get_strategy(), var, opt, 2)()
   assert var.numpy() == [3.]
 
 
@@ -713,7 +486,7 @@ def test_get_config_dynamic(get_config, from_config):
 
 def test_from_config_with_invalid_multiplier():
   config = {
-      "optimizer": _SGD_CONFIG_TF23,
+      "optimizer": lso_cases.SGD_CONFIG_TF23,
       "loss_scale": {"class_name": "DynamicLossScale",
                      "config": {"initial_loss_scale": 2.0,
                                 "increment_period": 3, "multiplier": 4.0}},
@@ -770,17 +543,10 @@ def test_serialization_with_custom_optimizer():
 
 
 def test_unsupported_strategy():
-  strategy = tf.distribute.experimental.CentralStorageStrategy()
-  expected = ("Loss scaling is not supported with the tf.distribute.Strategy: "
-              "CentralStorageStrategy. Try using a different Strategy, e.g. a "
-              "MirroredStrategy")
-  with strategy.scope(), pytest.raises(ValueError, match=expected):
-    _lso(_sgd())
-  opt = _lso(_sgd())
-  with strategy.scope():
-    var = tf.Variable(1.0)
-    with pytest.raises(ValueError, match=expected):
-      strategy.run(lambda: opt.minimize(lambda: var * 2.0, [var]))
+  lso_cases.unsupported_strategy(
+      _sgd, "Loss scaling is not supported with the tf.distribute.Strategy: "
+      "CentralStorageStrategy. Try using a different Strategy, e.g. a "
+      "MirroredStrategy")
 
 
 def test_invalid_args_with_fixed_loss_scale():
