@@ -27,8 +27,8 @@ same checkpoints with TF 2.21 after `install()` and checks the same outcome.
   it leaves as it is): `ckpt_good`'s model and optimizer restored into a
   built `Net(width=3)`, saved with a plain `step = tf.Variable(7, int64)`
   beside them. Restored into an unbuilt `Net(width=4)` with a fresh `step`
-  (0): `step`, `iterations`, the loss scale and its counter right after the restore and
-  after the first call fails, and the status checks
+  (0): `step`, `iterations`, the loss scale and its counter right after
+  the restore and after the first call fails, and the status checks
   (`tf24_step_outcomes.json`). TF 2.4.4 had assigned `step` at restore time.
 * `get_slot`: right after restoring `ckpt_good` into a built model and an
   optimizer without slots, `get_slot(head.w, "m")` (before any step).
