@@ -264,6 +264,24 @@ def tf_keras_model_get_optimizer(model_class):
   return model_class._get_optimizer  # pylint: disable=protected-access
 
 
+# A restore into a tf_keras model not built yet hands each weight its value
+# when the layer creates it; that value is checked only then, inside TF's
+# `_add_variable_with_custom_getter` (which tf_keras's `add_weight` calls),
+# so a value that does not fit fails there. Wrapping that hook on the
+# layer instance is the one place that tells such a failure from any other
+# error of the model's first call.
+def wrap_layer_variable_creation(layer, wrap):
+  """Replaces `layer`'s variable-creation hook by `wrap(original)`."""
+  original = layer._add_variable_with_custom_getter  # pylint: disable=protected-access
+  object.__setattr__(layer, "_add_variable_with_custom_getter", wrap(original))
+
+
+def unwrap_layer_variable_creation(layer):
+  """Undoes `wrap_layer_variable_creation` (the class's hook serves again)."""
+  if "_add_variable_with_custom_getter" in vars(layer):
+    object.__delattr__(layer, "_add_variable_with_custom_getter")
+
+
 # A TF 2.x checkpoint restoring slots into an unbuilt tf_keras optimizer must
 # wait for its build; tf_keras's current optimizers record being built only in
 # `_built`, and its OptimizerV2 creates slots for given variables only
