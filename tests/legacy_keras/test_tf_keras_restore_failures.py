@@ -8,7 +8,8 @@ reference:
 * a checkpoint TF 2.21 itself wrote (custom layers with `add_weight`,
   nested layers, a subclassed model; tf_keras's current Adam and its
   OptimizerV2 Adam in the loss-scale optimizer) resumes exactly;
-* a deferred restore into a model of another width raises at every call,
+* a deferred restore into a model of another width (or with a corrupted
+  kernel) raises at every call,
   what the same restore had assigned at once (the optimizer's step, the
   loss scale's counter, a step `tf.Variable`, the save counter; TF 2.4.4
   kept the checkpoint's) is put back, and the status' assertions raise; the
@@ -227,7 +228,7 @@ def _optimizer_values(opt):
           "counter": int(_one(opt.dynamic_counter))}
 
 
-def _assert_failed_and_put_back(job, status, fresh):
+def _assert_failed_and_put_back(job, status, fresh, error="shape"):
   """The status raises; the optimizer holds what a fresh one holds."""
   for check in (status.assert_consumed,
                 status.assert_existing_objects_matched,
@@ -235,7 +236,7 @@ def _assert_failed_and_put_back(job, status, fresh):
     with pytest.raises(AssertionError, match="failed, nothing of it"):
       check()
   assert _optimizer_values(job.opt) == _optimizer_values(fresh.opt)
-  with pytest.raises(ValueError, match="shape"):
+  with pytest.raises(ValueError, match=error):
     job.step()  # Still failing: the model's values still wait.
   assert _optimizer_values(job.opt) == _optimizer_values(fresh.opt)
 
@@ -268,6 +269,36 @@ def test_a_failed_deferred_restore_puts_back_what_it_assigned_at_once(
   _assert_failed_and_put_back(job, status,
                               _Job(mode, mirrored_strategy, kind))
   assert int(_one(step)) == 0
+
+
+def _rewritten(prefix, out_dir, key, value):
+  """A copy of checkpoint `prefix` whose tensor `key` holds `value`."""
+  reader = tf.train.load_checkpoint(prefix)
+  names = sorted(reader.get_variable_to_shape_map())
+  out = os.path.join(out_dir, "ckpt-1")
+  tf.raw_ops.SaveV2(prefix=out, tensor_names=names,
+                    shape_and_slices=[""] * len(names),
+                    tensors=[tf.constant(value if n == key else
+                                         reader.get_tensor(n))
+                             for n in names])
+  return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_corrupted_kernel_puts_back_what_was_assigned_at_once(
+    mode, mirrored_strategy, tmp_path):
+  prefix = _rewritten(_prefix("ckpt_step"), str(tmp_path),
+                      "model/head/w/.ATTRIBUTES/VARIABLE_VALUE",
+                      np.zeros((3, 1), np.float64))
+  job = _Job(mode, mirrored_strategy)
+  step, checkpoint, status = _restore_with_step(job, prefix)
+  assert int(_one(step)) == _step_record()["saved_step"]
+  with pytest.raises(ValueError, match="float64"):
+    job.step()
+  assert int(_one(step)) == 0
+  assert int(checkpoint.save_counter.numpy()) == 0
+  _assert_failed_and_put_back(job, status, _Job(mode, mirrored_strategy),
+                              error="float64")
 
 
 def test_a_failed_deferred_v1_checkpoint_restore_puts_back_too(
