@@ -441,6 +441,11 @@ class LegacyRestore:
     if all(_model_built(m) for _, m in self._parts.models):
       self._deferred(self._restore_all)
       self.pending.discard("model")
+      self._release_if_done()
+
+  def _release_if_done(self):
+    if not self.pending:
+      self.roll_back = None  # Nothing can fail any more: let the values go.
 
   def _deferred(self, part):
     """Runs a part of the restore that waited; its failure stays.
@@ -448,7 +453,7 @@ class LegacyRestore:
     The objects the restore targets refuse to be used from then on (a
     model's forward pass, an optimizer's update) with the same error, and
     the status' assertions raise it: nothing trains on values a loud error
-    left fresh.
+    left fresh. What the rest of the restore assigned at once is put back.
     """
     if self.error is not None:
       raise self.error.with_traceback(None)
@@ -501,6 +506,7 @@ class LegacyRestore:
 
     self._deferred(restore_slots)
     self.pending.discard("slots")
+    self._release_if_done()
 
   def _apply(self, plan, only):
     if only is not None:
