@@ -110,10 +110,11 @@ def _variables(opt):
 class _Job:
   """The fixture job's objects and step, optionally on 2 replicas."""
 
-  def __init__(self, mode, strategy, kind="v2", width=3, build=False):
+  def __init__(self, mode, strategy, kind="v2", width=3, build=False,
+               net=None):
     self.strategy = strategy if mode == "mirrored" else None
     with self._scope():
-      self.model, self.opt = Net(width), _optimizer(kind)
+      self.model, self.opt = (net or Net)(width), _optimizer(kind)
       if build:
         self.model(X)
 
@@ -299,6 +300,78 @@ def test_a_corrupted_kernel_puts_back_what_was_assigned_at_once(
   assert int(checkpoint.save_counter.numpy()) == 0
   _assert_failed_and_put_back(job, status, _Job(mode, mirrored_strategy),
                               error="float64")
+
+
+class LazyBlock(tf.keras.layers.Layer):
+  """Makes its `Lin` in `build`: the restore hands it its values then."""
+
+  def __init__(self, width, **kwargs):
+    super().__init__(**kwargs)
+    self.width = width
+
+  def build(self, input_shape):
+    self.lin = Lin(self.width, name="lin")
+
+  def call(self, x):
+    return tf.nn.relu(self.lin(x))
+
+
+class RawLin(tf.keras.layers.Layer):
+  """Holds a plain `tf.Variable`: the restore assigns it when tracked."""
+
+  def __init__(self, units, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+
+  def build(self, input_shape):
+    self.w = tf.Variable(tf.ones((input_shape[-1], self.units)))
+
+  def call(self, x):
+    return tf.matmul(x, self.w)
+
+
+class LazyNet(tf.keras.Model):
+
+  def __init__(self, width):
+    super().__init__()
+    self.block = LazyBlock(width)
+    self.head = Lin(1)
+
+  def call(self, x):
+    return self.head(self.block(x))
+
+
+class RawNet(tf.keras.Model):
+
+  def __init__(self, width):
+    super().__init__()
+    self.head = RawLin(width)
+
+  def call(self, x):
+    return tf.reduce_sum(self.head(x), axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("net", [LazyNet, RawNet])
+def test_values_handed_over_in_build_that_fail_put_back_too(
+    mode, net, mirrored_strategy, tmp_path):
+  # A checkpoint of the job at width 3, written here (the layout of these
+  # layers is TF's own on both versions).
+  saved = _Job("eager", None, width=3, build=True, net=net)
+  saved.step()
+  path = tf.train.Checkpoint(
+      model=saved.model, optimizer=saved.opt,
+      step=tf.Variable(7, dtype=tf.int64)).save(str(tmp_path / "ckpt"))
+  job = _Job(mode, mirrored_strategy, width=4, net=net)
+  step, checkpoint, status = _restore_with_step(job, path)
+  assert int(_one(step)) == 7
+  assert _optimizer_values(job.opt)["iterations"] == 1
+  with pytest.raises(ValueError, match="shape"):
+    job.step()
+  assert int(_one(step)) == 0
+  assert int(checkpoint.save_counter.numpy()) == 0
+  _assert_failed_and_put_back(job, status,
+                              _Job(mode, mirrored_strategy, net=net))
 
 
 def test_a_failed_deferred_v1_checkpoint_restore_puts_back_too(

@@ -12,7 +12,8 @@ call raises, as TF 2.4 did, but those values stayed the checkpoint's and
 case only: when the restore faces a tf_keras layer not built yet, the values
 of every other variable the checkpoint reaches are kept first
 (`_rollback.Snapshot`); when a layer's weight waiting for a restored value
-fails to be created, they are written back, nothing else of that restore
+fails to be created (or a sublayer made in `build` fails to take its
+values), they are written back, nothing else of that restore
 lands later, the status' assertions raise, and the model's forward pass and
 the optimizers' updates raise that error from then on (TF keeps the weights'
 values waiting, but a later `tf.function` trace built the model with fresh
@@ -56,8 +57,9 @@ def _waiting(obj):
 class _DeferredPart:
   """The layers of one restore still waiting for values, and its undo."""
 
-  def __init__(self, source, snapshot, status, targets):
+  def __init__(self, source, snapshot, status, targets, layer_class):
     self.source = source
+    self._layer_class = layer_class
     self.error = None
     self._snapshot = snapshot
     self._status = status
@@ -65,33 +67,42 @@ class _DeferredPart:
     self._layers = []
 
   def watch(self, layer):
-    """Makes a failure to create one of `layer`'s waiting weights fail all."""
+    """Makes a failure to hand `layer` a waiting value fail the restore.
 
-    def wrap(original):
+    A sublayer the layer makes in its `build` gets its waiting values handed
+    over when the layer tracks it, and is watched from then on.
+    """
+
+    def wrap(original, is_handover):
 
       @functools.wraps(original)
-      def create(*args, **kwargs):
+      def hook(*args, **kwargs):
         name = kwargs.get("name", args[0] if args else None)
         waiting = name in _waiting(layer)
         try:
-          created = original(*args, **kwargs)
+          result = original(*args, **kwargs)
         except Exception as e:  # pylint: disable=broad-except
           if waiting:
             self.failed(e)
           raise
+        if waiting and is_handover:
+          child = kwargs.get("trackable", args[1] if len(args) > 1 else None)
+          if (isinstance(child, self._layer_class) and _waiting(child) and
+              all(child is not w for w in self._layers)):
+            self.watch(child)
         if waiting and not any(_waiting(w) for w in self._layers):
           self._release()  # Every waiting value landed: TF's restore, as is.
-        return created
+        return result
 
-      return create
+      return hook
 
     self._layers.append(layer)
-    _private_api.wrap_layer_variable_creation(layer, wrap)
+    _private_api.wrap_layer_restore_hooks(layer, wrap)
 
   def _release(self):
     """Lets go of the layers, the kept values and the status."""
     for layer in self._layers:
-      _private_api.unwrap_layer_variable_creation(layer)
+      _private_api.unwrap_layer_restore_hooks(layer)
     self._layers, self._snapshot, self._status = [], None, None
     self._targets = []
 
@@ -182,7 +193,8 @@ def guard_read(read, tf_keras):
       targets = [(m, ("call",)) for m in models]
       targets += [(o, ("apply_gradients",)) for o in others
                   if isinstance(o, optimizer_classes)]
-      part = _DeferredPart(save_path, snapshot, status, targets)
+      part = _DeferredPart(save_path, snapshot, status, targets,
+                           layer_class)
       for layer in waiting:
         part.watch(layer)
     return status
