@@ -12,11 +12,16 @@ restores them with its own `tf.train.Checkpoint` code:
 * a slot of the wrong shape raises at restore time with nothing assigned, as
   TF 2.4.4 did, also when the optimizer has no slots yet; TF 2.4.4 trained
   on afterwards, and so does the job here (its values are the ones it had);
-* `get_slot(var, "m")` right after a restore returns the restored slot.
+* `get_slot(var, "m")` right after a restore returns the restored slot;
+* what the same restore assigns at once beside the model (a plain `step`
+  variable, the save counter) is put back when the model's deferred part
+  fails (TF 2.4.4 had kept the checkpoint's `step`), and a successful
+  restore of that checkpoint is exact.
 
 Eagerly, in `tf.function` and on 2 replicas.
 """
 
+import json
 import os
 import shutil
 
@@ -230,3 +235,66 @@ def test_a_restore_that_failed_once_does_not_hide_in_a_second_restore(
   with pytest.raises(RestoreError):
     job.step()
   assert int(job.opt.iterations.numpy()) == 0
+
+
+def _step_record():
+  with open(os.path.join(jobs.fixture_dir(""),
+                         "tf24_step_outcomes.json")) as f:
+    return json.load(f)
+
+
+def _first_call(job):
+  """The model's first call (traced in a tf.function in "function" mode)."""
+  return tf.function(job.call)() if job.mode == "function" else job.call()
+
+
+def _mirrored_values(variable):
+  """Every replica's copy of `variable` (they must agree), as one value."""
+  copies = getattr(variable, "values", None) or [variable]
+  values = [np.asarray(c.numpy()) for c in copies]
+  for value in values[1:]:
+    np.testing.assert_array_equal(value, values[0])
+  return values[0]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_deferred_part_puts_back_what_the_rest_assigned(
+    mode, mirrored_strategy):
+  want = _step_record()["wrong_width"]
+  # TF 2.4.4 assigned the plain variable at restore time and kept it.
+  assert want["after_first_call"]["step"] == _step_record()["saved_step"]
+  job = _Job(mode, mirrored_strategy, width=4)
+  with job._scope():
+    step = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(model=job.model, optimizer=job.opt,
+                                     step=step)
+    status = checkpoint.restore(_prefix("ckpt_step"))
+  # TF's part of the restore (the plain variable) is assigned at once.
+  assert _mirrored_values(step) == _step_record()["saved_step"]
+  with pytest.raises(RestoreError, match="shape") as first:
+    _first_call(job)
+  assert int(_mirrored_values(step)) == 0
+  assert int(checkpoint.save_counter.numpy()) == 0
+  _assert_stays_failed(job, status, first.value)
+  assert int(_mirrored_values(step)) == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_checkpoint_with_a_step_beside_the_model_restores_exactly(
+    mode, mirrored_strategy):
+  # The snapshot taken for a deferred restore changes nothing when the
+  # deferred part succeeds.
+  job = _Job(mode, mirrored_strategy)
+  with job._scope():
+    step = tf.Variable(0, dtype=tf.int64)
+    status = tf.train.Checkpoint(model=job.model, optimizer=job.opt,
+                                 step=step).restore(_prefix("ckpt_step"))
+  _first_call(job)
+  assert int(_mirrored_values(step)) == _step_record()["saved_step"]
+  for variable in job.model.weights:
+    np.testing.assert_array_equal(
+        _mirrored_values(variable),
+        jobs.saved_weight(RECORD, job.model, variable))
+  assert int(job.opt.iterations.numpy()) == RECORD["saved_iterations"]
+  assert float(job.opt.loss_scale.numpy()) == RECORD["saved_loss_scale"]
+  status.assert_existing_objects_matched()

@@ -264,6 +264,38 @@ def tf_keras_model_get_optimizer(model_class):
   return model_class._get_optimizer  # pylint: disable=protected-access
 
 
+# A restore into a tf_keras model not built yet hands each weight its value
+# when the layer creates it, and a sublayer made in `build` its values when
+# the layer tracks it; the values are checked only then, inside TF's
+# `_add_variable_with_custom_getter` (which tf_keras's `add_weight` calls) and
+# `_handle_deferred_dependencies` (which tracking a new attribute calls), so a
+# value that does not fit fails there. Wrapping those hooks on the layer
+# instance is the one place that tells such a failure from any other error
+# of the model's first call.
+_LAYER_RESTORE_HOOKS = ("_add_variable_with_custom_getter",
+                        "_handle_deferred_dependencies")
+
+
+def wrap_layer_restore_hooks(layer, wrap):
+  """Replaces each of `layer`'s restore hooks by `wrap(original, is_handover)`.
+
+  `is_handover` is True for the hook that hands values to a new dependency
+  (its arguments: `name, trackable`), False for variable creation (`name,
+  ...`).
+  """
+  for hook in _LAYER_RESTORE_HOOKS:
+    original = getattr(layer, hook)
+    object.__setattr__(layer, hook,
+                       wrap(original, hook == "_handle_deferred_dependencies"))
+
+
+def unwrap_layer_restore_hooks(layer):
+  """Undoes `wrap_layer_restore_hooks` (the class's hooks serve again)."""
+  for hook in _LAYER_RESTORE_HOOKS:
+    if hook in vars(layer):
+      object.__delattr__(layer, hook)
+
+
 # A TF 2.x checkpoint restoring slots into an unbuilt tf_keras optimizer must
 # wait for its build; tf_keras's current optimizers record being built only in
 # `_built`, and its OptimizerV2 creates slots for given variables only

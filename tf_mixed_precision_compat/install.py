@@ -76,6 +76,7 @@ from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
+from tf_mixed_precision_compat.legacy import _tf_keras_deferred
 from tf_mixed_precision_compat.legacy import _tf_keras_h5
 from tf_mixed_precision_compat.legacy import _tf_keras_restore
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
@@ -339,7 +340,7 @@ def _apply(journal):
     journal.set_item(custom_objects, name, cls)
   if not compile_integration_enabled():  # Else enabled before, and stays.
     _patch_compile(journal.set_attr)
-  _patch_checkpoint_restore(journal)
+  _patch_checkpoint_restore(journal, target)
   if not _saved_model.serving_enabled():
     _saved_model.enable_serving()
     journal.on_undo(_saved_model.disable_serving)
@@ -410,16 +411,23 @@ def _patch_compile(set_attr):
   set_attr(owner, "compile", _compile.make_compile(vars(owner)["compile"]))
 
 
-def _patch_checkpoint_restore(journal):
+def _patch_checkpoint_restore(journal, target):
   """Routes TF 2.x Keras checkpoints through the legacy matcher.
 
   `tf.train.Checkpoint.restore` reads through `read`, so patching `read`
-  serves both; the v1 class restores by itself.
+  serves both; the v1 class restores by itself. On the tf_keras target
+  (`target` not None), where TF restores Keras objects itself, a restore
+  whose part deferred to a model's build also puts back what it assigned at
+  once if that part fails (`_tf_keras_deferred`).
   """
   v2, v1 = tf.train.Checkpoint, tf.compat.v1.train.Checkpoint
-  journal.set_attr(v2, "read", _checkpoint_restore.patched_read(v2.read))
-  journal.set_attr(v1, "restore",
-                   _checkpoint_restore.patched_restore_v1(v1.restore))
+  read = _checkpoint_restore.patched_read(v2.read)
+  restore = _checkpoint_restore.patched_restore_v1(v1.restore)
+  if target is not None:
+    read = _tf_keras_deferred.guard_read(read, target.tf_keras)
+    restore = _tf_keras_deferred.guard_read(restore, target.tf_keras)
+  journal.set_attr(v2, "read", read)
+  journal.set_attr(v1, "restore", restore)
 
 
 def install() -> None:

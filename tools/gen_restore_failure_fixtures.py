@@ -2,7 +2,7 @@
 
 Run under the TF 2.4.4 reference interpreter:
 
-    .ref/tf24/bin/python tools/gen_restore_failure_fixtures.py
+    .ref/tf24/bin/python tools/gen_restore_failure_fixtures.py [--step-only]
 
 Writes tests/fixtures/restore_failures/: two small checkpoints and
 `tf24_outcomes.json`, what TF 2.4.4 did with them (exception types, when they
@@ -23,6 +23,13 @@ same checkpoints with TF 2.21 after `install()` and checks the same outcome.
   whose optimizer made its slots already: when TF raises, and what was
   assigned before it did. (Its job made the slots and set `iterations` to 2
   instead of training: a step would fail on the bad slot.)
+* `ckpt_step` (also written alone by `--step-only`, from `ckpt_good`, which
+  it leaves as it is): `ckpt_good`'s model and optimizer restored into a
+  built `Net(width=3)`, saved with a plain `step = tf.Variable(7, int64)`
+  beside them. Restored into an unbuilt `Net(width=4)` with a fresh `step`
+  (0): `step`, `iterations`, the loss scale and its counter right after
+  the restore and after the first call fails, and the status checks
+  (`tf24_step_outcomes.json`). TF 2.4.4 had assigned `step` at restore time.
 * `get_slot`: right after restoring `ckpt_good` into a built model and an
   optimizer without slots, `get_slot(head.w, "m")` (before any step).
 """
@@ -30,6 +37,7 @@ same checkpoints with TF 2.21 after `install()` and checks the same outcome.
 import json
 import os
 import shutil
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -175,8 +183,59 @@ def _get_slot(prefix, saved_opt, saved_model):
   return result
 
 
+def _save_step(good):
+  """`ckpt_good`'s job saved with a plain step variable beside it."""
+  model, opt = Net(), _optimizer()
+  model(X)
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      good).assert_existing_objects_matched()
+  opt.inner_optimizer._create_all_weights(model.trainable_variables)  # pylint: disable=protected-access
+  path = os.path.join(OUT, "ckpt_step")
+  shutil.rmtree(path, ignore_errors=True)
+  step = tf.Variable(7, dtype=tf.int64)
+  tf.train.Checkpoint(model=model, optimizer=opt, step=step).save(
+      os.path.join(path, "ckpt"))
+  return tf.train.latest_checkpoint(path)
+
+
+def _step_wrong_width(prefix):
+  """What the wrong-width restore of `ckpt_step` left in each object."""
+  model, opt = Net(width=4), _optimizer()
+  step = tf.Variable(0, dtype=tf.int64)
+  status = tf.train.Checkpoint(model=model, optimizer=opt,
+                               step=step).restore(prefix)
+
+  def values():
+    return {"step": int(step.numpy()),
+            "iterations": int(opt.iterations.numpy()),
+            "loss_scale": float(opt.loss_scale.numpy()),
+            "counter": int(opt.dynamic_counter.numpy())}
+
+  result = {"after_restore": values()}
+  result["first_call"] = _outcome(lambda: model(X))
+  result["after_first_call"] = values()
+  result["assert_consumed"] = _outcome(status.assert_consumed)
+  result["assert_existing_objects_matched"] = _outcome(
+      status.assert_existing_objects_matched)
+  return result
+
+
+def _write_step_outcomes(good):
+  step_prefix = _save_step(good)
+  outcomes = {"tensorflow_version": tf.__version__,
+              "saved_step": 7,
+              "wrong_width": _step_wrong_width(step_prefix)}
+  with open(os.path.join(OUT, "tf24_step_outcomes.json"), "w") as f:
+    json.dump(outcomes, f, indent=1, sort_keys=True)
+  print(json.dumps(outcomes, indent=1))
+
+
 def main():
   os.makedirs(OUT, exist_ok=True)
+  if "--step-only" in sys.argv[1:]:
+    _write_step_outcomes(
+        tf.train.latest_checkpoint(os.path.join(OUT, "ckpt_good")))
+    return
   good_model, good_opt, good = _save("ckpt_good")
   _, _, bad = _save("ckpt_bad_slot", bad_slot=True)
   outcomes = {
@@ -194,6 +253,7 @@ def main():
     json.dump(outcomes, f, indent=1, sort_keys=True)
   print(json.dumps({k: v for k, v in outcomes.items()
                     if k != "saved_weights"}, indent=1))
+  _write_step_outcomes(good)
 
 
 if __name__ == "__main__":

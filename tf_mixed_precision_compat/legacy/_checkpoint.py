@@ -559,7 +559,7 @@ def assign(plan, optimizers):
   # is first called inside `tf.function` must assign now, not in the graph.
   with tf.init_scope():
     for key, target, value, description in plan.assignments:
-      _assign_exact(target, value)
+      assign_exact(target, value)
       report.matched.append((key, description))
   for attribute, (owner, value) in plan.hyper.items():
     setattr(owner, attribute, value)
@@ -578,7 +578,7 @@ def assign(plan, optimizers):
   return report
 
 
-def _assign_exact(target, value):
+def assign_exact(target, value):
   """Assigns `value` to every copy of `target`, in any distribution context.
 
   Outside a replica context `assign` writes every replica's copy. Inside one

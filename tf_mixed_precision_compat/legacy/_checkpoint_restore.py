@@ -45,7 +45,9 @@ After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
 * A deferred part that fails raises at that first call and stays failed: the
   model's forward pass and the optimizer's updates raise the same error from
   then on, and the status' assertions raise; nothing trains on values the
-  error left fresh.
+  error left fresh. What TF's part assigned at restore time beside the
+  models (a step counter, a plain `tf.Variable`, the save counter) is put
+  back then (`_rollback`): a failed restore leaves no partial state.
 """
 
 import contextlib
@@ -58,6 +60,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _rollback
 from tf_mixed_precision_compat.optimizers import _inner
 
 _LAYER_INDEX = re.compile(r"^layer(_with_weights)?-\d+$")
@@ -353,6 +356,9 @@ class LegacyRestore:
     self._checked_plan = None
     self.pending = set()
     self.error = None
+    # Puts back what the rest of the restore assigned at once, should the
+    # deferred part fail (set by `read_or_restore`).
+    self.roll_back = None
 
   @property
   def legacy_nodes(self):
@@ -435,6 +441,11 @@ class LegacyRestore:
     if all(_model_built(m) for _, m in self._parts.models):
       self._deferred(self._restore_all)
       self.pending.discard("model")
+      self._release_if_done()
+
+  def _release_if_done(self):
+    if not self.pending:
+      self.roll_back = None  # Nothing can fail any more: let the values go.
 
   def _deferred(self, part):
     """Runs a part of the restore that waited; its failure stays.
@@ -442,7 +453,7 @@ class LegacyRestore:
     The objects the restore targets refuse to be used from then on (a
     model's forward pass, an optimizer's update) with the same error, and
     the status' assertions raise it: nothing trains on values a loud error
-    left fresh.
+    left fresh. What the rest of the restore assigned at once is put back.
     """
     if self.error is not None:
       raise self.error.with_traceback(None)
@@ -451,6 +462,8 @@ class LegacyRestore:
     except Exception as e:  # pylint: disable=broad-except
       self.error = _private_api.keep_error_as_raised(e)
       _refuse_use(self._parts, self._refusal)
+      if self.roll_back is not None:
+        self.roll_back()
       raise
 
   def _refusal(self):
@@ -493,6 +506,7 @@ class LegacyRestore:
 
     self._deferred(restore_slots)
     self.pending.discard("slots")
+    self._release_if_done()
 
   def _apply(self, plan, only):
     if only is not None:
@@ -739,6 +753,11 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   # Checked before TF restores the other entries, so that a mismatch leaves
   # every value as it was.
   legacy.check()
+  if any(not _model_built(m) for _, m in parts.models):
+    # The models' part waits for their build: should it fail, what TF's part
+    # and the save counter got now is put back (never a partial state).
+    legacy.roll_back = _rollback.Snapshot(
+        list(parts.others.values()) + [checkpoint.save_counter]).roll_back
   native, native_nodes = None, []
   if parts.others:
     sub = make_checkpoint(**parts.others)

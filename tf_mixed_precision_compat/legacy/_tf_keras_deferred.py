@@ -1,0 +1,202 @@
+"""A failed deferred restore into a tf_keras model leaves no partial state.
+
+On the tf_keras target TF restores a checkpoint itself, and a model that is
+not built yet gets its weights only when tf_keras builds it, at its first
+call; the rest of the same restore (the optimizer's step, the loss scale and
+its counter, a step `tf.Variable`, the save counter) is assigned at once. If
+a weight then does not fit (a model of another width), the model's first
+call raises, as TF 2.4 did, but those values stayed the checkpoint's and
+`assert_existing_objects_matched()` passed.
+
+`guard_read` wraps `tf.train.Checkpoint.read` (and v1 `restore`) for that
+case only: when the restore faces a tf_keras layer not built yet, the values
+of every other variable the checkpoint reaches are kept first
+(`_rollback.Snapshot`); when a layer's weight waiting for a restored value
+fails to be created (or a sublayer made in `build` fails to take its
+values), they are written back, nothing else of that restore
+lands later, the status' assertions raise, and the model's forward pass and
+the optimizers' updates raise that error from then on (TF keeps the weights'
+values waiting, but a later `tf.function` trace built the model with fresh
+ones). A restore whose deferred part succeeds is TF's, unchanged.
+"""
+
+import functools
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _rollback
+
+
+def _unbuilt_layers(root, layer_class):
+  """The tf_keras layers not built yet below `root` (not entered)."""
+  found, seen, stack = [], set(), [root]
+  while stack:
+    obj = stack.pop()
+    if id(obj) in seen:
+      continue
+    seen.add(id(obj))
+    if isinstance(obj, layer_class) and not obj.built:
+      found.append(obj)
+    elif (isinstance(obj, tf.__internal__.tracking.Trackable) and
+          not isinstance(obj, tf.Variable)):
+      try:
+        stack.extend(_private_api.trackable_children(obj).values())
+      except (AttributeError, TypeError, ValueError):
+        pass
+  return found
+
+
+def _waiting(obj):
+  try:
+    return _private_api.deferred_dependencies(obj)
+  except AttributeError:
+    return {}
+
+
+class _DeferredPart:
+  """The layers of one restore still waiting for values, and its undo."""
+
+  def __init__(self, source, snapshot, status, targets, layer_class):
+    self.source = source
+    self._layer_class = layer_class
+    self.error = None
+    self._snapshot = snapshot
+    self._status = status
+    self._targets = targets  # (object, method names refused on failure)
+    self._layers = []
+
+  def watch(self, layer):
+    """Makes a failure to hand `layer` a waiting value fail the restore.
+
+    A sublayer the layer makes in its `build` gets its waiting values handed
+    over when the layer tracks it, and is watched from then on.
+    """
+
+    def wrap(original, is_handover):
+
+      @functools.wraps(original)
+      def hook(*args, **kwargs):
+        name = kwargs.get("name", args[0] if args else None)
+        waiting = name in _waiting(layer)
+        try:
+          result = original(*args, **kwargs)
+        except Exception as e:  # pylint: disable=broad-except
+          if waiting:
+            self.failed(e)
+          raise
+        if waiting and is_handover:
+          child = kwargs.get("trackable", args[1] if len(args) > 1 else None)
+          if (isinstance(child, self._layer_class) and _waiting(child) and
+              all(child is not w for w in self._layers)):
+            self.watch(child)
+        if waiting and not any(_waiting(w) for w in self._layers):
+          self._release()  # Every waiting value landed: TF's restore, as is.
+        return result
+
+      return hook
+
+    self._layers.append(layer)
+    _private_api.wrap_layer_restore_hooks(layer, wrap)
+
+  def _release(self):
+    """Lets go of the layers, the kept values and the status."""
+    for layer in self._layers:
+      _private_api.unwrap_layer_restore_hooks(layer)
+    self._layers, self._snapshot, self._status = [], None, None
+    self._targets = []
+
+  def failed(self, error):
+    """Puts back what the restore assigned; its status now raises `error`."""
+    if self.error is not None:
+      return
+    self.error = _private_api.keep_error_as_raised(error)
+    self._snapshot.roll_back()
+    # TF keeps the weights' values waiting, but a later `tf.function` trace
+    # may build the model with fresh ones: the model's forward pass and the
+    # optimizers' updates raise the same error from now on.
+    for obj, names in self._targets:
+      for name in names:
+        if getattr(obj, name, None) is not None:
+          # Not through Keras' `__setattr__`: the wrapper is no tracked state.
+          object.__setattr__(obj, name, self._raiser())
+    status = self._status
+    self._release()
+    for name in ("assert_consumed", "assert_existing_objects_matched",
+                 "assert_nontrivial_match"):
+      # On the instance: TF's status class stays as it is.
+      setattr(status, name, self._refusal(name))
+
+  def _raiser(self):
+
+    def refuse(*unused_args, **unused_kwargs):
+      raise self.error.with_traceback(None)
+
+    return refuse
+
+  def _refusal(self, name):
+
+    def refuse():
+      raise AssertionError(
+          f"Restoring {self.source!r} failed, nothing of it is restored: "
+          f"{self.error}") from self.error
+
+    refuse.__name__ = name
+    return refuse
+
+
+def _layers_below(models, layer_class):
+  _, trackables = _rollback.reachable(models)
+  return [t for t in trackables if isinstance(t, layer_class)]
+
+
+def _touch_steps(objects, optimizer_classes):
+  """Creates the step counters tf_keras's OptimizerV2 makes on first use.
+
+  Made now, the restore assigns them now, and the snapshot can put them
+  back; made later, they would take the checkpoint's value on creation.
+  """
+  for obj in objects:
+    if isinstance(obj, optimizer_classes):
+      getattr(obj, "iterations", None)
+
+
+def guard_read(read, tf_keras):
+  """`read(checkpoint, save_path, ...)` leaving no partial state on failure.
+
+  Args:
+    read: The `tf.train.Checkpoint.read` (or v1 `restore`) to wrap.
+    tf_keras: The `tf_keras` module.
+
+  Returns:
+    The wrapper, with the same signature.
+  """
+  layer_class = tf_keras.layers.Layer
+  optimizer_classes = (tf_keras.optimizers.Optimizer,
+                       tf_keras.optimizers.legacy.Optimizer)
+
+  @functools.wraps(read)
+  def guarded(self, save_path, *args, **kwargs):
+    if save_path is None or not tf.executing_eagerly():
+      return read(self, save_path, *args, **kwargs)
+    models = _unbuilt_layers(self, layer_class)
+    if not models:
+      return read(self, save_path, *args, **kwargs)
+    skip = frozenset(id(m) for m in models)
+    _, others = _rollback.reachable([self], skip)
+    _touch_steps(others, optimizer_classes)
+    snapshot = _rollback.Snapshot([self, self.save_counter], skip)
+    status = read(self, save_path, *args, **kwargs)
+    waiting = [layer for layer in _layers_below(models, layer_class)
+               if _waiting(layer)]
+    if waiting:
+      targets = [(m, ("call",)) for m in models]
+      targets += [(o, ("apply_gradients",)) for o in others
+                  if isinstance(o, optimizer_classes)]
+      part = _DeferredPart(save_path, snapshot, status, targets,
+                           layer_class)
+      for layer in waiting:
+        part.watch(layer)
+    return status
+
+  return guarded
