@@ -175,12 +175,11 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
 
   Custom loops use TF 2.4's convention: `get_scaled_loss`, then
   `get_unscaled_gradients`, then `apply_gradients` with unscaled gradients.
-  `model.compile(optimizer=LossScaleOptimizer(...))` works too: Keras 3's
-  `fit` uses `scale_loss` and passes scaled gradients, which the wrapper
-  recognises and unscales (see the module docstring).
+  `model.compile(optimizer=LossScaleOptimizer(...))` works too: the wrapper
+  recognises and unscales the scaled gradients Keras 3's `fit` passes.
 
-  Hyperparameters of the inner optimizer can be read and set through the
-  wrapper (`opt.beta_1`); other attributes (Adam's `epsilon`) cannot.
+  The inner optimizer's hyperparameters are read and set through the wrapper
+  (`opt.beta_1`); its other attributes (Adam's `epsilon`) are not.
 
   Example:
 
