@@ -25,7 +25,6 @@ import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
-from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _v1_args
@@ -195,10 +194,7 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    fixed = _v1_args.fixed_scale(self._tf23_loss_scale)
-    if fixed is not None:
-      return fixed
-    return getattr(self._tf23_loss_scale, "initial_loss_scale", None)
+    return _v1_args.initial_scale(self._tf23_loss_scale)
 
   @property
   def dynamic_growth_steps(self) -> Optional[int]:
@@ -208,9 +204,7 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   @property
   def dynamic_counter(self) -> Optional[tf.Variable]:
     """A `DynamicLossScale`'s good-steps counter, else None."""
-    if isinstance(self._tf23_loss_scale, dynamic_state.DynamicScaleCore):
-      return dynamic_state.counter_variable(self._tf23_loss_scale)
-    return getattr(self._tf23_loss_scale, "_num_good_steps", None)
+    return _v1_args.good_steps_counter(self._tf23_loss_scale)
 
   def get_config(self) -> dict[str, Any]:
     """TF 2.4's config where it can express the loss scale, else TF 2.3's."""

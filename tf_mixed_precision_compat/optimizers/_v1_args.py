@@ -118,6 +118,36 @@ def fixed_scale(loss_scale):
   return None
 
 
+def initial_scale(loss_scale):
+  """TF 2.4's `initial_scale` of a TF 2.3 `LossScale`.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    The fixed or initial scale, or None for a user `LossScale` without an
+    `initial_loss_scale`.
+  """
+  fixed = fixed_scale(loss_scale)
+  if fixed is not None:
+    return fixed
+  return getattr(loss_scale, "initial_loss_scale", None)
+
+
+def good_steps_counter(loss_scale):
+  """TF 2.4's `dynamic_counter` of a TF 2.3 `LossScale`, or None.
+
+  Args:
+    loss_scale: A `LossScale`.
+
+  Returns:
+    A dynamic loss scale's good-steps variable, else None.
+  """
+  if isinstance(loss_scale, dynamic_state.DynamicScaleCore):
+    return dynamic_state.counter_variable(loss_scale)
+  return getattr(loss_scale, "_num_good_steps", None)
+
+
 def _loss_scale_types():
   return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
 

@@ -32,7 +32,6 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
-from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _v1_args
@@ -41,13 +40,6 @@ from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 __all__ = ["LossScaleOptimizerV1"]
 
 LossScaleOptimizer = loss_scale_optimizer.LossScaleOptimizer
-
-
-def _counter_of(loss_scale):
-  """The good-steps counter of a dynamic `LossScale`, or None."""
-  if isinstance(loss_scale, dynamic_state.DynamicScaleCore):
-    return dynamic_state.counter_variable(loss_scale)
-  return getattr(loss_scale, "_num_good_steps", None)
 
 
 def _custom_objects(custom_objects, serialized):
@@ -130,10 +122,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    fixed = _v1_args.fixed_scale(self._loss_scale)
-    if fixed is not None:
-      return fixed
-    return getattr(self._loss_scale, "initial_loss_scale", None)
+    return _v1_args.initial_scale(self._loss_scale)
 
   @property
   def dynamic_growth_steps(self) -> Optional[int]:
@@ -143,7 +132,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   @property
   def dynamic_counter(self) -> Optional[tf.Variable]:
     """A `DynamicLossScale`'s good-steps counter, else None."""
-    return _counter_of(self._loss_scale)
+    return _v1_args.good_steps_counter(self._loss_scale)
 
   # ------------------------------------------ checkpoints and configs --
 
