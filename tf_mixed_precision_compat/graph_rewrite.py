@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.optimizers import v1_optimizer
 from tf_mixed_precision_compat.endpoints import export
 
@@ -94,16 +95,11 @@ def _mixed_keras_policy_name():
   Only Keras modules that are already imported are consulted: if Keras was
   never imported, no policy can have been set.
   """
-  candidates = []
-  keras = sys.modules.get("keras")
-  if keras is not None:
-    candidates.append(lambda: keras.config.dtype_policy())
-  tf_keras = sys.modules.get("tf_keras")
-  if tf_keras is not None:
-    candidates.append(lambda: tf_keras.mixed_precision.global_policy())
-  for get_policy in candidates:
+  for module in targets.loaded_kerases():
     try:
-      policy = get_policy()
+      policy = (module.mixed_precision.global_policy()
+                if module.__name__ == targets.TF_KERAS else
+                module.config.dtype_policy())
     except AttributeError:  # A Keras without this accessor has no policy.
       continue
     name = str(getattr(policy, "name", ""))
@@ -124,8 +120,7 @@ def _keras_wrapper_classes():
     cls = getattr(ours, attr, None)
     if isinstance(cls, type):
       classes.append(cls)
-  for module_name in ("keras", "tf_keras"):
-    module = sys.modules.get(module_name)
+  for module in targets.loaded_kerases():
     cls = getattr(getattr(module, "mixed_precision", None),
                   "LossScaleOptimizer", None)
     if isinstance(cls, type):
@@ -135,9 +130,6 @@ def _keras_wrapper_classes():
 
 def _keras_loss_scale_optimizer():
   """This package's Keras `LossScaleOptimizerV1`, imported only when needed."""
-  # Imported on first use: a tf.compat.v1 job never loads the Keras stack.
-  # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat import targets
   target = targets.target_module()  # The tf_keras target has its own class.
   if target is not None:
     return target.LossScaleOptimizerV1

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import sys
 import threading
 from typing import Any, Iterator, Optional, Union
 
@@ -53,6 +52,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _device_check
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -477,7 +477,7 @@ def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
 def _is_layer(obj):
   if isinstance(obj, keras.layers.Layer):
     return True
-  tf_keras = sys.modules.get("tf_keras")
+  tf_keras = targets.loaded_tf_keras()
   return tf_keras is not None and isinstance(obj, tf_keras.layers.Layer)
 
 

@@ -10,7 +10,10 @@ Two targets share one code base:
 
 Everything target-independent (the TF1 loss scales, the graph rewrite, the
 `tf.compat.v1` optimizer) is shared. `install()` asks `keras_symbol` for the
-class to graft at each Keras endpoint.
+class to graft at each Keras endpoint. Shared code that must recognise
+objects of either Keras (a layer, an optimizer, a global policy) finds the
+Keras packages here (`loaded_kerases`, `loaded_tf_keras`, `import_tf_keras`),
+never by name itself.
 
 Example:
 
@@ -29,7 +32,8 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 
-__all__ = ["KERAS3", "TF_KERAS", "active", "keras_symbol", "select_tf_keras",
+__all__ = ["KERAS3", "TF_KERAS", "active", "import_tf_keras", "keras_symbol",
+           "loaded_kerases", "loaded_tf_keras", "select_tf_keras",
            "target_module"]
 
 KERAS3 = "keras3"
@@ -50,6 +54,43 @@ def active() -> str:
   model = getattr(tf.keras, "Model", None)
   name = getattr(model, "__module__", None) or ""
   return TF_KERAS if name.split(".")[0] == "tf_keras" else KERAS3
+
+
+def loaded_tf_keras() -> Optional[types.ModuleType]:
+  """tf_keras if the process already imported it, else None.
+
+  Checks whether an object is a tf_keras one without importing tf_keras: an
+  object of a package that was never imported cannot be one of its.
+
+  Returns:
+    The `tf_keras` module, or None.
+  """
+  return sys.modules.get(TF_KERAS)
+
+
+def loaded_kerases() -> list[types.ModuleType]:
+  """The Keras packages already imported: Keras 3's, then tf_keras.
+
+  Returns:
+    A list of zero to two modules (`keras`, `tf_keras`); none is imported.
+  """
+  return [module for module in (sys.modules.get("keras"), loaded_tf_keras())
+          if module is not None]
+
+
+def import_tf_keras() -> Optional[types.ModuleType]:
+  """tf_keras, imported if installed (an optional dependency), else None.
+
+  For what must work in a fresh process, e.g. deserializing a config that a
+  wrapped tf_keras optimizer wrote.
+
+  Returns:
+    The `tf_keras` module, or None if it is not installed.
+  """
+  try:
+    return importlib.import_module(TF_KERAS)
+  except ImportError:
+    return None
 
 
 def target_module() -> Optional[types.ModuleType]:

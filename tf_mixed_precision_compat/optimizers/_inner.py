@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Keras 3 optimizers a checkpoint restore waits to build (their slots are
@@ -43,10 +44,8 @@ def build_before_get_slot(optimizer, build):
   """Has `get_slot` on unbuilt `optimizer` call `build()` first (once)."""
   _BUILD_BEFORE_GET_SLOT[optimizer] = build
 
-try:  # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
-  import tf_keras as _tf_keras  # pylint: disable=g-import-not-at-top
-except ImportError:  # pragma: no cover - tf_keras is optional
-  _tf_keras = None
+# Legacy Keras 2 optimizers, only when the user has tf_keras installed.
+_tf_keras = targets.import_tf_keras()
 
 
 class AlreadyWrappedError(ValueError, AttributeError):

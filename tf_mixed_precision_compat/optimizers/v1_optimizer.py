@@ -31,7 +31,6 @@ in both directions.
 """
 
 import math
-import sys
 from typing import Any, Iterable, Optional, Sequence
 
 import tensorflow as tf
@@ -39,6 +38,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _grad_checks
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _step
@@ -64,9 +64,7 @@ def is_keras_optimizer(opt: Any) -> bool:
   tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
   OptimizerV2) count too: the Keras `LossScaleOptimizer` wraps them.
   """
-  for module_name in ("keras", "tf_keras"):
-    # Only modules already imported: checking must not import tf_keras.
-    module = sys.modules.get(module_name)
+  for module in targets.loaded_kerases():
     optimizers = getattr(module, "optimizers", None)
     bases = [getattr(optimizers, "Optimizer", None),
              getattr(getattr(optimizers, "legacy", None), "Optimizer", None)]
