@@ -96,7 +96,7 @@ import keras  # pylint: disable=g-import-not-at-top,wrong-import-position
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
-from tf_mixed_precision_compat.optimizers import v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.optimizers import compat_v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat import loss_scale as loss_scale_module  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 try:  # Optional contender.
@@ -642,7 +642,7 @@ def _v1_graph(name, values, x_value):
     loss = _loss(variables, x)
     opt = tf.compat.v1.train.AdamOptimizer(_LR)
     if name == "v1_ours":
-      opt = v1_optimizer.MixedPrecisionLossScaleOptimizer(
+      opt = compat_v1_optimizer.MixedPrecisionLossScaleOptimizer(
           opt, loss_scale_module.DynamicLossScale())
     train_op = opt.minimize(loss, var_list=variables)
     init = tf.compat.v1.global_variables_initializer()

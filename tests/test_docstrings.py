@@ -21,10 +21,10 @@ MODULES = [
     "optimizers._inner",
     "optimizers._keras2_config",
     "optimizers._step",
-    "optimizers._v1_args",
+    "optimizers._experimental_args",
     "optimizers.loss_scale_optimizer",
-    "optimizers.loss_scale_optimizer_v1",
-    "optimizers.v1_optimizer",
+    "optimizers.experimental_loss_scale_optimizer",
+    "optimizers.compat_v1_optimizer",
     "policy",
 ]
 

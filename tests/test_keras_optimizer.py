@@ -13,8 +13,7 @@ from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
-from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
-    LossScaleOptimizerV1)
+from tf_mixed_precision_compat import LossScaleOptimizerV1
 
 INF = testing.INF
 NAN = testing.NAN

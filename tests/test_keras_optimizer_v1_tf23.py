@@ -18,8 +18,7 @@ from tests import v1_tf23_cases as cases
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
-from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
-    LossScaleOptimizerV1)
+from tf_mixed_precision_compat import LossScaleOptimizerV1
 
 pytestmark = pytest.mark.usefixtures("installed")
 

@@ -16,8 +16,7 @@ import tensorflow as tf
 from tests import testing
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
-from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
-    LossScaleOptimizerV1)
+from tf_mixed_precision_compat import LossScaleOptimizerV1
 
 
 def _fixture():

@@ -1,6 +1,5 @@
 """Tests of the dtype policies: classes, global policy, get_layer_policy."""
 
-import importlib
 import json
 
 from absl.testing import parameterized
@@ -531,20 +530,6 @@ class SerializationTest(parameterized.TestCase):
   def test_deserialize_errors(self, config, message):
     with self.assertRaisesRegex(ValueError, message):
       policy_module.deserialize(config)
-
-  def test_moved_names_still_reachable_through_policy(self):
-    # They moved to `legacy` and `install`; code written before still works.
-    # The package's `install` attribute is the function, not the module.
-    install_module = importlib.import_module(
-        "tf_mixed_precision_compat.install")
-    for name in ("custom_objects", "deserialization_scope",
-                 "model_from_config", "model_from_json"):
-      self.assertIs(getattr(policy_module, name), getattr(legacy, name))
-    for name in ("enable_compile_integration", "disable_compile_integration",
-                 "compile_integration_enabled"):
-      self.assertIs(getattr(policy_module, name),
-                    getattr(install_module, name))
-    self.assertFalse(hasattr(policy_module, "no_such_name"))
 
   def test_custom_objects_is_a_fresh_dict(self):
     objects = legacy.custom_objects()

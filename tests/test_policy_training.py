@@ -11,8 +11,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _compile
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
-from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
-    LossScaleOptimizerV1)
+from tf_mixed_precision_compat import LossScaleOptimizerV1
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.policy import Policy

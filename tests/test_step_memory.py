@@ -23,8 +23,9 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat.optimizers import _gated_apply
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
-from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
-from tf_mixed_precision_compat.optimizers import v1_optimizer
+from tf_mixed_precision_compat.optimizers import (
+    experimental_loss_scale_optimizer)
+from tf_mixed_precision_compat.optimizers import compat_v1_optimizer
 
 _WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
 # Ops whose outputs hold no bytes of their own: the step's inputs (the
@@ -198,7 +199,7 @@ class StepMemoryTest(parameterized.TestCase):
       variables = [tf.compat.v1.Variable(tf.zeros(s), use_resource=True)
                    for s in _SHAPES]
       grads = [tf.compat.v1.placeholder(tf.float32, s) for s in _SHAPES]
-      opt = v1_optimizer.MixedPrecisionLossScaleOptimizer(
+      opt = compat_v1_optimizer.MixedPrecisionLossScaleOptimizer(
           tf.compat.v1.train.AdamOptimizer(0.01), "dynamic")
       # The slots and their initializers are made up front.
       opt.apply_gradients(list(zip(grads, variables)))
@@ -263,7 +264,8 @@ class FitTest(parameterized.TestCase):
                               keras.layers.Dense(64), keras.layers.Dense(64)])
     inner = keras.optimizers.Adam(0.01)
     opt = (loss_scale_optimizer.LossScaleOptimizer(inner) if version == "v2"
-           else loss_scale_optimizer_v1.LossScaleOptimizerV1(inner, "dynamic"))
+           else experimental_loss_scale_optimizer.LossScaleOptimizerV1(
+               inner, "dynamic"))
     model.compile(optimizer=opt, loss="mse")
     x = np.ones((8, 64), np.float32)
     with _patched(_gated_apply, "_Writes", spy):

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 from tests import testing
 

@@ -14,7 +14,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 from tests import test_v1_optimizer
 

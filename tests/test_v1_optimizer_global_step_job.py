@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,7 +99,7 @@ _TF1_SCRIPT = """
 import importlib.util, json, sys
 import tensorflow as tf
 tf.compat.v1.disable_v2_behavior()
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 spec = importlib.util.spec_from_file_location("job", sys.argv[1])
 job = importlib.util.module_from_spec(spec)

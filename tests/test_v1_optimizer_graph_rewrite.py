@@ -16,7 +16,7 @@ import tensorflow as tf
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
 from tests import test_v1_optimizer
 from tests import testing
@@ -215,17 +215,17 @@ def test_our_mixed_policy_is_refused_too():
 
 
 def test_keras_optimizer_is_wrapped_in_keras_loss_scale_optimizer():
-  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1  # pylint: disable=g-import-not-at-top
+  from tf_mixed_precision_compat import LossScaleOptimizerV1  # pylint: disable=g-import-not-at-top
   inner = keras.optimizers.SGD(0.1)
   opt = graph_rewrite.enable_mixed_precision_graph_rewrite(inner, 64)
-  assert isinstance(opt, loss_scale_optimizer_v1.LossScaleOptimizerV1)
+  assert isinstance(opt, LossScaleOptimizerV1)
   assert opt.inner_optimizer is inner
   assert not opt.dynamic
   assert float(opt.loss_scale) == 64.0
   assert _option()
   dynamic = graph_rewrite.enable_mixed_precision_graph_rewrite_v1(
       keras.optimizers.Adam())
-  assert isinstance(dynamic, loss_scale_optimizer_v1.LossScaleOptimizerV1)
+  assert isinstance(dynamic, LossScaleOptimizerV1)
   assert dynamic.dynamic
 
 

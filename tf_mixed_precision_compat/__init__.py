@@ -6,8 +6,6 @@ TensorFlow-shaped trees `tf_mixed_precision_compat.v2` and `.v1`, or call
 endpoints resolve again.
 """
 
-import sys
-
 from tf_mixed_precision_compat import _version_check
 
 _version_check.check()
@@ -17,7 +15,6 @@ from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import policy
-from tf_mixed_precision_compat.optimizers import v1_optimizer
 from tf_mixed_precision_compat.graph_rewrite import (
     disable_mixed_precision_graph_rewrite)
 from tf_mixed_precision_compat.graph_rewrite import (
@@ -32,8 +29,8 @@ from tf_mixed_precision_compat.install import installed
 from tf_mixed_precision_compat.install import uninstall
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
-from tf_mixed_precision_compat.optimizers.loss_scale_optimizer_v1 import (
-    LossScaleOptimizerV1)
+from tf_mixed_precision_compat.optimizers import (
+    experimental_loss_scale_optimizer as _experimental)
 from tf_mixed_precision_compat.loss_scale import deserialize
 from tf_mixed_precision_compat.loss_scale import DynamicLossScale
 from tf_mixed_precision_compat.loss_scale import FixedLossScale
@@ -47,15 +44,12 @@ from tf_mixed_precision_compat.policy import policy_scope
 from tf_mixed_precision_compat.policy import PolicyV1
 from tf_mixed_precision_compat.policy import set_global_policy
 from tf_mixed_precision_compat.policy import set_policy
-from tf_mixed_precision_compat.optimizers.v1_optimizer import (
+from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
     MixedPrecisionLossScaleOptimizer)
+LossScaleOptimizerV1 = _experimental.LossScaleOptimizerV1
 # Opt-in: more memory for overlapping a step's updates (docs/performance.md).
 from tf_mixed_precision_compat.optimizers._gated_apply import (
     set_overlap_memory_budget)
-
-# `v1_optimizer` is a public name of the package; it moved into `optimizers/`,
-# and `import tf_mixed_precision_compat.v1_optimizer` still finds it.
-sys.modules[f"{__name__}.v1_optimizer"] = v1_optimizer
 
 __version__ = "0.1.0"
 
@@ -92,6 +86,5 @@ __all__ = [
     "set_policy",
     "uninstall",
     "v1",
-    "v1_optimizer",
     "v2",
 ]

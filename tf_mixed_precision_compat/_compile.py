@@ -16,7 +16,8 @@ import keras
 
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
-from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
+from tf_mixed_precision_compat.optimizers import (
+    experimental_loss_scale_optimizer)
 
 # The attribute of a `make_compile` result holding the `compile` it wraps.
 _ORIGINAL = "_tf_mixed_precision_compat_original"
@@ -53,7 +54,8 @@ def _wrap_optimizer(optimizer, loss_scale):
     return optimizer
   if isinstance(loss_scale, str) and loss_scale == "dynamic":
     return loss_scale_optimizer.LossScaleOptimizer(optimizer)
-  return loss_scale_optimizer_v1.LossScaleOptimizerV1(optimizer, loss_scale)
+  return experimental_loss_scale_optimizer.LossScaleOptimizerV1(
+      optimizer, loss_scale)
 
 
 def make_compile(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -29,7 +29,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import targets
-from tf_mixed_precision_compat.optimizers import v1_optimizer
+from tf_mixed_precision_compat.optimizers import compat_v1_optimizer
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -115,7 +115,7 @@ def _keras_wrapper_classes():
   classes = []
   for module_name, attr in (
       ("optimizers.loss_scale_optimizer", "LossScaleOptimizer"),
-      ("optimizers.loss_scale_optimizer_v1", "LossScaleOptimizerV1")):
+      ("optimizers.experimental_loss_scale_optimizer", "LossScaleOptimizerV1")):
     ours = sys.modules.get(f"{__package__}.{module_name}")
     cls = getattr(ours, attr, None)
     if isinstance(cls, type):
@@ -134,13 +134,14 @@ def _keras_loss_scale_optimizer():
   if target is not None:
     return target.LossScaleOptimizerV1
   # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.optimizers import loss_scale_optimizer_v1
-  return loss_scale_optimizer_v1.LossScaleOptimizerV1
+  from tf_mixed_precision_compat.optimizers import (
+      experimental_loss_scale_optimizer)
+  return experimental_loss_scale_optimizer.LossScaleOptimizerV1
 
 
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
   """Wraps `opt` in the loss-scale optimizer made for its kind."""
-  wrappers = [v1_optimizer.MixedPrecisionLossScaleOptimizer]
+  wrappers = [compat_v1_optimizer.MixedPrecisionLossScaleOptimizer]
   wrappers += _keras_wrapper_classes()
   for wrapper in wrappers:
     if isinstance(opt, wrapper):
@@ -149,8 +150,8 @@ def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
           "`enable_mixed_precision_graph_rewrite` will automatically wrap the "
           f"optimizer with a {wrapper.__name__}.")
   if isinstance(opt, tf.compat.v1.train.Optimizer):
-    return v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
-  if v1_optimizer.is_keras_optimizer(opt):
+    return compat_v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
+  if compat_v1_optimizer.is_keras_optimizer(opt):
     return _keras_loss_scale_optimizer()(opt, loss_scale)
   if use_v1_behavior:
     raise ValueError('"opt" must be an instance of a tf.train.Optimizer or a '

@@ -43,7 +43,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import importlib
 import threading
 from typing import Any, Iterator, Optional, Union
 
@@ -590,39 +589,3 @@ def deserialize(config: dict[str, Any],
     raise ValueError(f"Unknown dtype policy: {class_name}. Known policies: "
                      f"{sorted(classes)}.")
   raise ValueError(f"Could not interpret dtype policy config: {config!r}")
-
-
-# --------------------------------------------------------------------------
-# Names that moved.
-
-# The names this module had before they moved out, by the module now
-# holding them. They are imported only when first asked for (`__getattr__`
-# below), never when this module is: those modules import this one, and
-# imports go one way (`legacy` and `install` build on `policy`).
-_MOVED = {
-    "custom_objects": "tf_mixed_precision_compat.legacy._model_config",
-    "deserialization_scope": "tf_mixed_precision_compat.legacy._model_config",
-    "model_from_config": "tf_mixed_precision_compat.legacy._model_config",
-    "model_from_json": "tf_mixed_precision_compat.legacy._model_config",
-    "compile_owner": "tf_mixed_precision_compat._compile",
-    "compile_integration_enabled": "tf_mixed_precision_compat.install",
-    "disable_compile_integration": "tf_mixed_precision_compat.install",
-    "enable_compile_integration": "tf_mixed_precision_compat.install",
-}
-
-
-def __getattr__(name: str) -> Any:
-  """Keeps the moved names (`_MOVED`) working as attributes of this module.
-
-  Args:
-    name: The attribute asked for.
-
-  Returns:
-    The moved function.
-
-  Raises:
-    AttributeError: If `name` is not one of them.
-  """
-  if name not in _MOVED:
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-  return getattr(importlib.import_module(_MOVED[name]), name)

@@ -27,7 +27,7 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _step
-from tf_mixed_precision_compat.optimizers import _v1_args
+from tf_mixed_precision_compat.optimizers import _experimental_args
 
 _LSO_V2, _LSO_V3, _LSO_META = (
     _private_api.tf_keras_loss_scale_optimizer_classes())
@@ -150,7 +150,7 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
   2.4's `LossScaleOptimizer` for `optimizers.legacy.*`) that behaves as TF
   2.3.4's class where TF 2.4 broke TF 2.3 code (as the Keras 3 target's,
-  `loss_scale_optimizer_v1`): it holds and updates any `LossScale`
+  `experimental_loss_scale_optimizer`): it holds and updates any `LossScale`
   ("dynamic", a number, a `DynamicLossScale` of any multiplier, a user
   subclass), checkpointed under `optimizer/loss_scale/`; `loss_scale` is that
   `LossScale`, callable (`opt.loss_scale()`) and a float32 tensor for TF 2.4
@@ -173,7 +173,7 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
     Raises:
       ValueError: For any other value, or if `optimizer` is already wrapped.
     """
-    resolved, message = _v1_args.tf23_loss_scale(loss_scale)
+    resolved, message = _experimental_args.tf23_loss_scale(loss_scale)
     super().__init__(optimizer, dynamic=False, initial_scale=1.)
     self._loss_scale = _tf23_state_class()(resolved)
     self._track_trackable(resolved, "loss_scale")
@@ -189,12 +189,12 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return _v1_args.fixed_scale(self._tf23_loss_scale) is None
+    return _experimental_args.fixed_scale(self._tf23_loss_scale) is None
 
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    return _v1_args.initial_scale(self._tf23_loss_scale)
+    return _experimental_args.initial_scale(self._tf23_loss_scale)
 
   @property
   def dynamic_growth_steps(self) -> Optional[int]:
@@ -204,11 +204,11 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   @property
   def dynamic_counter(self) -> Optional[tf.Variable]:
     """A `DynamicLossScale`'s good-steps counter, else None."""
-    return _v1_args.good_steps_counter(self._tf23_loss_scale)
+    return _experimental_args.good_steps_counter(self._tf23_loss_scale)
 
   def get_config(self) -> dict[str, Any]:
     """TF 2.4's config where it can express the loss scale, else TF 2.3's."""
-    if _v1_args.tf24_representable(self._tf23_loss_scale):
+    if _experimental_args.tf24_representable(self._tf23_loss_scale):
       return super().get_config()
     return {
         "optimizer": tf_keras.optimizers.serialize(self._optimizer),
@@ -263,7 +263,7 @@ class _SerializedV1:
   @classmethod
   def from_config(cls, config: dict[str, Any],
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
-    if "loss_scale" in config and not _v1_args.tf24_representable(
+    if "loss_scale" in config and not _experimental_args.tf24_representable(
         _tf23_loss_scale_from(config["loss_scale"], custom_objects)):
       return LossScaleOptimizerV1.from_config(config, custom_objects)
     # What tf_keras's own deserialize makes of "LossScaleOptimizerV1".
@@ -471,7 +471,8 @@ def custom_objects() -> dict[str, Any]:
 
 REPLACEMENTS = {
     "loss_scale_optimizer.LossScaleOptimizer": LossScaleOptimizer,
-    "loss_scale_optimizer_v1.LossScaleOptimizerV1": LossScaleOptimizerV1,
+    "experimental_loss_scale_optimizer.LossScaleOptimizerV1": (
+        LossScaleOptimizerV1),
     "policy.Policy": Policy,
     "policy.PolicyV1": PolicyV1,
     "policy.global_policy": global_policy,

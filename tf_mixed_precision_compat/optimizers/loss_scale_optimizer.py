@@ -1,9 +1,10 @@
 """TF 2.4's Keras `LossScaleOptimizer`, wrapping Keras 3 optimizers.
 
 `LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
-dynamic_growth_steps=None)` is TF 2.4's class; `loss_scale_optimizer_v1` has
-the experimental one of TF 2.3 (a subclass, as in TF 2.4). Both run on TF
-2.21, where `tf.keras` is Keras 3. The class holds the loss scaling and the
+dynamic_growth_steps=None)` is TF 2.4's class;
+`experimental_loss_scale_optimizer` has the experimental one of TF 2.3 (a
+subclass, as in TF 2.4). Both run on TF 2.21, where `tf.keras` is Keras 3.
+The class holds the loss scaling and the
 step; what it hands to the inner optimizer is `_delegation.InnerDelegation`,
 and how each kind of inner optimizer (Keras 3, or tf_keras's OptimizerV2) is
 driven is `_inner`.
@@ -92,7 +93,7 @@ from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _delegation
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _step
-from tf_mixed_precision_compat.optimizers import _v1_args
+from tf_mixed_precision_compat.optimizers import _experimental_args
 
 __all__ = ["LossScaleOptimizer"]
 
@@ -143,10 +144,10 @@ def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
   """
   if dynamic:
     return (dynamic_state.check_initial_scale(
-        _v1_args.DEFAULT_INITIAL_SCALE
+        _experimental_args.DEFAULT_INITIAL_SCALE
         if initial_scale is None else initial_scale, "initial_scale"),
             dynamic_state.check_growth_steps(
-                _v1_args.DEFAULT_GROWTH_STEPS
+                _experimental_args.DEFAULT_GROWTH_STEPS
                 if dynamic_growth_steps is None else dynamic_growth_steps,
                 "dynamic_growth_steps"))
   if initial_scale is None:
@@ -557,7 +558,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """
     config = dict(config)
     if "loss_scale" in config:
-      config.update(_v1_args.tf23_config_arguments(config.pop("loss_scale")))
+      config.update(_experimental_args.tf23_config_arguments(config.pop("loss_scale")))
       config["inner_optimizer"] = config.pop("optimizer")
     config["inner_optimizer"] = _inner.deserialize(
         config["inner_optimizer"], custom_objects)

@@ -34,7 +34,7 @@ from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
-from tf_mixed_precision_compat.optimizers import _v1_args
+from tf_mixed_precision_compat.optimizers import _experimental_args
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 __all__ = ["LossScaleOptimizerV1"]
@@ -60,7 +60,7 @@ def _custom_objects(custom_objects, serialized):
 
 @export("keras.mixed_precision.experimental.LossScaleOptimizer",
         v1=("keras.mixed_precision.experimental.LossScaleOptimizer",),
-        warning=_v1_args.V1_WARNING_PREFIX.rstrip())
+        warning=_experimental_args.V1_WARNING_PREFIX.rstrip())
 @loss_scale_optimizer.serializable
 class LossScaleOptimizerV1(LossScaleOptimizer):
   """The deprecated experimental LossScaleOptimizer of TF 2.3.
@@ -93,7 +93,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
       ValueError: For any other `loss_scale`, or as `LossScaleOptimizer`.
       TypeError: As `LossScaleOptimizer`.
     """
-    resolved, message = _v1_args.tf23_loss_scale(loss_scale)
+    resolved, message = _experimental_args.tf23_loss_scale(loss_scale)
     # The base class checks the optimizer and the strategy; the scale it
     # would hold is replaced by the TF 2.3 `LossScale`.
     super().__init__(optimizer, dynamic=False, initial_scale=1.)
@@ -117,12 +117,12 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return _v1_args.fixed_scale(self._loss_scale) is None
+    return _experimental_args.fixed_scale(self._loss_scale) is None
 
   @property
   def initial_scale(self) -> Any:
     """The fixed or initial loss scale, or None for a user `LossScale`."""
-    return _v1_args.initial_scale(self._loss_scale)
+    return _experimental_args.initial_scale(self._loss_scale)
 
   @property
   def dynamic_growth_steps(self) -> Optional[int]:
@@ -132,7 +132,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   @property
   def dynamic_counter(self) -> Optional[tf.Variable]:
     """A `DynamicLossScale`'s good-steps counter, else None."""
-    return _v1_args.good_steps_counter(self._loss_scale)
+    return _experimental_args.good_steps_counter(self._loss_scale)
 
   # ------------------------------------------ checkpoints and configs --
 
@@ -170,7 +170,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
       fixed scale or a `DynamicLossScale` of multiplier 2; otherwise TF
       2.3.4's `{"optimizer", "loss_scale"}`.
     """
-    if _v1_args.tf24_representable(self._loss_scale):
+    if _experimental_args.tf24_representable(self._loss_scale):
       return super().get_config()
     return {
         "optimizer": self._adapter.serialize(),
@@ -229,7 +229,7 @@ class _SerializedV1:
       loss_scale = loss_scale_module.deserialize(
           config["loss_scale"],
           _custom_objects(custom_objects, config["loss_scale"]))
-      if not _v1_args.tf24_representable(loss_scale):
+      if not _experimental_args.tf24_representable(loss_scale):
         return LossScaleOptimizerV1.from_config(config, custom_objects)
     return LossScaleOptimizer.from_config(config, custom_objects)
 
