@@ -137,7 +137,7 @@ def tf_keras_tf22_restoration_class():
   TF 2.2 checkpoints hold the wrapped optimizer's iterations and
   hyperparameters under `optimizer/base_optimizer/`; tf_keras's stand-in
   restores only its slots. The tf_keras target makes it hand the rest to the
-  wrapped optimizer too (`tf_keras_target.restore_tf22_dependencies`), and
+  wrapped optimizer too (`targets.tf_keras.classes`), and
   only this class is where that edge ends.
 
   Returns:

@@ -76,9 +76,11 @@ from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _model_config
 from tf_mixed_precision_compat.legacy import _saved_model
-from tf_mixed_precision_compat.legacy import _tf_keras_deferred
-from tf_mixed_precision_compat.legacy import _tf_keras_h5
-from tf_mixed_precision_compat.legacy import _tf_keras_restore
+from tf_mixed_precision_compat.targets.tf_keras import (
+    deferred as _tf_keras_deferred)
+from tf_mixed_precision_compat.targets.tf_keras import h5 as _tf_keras_h5
+from tf_mixed_precision_compat.targets.tf_keras import (
+    restore as _tf_keras_restore)
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import targets
 

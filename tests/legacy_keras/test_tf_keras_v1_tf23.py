@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-import tf_mixed_precision_compat as mp
+from tf_mixed_precision_compat.targets.tf_keras import (
+    classes as tf_keras_classes)
 from tests import v1_tf23_cases as cases
 
 
@@ -98,7 +99,7 @@ def test_config_round_trip_matches_tf23():
     assert isinstance(again, lso)
     assert again.get_config()["loss_scale"] == recorded["loss_scale"]
   # tf_keras's non-experimental class keeps TF 2.4's refusal.
-  tf24_class = mp.tf_keras_target._LSO_V2  # pylint: disable=protected-access
+  tf24_class = tf_keras_classes._LSO_V2  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="multiplier is not 2"):
     tf24_class.from_config(data["multiplier_4"]["get_config"])
 

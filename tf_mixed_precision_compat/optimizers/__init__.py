@@ -18,7 +18,7 @@ How the Keras classes are built:
 * `_keras2_config`: TF 2.3/2.4's optimizer names, hyperparameters, slot names
   and configs, as Keras 3 spells them;
 * `_experimental_args`: TF 2.3's `loss_scale` as TF 2.4's arguments (also
-  used by `tf_keras_target`);
+  used by `targets.tf_keras.classes`);
 * `_step`: strategy support, the `scale_loss` mark, gradient checks,
   apply-or-skip;
 * `_gated_apply`: applying a step in a `tf.function` with TF 2.4's result,

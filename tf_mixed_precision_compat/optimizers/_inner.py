@@ -12,7 +12,7 @@ Every difference between them lives here: the wrapper asks its adapter
 (`adapt(inner_optimizer)`) and has no per-kind branch. tf_keras's current
 optimizers (`tf_keras.optimizers.Adam`, ...) are the third kind a TF 2.x job
 may hold; tf_keras's own `LossScaleOptimizer` wraps them on the tf_keras
-target (`tf_keras_target`), and this wrapper refuses them.
+target (`targets.tf_keras.classes`), and this wrapper refuses them.
 
 Example:
 

@@ -6,7 +6,8 @@ Two targets share one code base:
   classes are those of `optimizers/` and `policy`.
 * `TF_KERAS` (`TF_USE_LEGACY_KERAS=1` with `tf_keras` installed): `tf.keras`
   is tf_keras 2.x, which still has TF 2.4's mixed-precision design; the Keras
-  classes are the thin ones of `tf_keras_target`, built on tf_keras's own.
+  classes are the thin ones of `targets.tf_keras.classes`, built on
+  tf_keras's own.
 
 Everything target-independent (the TF1 loss scales, the graph rewrite, the
 `tf.compat.v1` optimizer) is shared. `install()` asks `keras_symbol` for the
@@ -97,11 +98,11 @@ def target_module() -> Optional[types.ModuleType]:
   """Returns the module holding the active target's Keras classes, or None.
 
   Returns:
-    `tf_keras_target` for `TF_KERAS`; None for `KERAS3`, whose classes are the
-    registered endpoints themselves.
+    `targets.tf_keras.classes` for `TF_KERAS`; None for `KERAS3`, whose
+    classes are the registered endpoints themselves.
   """
   if active() == TF_KERAS:
-    return importlib.import_module(f"{__package__}.tf_keras_target")
+    return importlib.import_module(f"{__name__}.tf_keras.classes")
   return None
 
 
