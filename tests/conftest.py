@@ -9,11 +9,11 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-# tests/legacy_keras/ needs `tf.keras` to be tf_keras, which TF decides at
+# tests/targets/tf_keras/ needs `tf.keras` to be tf_keras, which TF decides at
 # import from TF_USE_LEGACY_KERAS; CI runs it as a second pytest invocation
 # with the variable set (see .ci/run), and the default run leaves it out.
 collect_ignore = ([] if os.environ.get("TF_USE_LEGACY_KERAS") == "1" else
-                  ["legacy_keras"])
+                  ["targets/tf_keras"])
 
 from absl import flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position

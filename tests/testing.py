@@ -9,7 +9,8 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import _device_check
 
-FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(REPO_ROOT, "tests", "fixtures")
 
 INF = float("inf")
 NAN = float("nan")

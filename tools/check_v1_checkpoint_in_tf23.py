@@ -28,7 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 
-from tests import test_v1_optimizer as recorded
+from tests.optimizers import test_compat_v1_optimizer as recorded
 
 
 def ours(directory):

@@ -53,7 +53,7 @@ def _data():
 
 
 def build(with_lambda):
-  """The model (same layer names as tests/test_legacy_h5_resume.py)."""
+  """The model (same layer names as tests/legacy/test_h5_resume.py)."""
   tf.random.set_seed(3)
   inputs = K.Input((4, 4, 4, 1), name="cube")
   h = K.layers.Conv3D(4, 2, strides=2, name="conv")(inputs)

@@ -5,7 +5,7 @@ Run with each reference TensorFlow:
   .ref/tf24/bin/python tools/gen_legacy_keras_trajectories.py
   .ref/tf23/bin/python tools/gen_legacy_keras_trajectories.py
 
-Runs every scenario of tests/both_targets/scenarios.py (TF 2.3/2.4 job code)
+Runs every scenario of tests/targets/both/scenarios.py (TF 2.3/2.4 job code)
 and writes, per step, the loss scale, the counter, whether the step was
 skipped and the optimizer's iterations to
 tests/fixtures/legacy_keras/trajectories_tf<23|24>.json. A scenario the old

@@ -6,7 +6,8 @@ Run under the TF 2.4.4 reference interpreter:
 
 Writes tests/fixtures/restore_failures/: two small checkpoints and
 `tf24_outcomes.json`, what TF 2.4.4 did with them (exception types, when they
-were raised, what was assigned). tests/test_restore_failures.py restores the
+were raised, what was assigned). tests/legacy/test_restore_failures.py restores
+the
 same checkpoints with TF 2.21 after `install()` and checks the same outcome.
 
 * `ckpt_good`: a subclassed model `Net(width=3)` (a custom layer `Lin` with

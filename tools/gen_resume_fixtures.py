@@ -11,7 +11,8 @@ through a dynamic loss-scale optimizer for `SAVE_AT` steps, saves a checkpoint
 the way real jobs did (see CASES), and then trains on for `CONTINUE` more
 steps without interruption, recording after every step the optimizer's
 iterations, loss scale, good-step counter and whether the step was skipped,
-and at the end every weight and slot. tests/test_checkpoint_restore.py resumes
+and at the end every weight and slot.
+tests/legacy/test_checkpoint_restore_hook.py resumes
 each checkpoint in TF 2.21 with the job's own restore code and checks that it
 continues the same way.
 

@@ -8,7 +8,7 @@ Writes under tests/fixtures/keras_lso/:
 
 * v1_tf23.json, per case (`"dynamic"`, a fixed 128, a `DynamicLossScale`
   with `multiplier=4`, the user `LossScale` subclass of
-  tests/tf23_custom_loss_scale.py):
+  tests/loss_scale/tf23_custom_loss_scale.py):
   - `calls`: `opt.loss_scale()` eagerly and returned from a `tf.function`,
     and the class name of `opt.loss_scale`;
   - `get_config` / `serialize` of the optimizer;

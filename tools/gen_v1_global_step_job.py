@@ -9,7 +9,8 @@ and writes tests/fixtures/v1_optimizer/global_step_job_tf2X.json; with
 `--tf1` it first calls `tf.compat.v1.disable_v2_behavior()`, as TF1-style
 scripts did (reference variables, control flow v1), and writes
 global_step_job_tf2X_tf1.json. The test
-(tests/test_v1_optimizer_global_step_job.py) imports `run_job` from this file
+(tests/optimizers/test_compat_v1_global_step_job.py) imports `run_job` from
+this file
 and runs the same job with this package's optimizer and with TF 2.21's own
 `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`.
 

@@ -14,7 +14,8 @@ Run under the reference environments (Python 3.8):
 Each writes tests/fixtures/v1_optimizer/variable_names_tf2{3,4}.json: per case
 of `CASES`, the global variables' names in creation order, with resource and
 with reference variables (`disable_v2_behavior()`, as TF1-style jobs run).
-`tests/test_v1_optimizer_names.py` runs this file with `--ours` on TF 2.21
+`tests/optimizers/test_compat_v1_variable_names.py` runs this file with
+`--ours` on TF 2.21
 (the package installed; JSON on stdout) and compares.
 
 Keep this file Python 3.8 compatible.

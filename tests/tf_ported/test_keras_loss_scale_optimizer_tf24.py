@@ -376,7 +376,8 @@ def _assert_float32_tensor_like(value):
 
 def test_passing_v1_loss_scale_any_loss_scale():
   # TF 2.4 refused these two; TF 2.3.4, whose class this is, accepted them
-  # (tests/test_keras_optimizer_v1_tf23.py checks their trajectories).
+  # (tests/optimizers/test_experimental_loss_scale_optimizer.py checks their
+  # trajectories).
   exp = tf.mixed_precision.experimental
   opt = _lso_v1(_sgd(), exp.DynamicLossScale(multiplier=4))
   assert _value(opt.loss_scale()) == 2**15

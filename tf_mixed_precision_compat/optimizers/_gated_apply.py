@@ -48,8 +48,10 @@ near-equal numbers, magnifies a last-bit difference).
 
 Every value is computed by the same kernels from the same inputs as in a plain
 apply, only stored elsewhere, so variables, slots and `iterations` are
-bit-identical to TF 2.4's conditional (tests/test_gated_apply.py); the
-bytes kept or deferred are within the budget (tests/test_step_memory.py).
+bit-identical to TF 2.4's conditional (tests/optimizers/test_gated_apply.py);
+the
+bytes kept or deferred are within the budget
+(tests/optimizers/test_step_memory.py).
 
 The assumptions behind this are checked by `supported`; elsewhere the caller
 keeps TF 2.4's conditional.

@@ -1,0 +1,259 @@
+"""The loss-scaling benchmark keeps working (`--quick`); no timing asserted."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from tests import testing
+
+ROOT = testing.REPO_ROOT
+SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
+
+_CONTENDERS = {"bare", "floor", "floor_gated", "keras3", "ours_dynamic",
+               "ours_fixed"}
+_FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
+_TF_KERAS = importlib.util.find_spec("tf_keras") is not None
+
+
+def _run_quick(tmp_path, *args):
+  out = tmp_path / "results.json"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  proc = subprocess.run([sys.executable, SCRIPT, "--quick", "--out",
+                         str(out), *args], capture_output=True, text=True,
+                        env=env, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out) as f:
+    return proc.stdout, proc.stderr, json.load(f)
+
+
+def test_quick_run_reports_every_cell(tmp_path):
+  stdout, stderr, results = _run_quick(tmp_path)
+  cells = {(c["workload"], c["mode"], c["num_vars"]) for c in results["cells"]}
+  settings = results["settings"]
+  wide_vars, many_vars = settings["wide"][0], settings["many"][0]
+  expected = {("wide", m, wide_vars) for m in ("function", "jit", "mirrored")}
+  expected |= {("many", m, many_vars)
+               for m in ("eager", "function", "jit", "mirrored")}
+  expected |= {("scaling", m, n) for m in ("function", "jit", "mirrored")
+               for n, _ in settings["scaling"]}
+  expected |= {("wide", "session", wide_vars), ("many", "session", many_vars)}
+  assert expected <= cells
+
+  for cell in results["cells"]:
+    contenders = cell["contenders"]
+    if cell["mode"] == "session":
+      assert set(contenders) == {"v1_bare", "v1_ours"}
+      assert contenders["v1_bare"]["overhead"] == 0.
+    elif cell["workload"] == "fit":
+      assert set(contenders) == _FIT_CONTENDERS
+      assert contenders["bare"]["steps_per_s"] > 0
+    else:
+      # tf_keras is optional: measured when importable, else a note says so.
+      assert set(contenders) - {"tf_keras"} == _CONTENDERS
+      assert ("tf_keras" in contenders) == _TF_KERAS
+      assert ("tf_keras" in cell["notes"]) == (not _TF_KERAS)
+    for stats in contenders.values():
+      assert stats["step_ms"] > 0
+      assert len(stats["samples_ms"]) == cell["reps"]
+      assert len(stats["instance_overheads"]) == cell["instances"]
+      assert stats["overhead_se"] >= 0
+      assert stats["step_ms_iqr"][0] <= stats["step_ms"] <= (
+          stats["step_ms_iqr"][1])
+      assert stats["overhead_spread"] >= 0
+      assert stats["first_call_s"] > 0
+
+  fit_modes = {c["mode"] for c in results["cells"] if c["workload"] == "fit"}
+  assert fit_modes == {"function", "jit", "mirrored"}
+
+  biggest = settings["scaling"][-1][0]
+  assert results["trace"]["num_vars"] == biggest
+  traced = set(results["trace"]["first_call_s"])
+  assert traced - {"tf_keras"} == _CONTENDERS
+  assert ("tf_keras" in traced) == _TF_KERAS
+  for mode in ("function", "jit", "mirrored"):
+    per_var = results["per_variable"][mode]["ours_dynamic"]
+    assert set(per_var) == {str(n) for n, _ in settings["scaling"]}
+  # Memory: every contender in its own process, beside its step time.
+  memory = results["memory"]["function"]
+  assert set(memory) - {"tf_keras"} == {
+      "bare", "floor_gated", "keras3", "ours_dynamic", "ours_fixed"}
+  for name, probe in memory.items():
+    if name == "tf_keras" and not _TF_KERAS:
+      assert "skipped" in probe or "error" in probe
+      continue
+    assert probe["steps_peak_bytes"] > probe["optimizer_state_bytes"]
+    assert probe["step_ms"] > 0 and "CPU" in probe["device"]
+    assert probe["keras"] == ("tf_keras" if name == "tf_keras" else "keras3")
+    assert "extra_bytes" in probe
+  assert "Peak memory, each contender alone in a fresh process" in stdout
+  assert "Device: CPU" in stdout
+  assert results["machine"]["tensorflow"]
+
+  # The printed table has a row per non-session cell and a column per
+  # contender.
+  header = next(line for line in stdout.splitlines()
+                if line.startswith("| workload | mode |"))
+  for name in ("floor", "keras3", "ours_dynamic", "ours_fixed", "tf_keras"):
+    assert name in header
+  rows = [line for line in stdout.splitlines()
+          if line.startswith("| ") and ("ms" in line) and "%" in line]
+  assert len(rows) >= sum(1 for c in results["cells"]
+                          if c["mode"] != "session")
+  assert "First call (trace + build)" in stdout
+
+  # The mirrored cells run last, so that no MirroredStrategy exists while
+  # the others are measured; the results keep the table's order.
+  logged = [line.split("] ", 1)[1].split() for line in stderr.splitlines()
+            if re.match(r"\[\s*[\d.]+s\] ", line)]
+  # The device line first, the memory probes (own processes) after the
+  # cells.
+  assert logged[0][0] == "device:"
+  assert logged[-1][0].startswith("memory[")
+  logged = [words for words in logged[1:]
+            if not words[0].startswith("memory[")]
+  modes = [words[1] for words in logged if words[2] != "skipped"]
+  mirrored = sum(c["mode"] == "mirrored" for c in results["cells"])
+  assert len(modes) == len(results["cells"]) and mirrored
+  assert modes[-mirrored:] == ["mirrored"] * mirrored
+  order = [(c["workload"], c["mode"]) for c in results["cells"]]
+  assert order[:4] == [("wide", "function"), ("wide", "jit"),
+                       ("wide", "mirrored"), ("many", "eager")]
+
+
+def test_a_selection_without_cells_reports_an_empty_table(tmp_path):
+  # "wide" has no eager cell.
+  _, _, results = _run_quick(tmp_path, "--only", "wide", "--modes", "eager")
+  assert results["cells"] == [] and "partial" not in results
+
+
+_GATE_COSTS_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gate_costs
+from tf_mixed_precision_compat.optimizers import _gated_apply
+steps = gate_costs.make_steps(3, 8)
+types = {name: sorted({op.type for op in
+                       step.get_concrete_function().graph.get_operations()})
+         for name, step in steps.items()}
+types["after"] = [_gated_apply._restore_unless.__name__,
+                  _gated_apply.apply_when_finite.__name__,
+                  _gated_apply._OUT_OF_PLACE_MIN_ELEMENTS]
+print(json.dumps(types))
+"""
+
+_PROFILE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gate_costs
+steps = gate_costs.make_steps(3, 8, ("bare", "ours_dynamic", "out_of_place"))
+profiles = gate_costs.profile(steps, reps=4, warmup=1)
+print(json.dumps({name: {t: c for t, (_, c) in p.items()}
+                  for name, p in profiles.items()}))
+"""
+
+
+def _probe(source):
+  """Runs `source` in a fresh interpreter; returns its last line, parsed.
+
+  The benchmark modules set TF's log level and devices when imported, which
+  other tests in this process would see.
+  """
+  proc = subprocess.run(
+      [sys.executable, "-c", source, os.path.join(ROOT, "benchmarks")],
+      capture_output=True, text=True, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_gate_costs_variants_differ_only_in_their_part():
+  types = _probe(_GATE_COSTS_PROBE)
+  ours, no_restore, nogate = (
+      set(types[n]) for n in ("ours_dynamic", "no_restore", "dyn_nogate"))
+  assert "If" in ours and "If" not in no_restore
+  assert ours - {"If"} == no_restore
+  # Without the gate the inner optimizer applies unconditionally: neither
+  # the restoring `If` nor TF 2.4's conditional (a `StatelessIf` or `If`).
+  assert not {"If", "StatelessIf"} & nogate
+  assert "IsFinite" in nogate and "IsFinite" not in set(types["bare"])
+  # The stand-ins are gone afterwards.
+  assert types["after"] == ["_restore_unless", "apply_when_finite", 1 << 14]
+
+
+def test_profile_attributes_every_kernel_to_its_own_step():
+  # Ops per step by type, from interleaved profiled calls: exact counts,
+  # which attributing a kernel to the wrong call would change.
+  counts = _probe(_PROFILE_PROBE)
+  bare, ours, out_of_place = (
+      counts[n] for n in ("bare", "ours_dynamic", "out_of_place"))
+  # Adam over 3 variables: m and v added to, the variable subtracted from.
+  assert bare["AssignAddVariableOp"] == 6
+  assert bare["AssignSubVariableOp"] == 3
+  assert "If" not in bare and "IsFinite" not in bare
+  # Ours: the same writes in place, one restoring `If` (9 tensors, one
+  # chunk), a finite check per gradient and one of the grown scale.
+  assert ours["AssignAddVariableOp"] == 6 and ours["If"] == 1
+  assert ours["IsFinite"] == 3 + 1
+  # Out of place: every write an assign, plus the scale, counter and
+  # iterations updates ours also makes.
+  assert "AssignAddVariableOp" not in out_of_place
+  assert out_of_place["AssignVariableOp"] == ours["AssignVariableOp"] + 9
+
+
+def test_reps_below_one_is_refused():
+  proc = subprocess.run([sys.executable, SCRIPT, "--reps", "0"],
+                        capture_output=True, text=True, check=False,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 2
+  assert "--reps must be at least 1, got 0" in proc.stderr
+
+
+def test_instances_are_combined_per_repetition_against_bare(tmp_path):
+  out = tmp_path / "results.json"
+  proc = subprocess.run(
+      [sys.executable, SCRIPT, "--quick", "--only", "scaling", "--modes",
+       "function", "--instances", "2", "--reps", "4", "--out", str(out)],
+      capture_output=True, text=True, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out) as f:
+    cells = json.load(f)["cells"]
+  assert cells and all(c["instances"] == 2 and c["reps"] == 4 for c in cells)
+  for cell in cells:
+    for stats in cell["contenders"].values():
+      assert len(stats["instance_overheads"]) == 2
+      assert len(stats["samples_ms"]) == 4
+    # Bare's time in a repetition is the median (here the mean) of its two
+    # instances, so their ratios to it are r and 2 - r, and so are their
+    # medians.
+    assert sum(cell["contenders"]["bare"]["instance_overheads"]) == (
+        pytest.approx(0., abs=1e-9))
+
+
+_INTERLEAVE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import bench_loss_scaling as bench
+calls = []
+steps = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
+times = bench.interleave_steps(steps, reps=30, warmup=2)
+print(json.dumps({"calls": calls, "lengths": {k: len(v) for k, v in
+                                              times.items()}}))
+"""
+
+
+def test_interleaving_calls_each_step_once_per_repetition_in_varying_order():
+  probe = _probe(_INTERLEAVE_PROBE)
+  calls = probe["calls"]
+  assert probe["lengths"] == {k: 30 for k in "abcd"}
+  assert len(calls) == 32 * 4
+  rounds = [calls[i:i + 4] for i in range(0, len(calls), 4)]
+  assert all(sorted(r) == list("abcd") for r in rounds)
+  # No step always runs right after the same other step.
+  for step in "abcd":
+    before = {r[r.index(step) - 1] for r in rounds if r.index(step) > 0}
+    assert len(before) > 1
