@@ -206,7 +206,8 @@ CASES = [
      lambda l: mp.LossScaleOptimizerV1(_sgd(), loss_scale="dynamc"),
      ValueError, "Invalid value passed to loss_scale"),
     # (A DynamicLossScale whose multiplier is not 2 is accepted by the
-    # experimental class, as by TF 2.3.4: tests/test_keras_optimizer_v1_tf23.)
+    # experimental class, as by TF 2.3.4:
+    # tests/optimizers/test_experimental_loss_scale_optimizer.py.)
     # --- Keras LossScaleOptimizer configs.
     ("lso_config_missing_key", lambda l: mp.LossScaleOptimizer.from_config(
         _lso_config(l, inner_optimizer=_DROP)), KeyError, "inner_optimizer"),
