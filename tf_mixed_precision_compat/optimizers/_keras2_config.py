@@ -129,7 +129,12 @@ def deserialize_schedule(config, custom_objects=None):
     value = None
     if isinstance(cls, type) and issubclass(cls,
                                             schedules.LearningRateSchedule):
-      value = cls.from_config(dict(config.get("config") or {}))
+      options = dict(config.get("config") or {})
+      if "name" in options and options["name"] is None:
+        # TF 2.x schedules defaulted to `name=None`, which Keras 3's take as
+        # their name scope and fail on at the first step: use their default.
+        del options["name"]
+      value = cls.from_config(options)
   if not isinstance(value, schedules.LearningRateSchedule):
     raise ValueError(
         f"Unknown decay: {name}. A TF 2.x optimizer config's learning_rate "
