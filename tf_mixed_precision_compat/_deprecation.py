@@ -1,8 +1,7 @@
 """Deprecation warnings worded as TensorFlow 2.4 worded them.
 
-TensorFlow logged these through its own logger (`tf.get_logger()`, named
-"tensorflow"), once per deprecated callable, prefixed with the caller's file and
-line. Users filter on that logger and on the fixed phrases, so both are kept.
+Logged once per callable through `tf.get_logger()` with TF's fixed phrases,
+which users filter on.
 """
 
 from __future__ import annotations

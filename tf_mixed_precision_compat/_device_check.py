@@ -1,10 +1,7 @@
 """The device compatibility check TF 2.4 logged for `mixed_float16`.
 
-TF 2.4 logged, the first time a `"mixed_float16"` policy was created in the
-process, whether this machine's GPUs run float16 fast: only NVIDIA GPUs of
-compute capability 7.0 or higher do. Without such a GPU it warned that the
-policy may run slowly. The texts are TF 2.4's, since users (and TF's own
-tests) match them.
+Logged once per process, in TF 2.4's words (users and TF's tests match them):
+whether this machine's GPUs run float16 fast.
 """
 
 import itertools

@@ -1,20 +1,7 @@
 """Checks on one (gradient, variable) pair, made before any state changes.
 
-A loss-scale optimizer updates its scale and counter before the wrapped
-optimizer sees the gradients. Input the wrapped optimizer would reject must
-therefore be rejected first, or the scale and counter change on a step that
-then fails. Two kinds of bad input also corrupt silently:
-
-* a gradient of another dtype than its variable: Keras 3 optimizers cast it,
-  so a value finite in its own dtype (1e300 in float64, 1e6 in float32) can
-  become inf in the variable's dtype after the finite check passed;
-* a `tf.IndexedSlices` whose indices fall outside the variable, or whose
-  values do not match the indices and the variable's row shape.
-
-Eagerly everything is checked at once. Inside a graph the indices are only
-known when the step runs: the check becomes an assertion that the gradient's
-values (which the finite check and the update both read) depend on, so a
-failing step raises before the scale, counter or variables change.
+A dtype mismatch or an out-of-range `IndexedSlices` raises before the loss
+scale, counter or variables change (eagerly, or as a graph assertion).
 """
 
 import numpy as np

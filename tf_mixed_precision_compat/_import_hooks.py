@@ -1,26 +1,8 @@
 """Every way TF 2.3/2.4 code imports Keras reaches what `install()` hooked.
 
-Why `from tensorflow.keras.models import load_model` escapes a patch of
-`tf.keras.models`: `tf.keras` is a TensorFlow lazy loader, not a module in
-`sys.modules`, and TensorFlow puts Keras' API directories on
-`tensorflow.__path__`. An import statement naming `tensorflow.keras...` so
-finds those files and executes them again as new modules
-(`tensorflow.keras`, `tensorflow.keras.models`, ...) that bind Keras' own
-functions, and the import system rebinds `tf.keras` to the new package.
-
-`install()` therefore hooks at three levels (all through its journal):
-
-* `AliasFinder`, first on `sys.meta_path`: after `install()`, an import of
-  `tensorflow.keras` or `tensorflow.keras.<path>` yields the very module that
-  `tf.keras.<path>` resolves to (Keras 3's `keras._tf_keras.keras` tree, or
-  tf_keras's `tf_keras.api._v2.keras` on the tf_keras target), hooks and
-  grafted namespaces included, instead of a fresh copy;
-* the functions replaced are also replaced in the module defining them, so
-  a Keras API module executed later (e.g. `tf.compat.v1.keras` resolved
-  lazily) binds the replacement;
-* `rebind_early_names`: names a module bound before `install()` (imports
-  above the install line) are rebound where that is safe, and
-  `warn_early_names` names the rest once, saying what to move.
+`AliasFinder` makes `import tensorflow.keras...` yield the modules
+`tf.keras...` resolves to; `rebind_early_names` and `warn_early_names` handle
+names bound before `install()`. docs/architecture.md says why.
 """
 
 import functools

@@ -1,11 +1,8 @@
 """Fails early, with the fix, when TensorFlow or Keras is missing or too old.
 
-TensorFlow is not an install requirement of the package (see setup.cfg: the
-CPU and full wheels are different distributions), so this is where its
-minimum is enforced. Keras is an install requirement, but an environment can
-hold an older one than setup.cfg asks for (installed with `--no-deps`, or
-downgraded later). The minimums are the oldest pair the test suite passes on
-(docs/support.md); keep them equal to the pins in setup.cfg.
+TensorFlow is not an install requirement (its CPU and full wheels are
+different distributions), so its minimum is enforced here; keep the minimums
+equal to setup.cfg's pins and docs/support.md.
 """
 
 from __future__ import annotations

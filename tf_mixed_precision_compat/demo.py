@@ -2,30 +2,11 @@
 
     python -m tf_mixed_precision_compat.demo [--steps 30] [--plot PATH]
 
-The bundled job (`demo_data/`, written by real TensorFlow 2.3.4 with
-`tools/gen_legacy_checkpoints.py`) trained a float16 regression model with
-`tf.keras.mixed_precision.experimental.LossScaleOptimizer(SGD(...),
-"dynamic")` for 40 steps and saved `tf.train.Checkpoint(model=...,
-optimizer=...)` through a `CheckpointManager`. The demo
-
-1. calls `tf_mixed_precision_compat.install()` (the one line an old job adds),
-2. rebuilds the model from the job's JSON, creates the optimizer with the TF
-   2.3 API under a 2-replica `MirroredStrategy` (two logical CPUs when there is
-   no GPU) and restores the last checkpoint with the job's own
-   `tf.train.Checkpoint(...).restore(manager.latest_checkpoint)`: the loss
-   scale, its counter and the step count equal what TF 2.3.4 recorded,
-3. keeps training with the job's own GradientTape loop; one batch is corrupted
-   (its targets multiplied by 1000, like a bad data shard), so its float16
-   gradients overflow: that step is skipped on every replica and the scale
-   halves,
-4. replays the job's steps 21-40 from its step-20 checkpoint on one replica
-   and compares each step's loss-scale decision with TF 2.3.4's record,
-5. drives TF 2.3's `tf.mixed_precision.experimental.DynamicLossScale` by hand
-   on a small float16 model with a short growth period, so the whole
-   algorithm shows: the scale grows every few finite steps until the
-   float16 backward pass overflows, that step is skipped and the scale
-   halves, and it never drops below 1,
-6. writes a PNG plot of loss and loss scale when matplotlib is installed.
+Restores the bundled TF 2.3.4 job (`demo_data/`) under a 2-replica
+`MirroredStrategy` with the job's own code, trains on with one corrupted
+batch (skipped, scale halved), replays steps 21-40 against TF 2.3.4's record,
+shows `DynamicLossScale` by hand and plots loss and scale if matplotlib is
+installed.
 """
 
 from __future__ import annotations

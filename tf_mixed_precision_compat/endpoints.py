@@ -1,15 +1,7 @@
 """Registry of the TensorFlow endpoints this package re-creates.
 
-Every public symbol is registered with the paths TensorFlow 2.3.4 and 2.4.4
-exported it under: v2 paths (under `tf.`) and v1 paths (under `tf.compat.v1.`),
-plus which of those paths TensorFlow marked as deprecated endpoints and the
-warning text the symbol logs when used. The registry is the single source for
-
-* the attribute trees `tf_mixed_precision_compat.v1` / `.v2`, which mirror the
-  TensorFlow namespaces (`tf_mixed_precision_compat.v2.mixed_precision.
-  experimental.DynamicLossScale`),
-* `install()`, which grafts the same paths onto `tf` and `tf.compat.v1`,
-* the API goldens under `api_golden/`.
+Each public symbol's TF 2.3.4/2.4.4 paths (v2 and v1), deprecated paths and
+warning; the `v1`/`v2` trees, `install()` and the API goldens are built from it.
 
 Example:
 

@@ -2,14 +2,13 @@
 
 import filecmp
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import demo
 from tests import testing
 
@@ -88,29 +87,80 @@ def test_plot_without_matplotlib_is_skipped(tmp_path, monkeypatch):
   assert not path.exists()
 
 
-def test_module_entry_point_tells_the_story(tmp_path):
+def _table(lines, header_start):
+  """The rows of the table under the header line starting `header_start`."""
+  first = next(i for i, line in enumerate(lines)
+               if line.lstrip().startswith(header_start)) + 1
+  rows = []
+  for line in lines[first:]:
+    fields = line.split()
+    if not fields or not fields[0].isdigit():
+      break
+    rows.append(fields)
+  return rows
+
+
+def _run_demo(tmp_path, *args):
+  return subprocess.run(
+      [sys.executable, "-m", "tf_mixed_precision_compat.demo", *args],
+      capture_output=True, text=True, cwd=str(tmp_path),
+      env={**os.environ, "PYTHONPATH": testing.REPO_ROOT})
+
+
+def test_module_entry_point_resumes_skips_replays_and_plots(tmp_path):
   plot = tmp_path / "story.png"
-  result = subprocess.run(
-      [sys.executable, "-m", "tf_mixed_precision_compat.demo", "--steps",
-       "12", "--plot", str(plot)],
-      capture_output=True, text=True, cwd=str(tmp_path))
+  result = _run_demo(tmp_path, "--steps", "12", "--plot", str(plot))
   assert result.returncode == 0, result.stderr[-3000:]
-  out = result.stdout
-  assert "with 2 replicas" in out
-  for key, value in (("loss_scale", 1024), ("counter", 19),
-                     ("iterations", 40)):
-    assert (f"restored {key:<10} {value:>8g}   TF 2.3.4 recorded "
-            f"{value:>8g}   equal") in out
-  assert "skipped steps: [50]" in out
-  assert "loss scale trajectory: 1024 -> 512" in out
-  assert "identical to TF 2.3.4's" in out
-  assert "TF 2.3's DynamicLossScale by hand" in out
-  assert "skipped steps: [9, 13, 17, 21]; scale from 4096 up to 32768" in out
+  lines = result.stdout.splitlines()
+  job = demo.load_job()
+
+  # The restored state, printed next to what TF 2.3.4 recorded.
+  restored = {m.group(1): (float(m.group(2)), float(m.group(3)))
+              for m in map(re.compile(
+                  r"\s*restored (\w+)\s+(\S+)\s+TF 2.3.4 recorded\s+(\S+)"
+              ).match, lines) if m}
+  assert restored == {key: (job[key], job[key])
+                      for key in ("loss_scale", "counter", "iterations")}
+  assert re.search(r"with (\d+) replicas", result.stdout).group(1) == "2"
+
+  # Steps 41-52 on 2 replicas: step 50's corrupted batch is skipped and
+  # halves the scale; every other step counts one more good step.
+  rows = _table(lines, "step        loss")
+  assert [int(r[0]) for r in rows] == list(range(41, 53))
+  for step, _loss, scale, counter, *note in rows:
+    step, scale, counter = int(step), float(scale), int(counter)
+    if step < 50:
+      assert (scale, counter, note) == (1024., step - 21, [])
+    elif step == 50:
+      assert (scale, counter, note[0]) == (512., 0, "SKIP")
+    else:
+      assert (scale, counter, note) == (512., step - 50, [])
+  assert float(rows[-1][1]) < float(rows[0][1])  # Training goes on.
+
+  # The replay of steps 21-40 makes TF 2.3.4's recorded decisions.
+  replay = re.search(r"skipped \[(.*)\], final scale (\S+) counter (\d+);"
+                     r".*within ([\d.]+)%", result.stdout)
+  recorded = job["trajectory"]
+  assert [int(s) for s in replay.group(1).split(",")] == [
+      r["step"] for r in recorded if r["skipped"] and r["step"] > 20]
+  assert (float(replay.group(2)), int(replay.group(3))) == (
+      recorded[-1]["loss_scale"], recorded[-1]["counter"])
+  assert float(replay.group(4)) < 1
   assert "20/20" in result.stderr  # The replay's progress bar.
-  assert f"plot written to {plot}" in out
-  assert plot.read_bytes()[:4] == b"\x89PNG"
-  assert not mp.installed()  # The subprocess installed, not this one.
-  assert tf.keras.mixed_precision is not None
+
+  # The hand-driven DynamicLossScale prints what scale_dynamics computes.
+  printed = _table(lines, "step  scale used")
+  assert printed == [
+      [str(i), f"{h['scale']:g}", "yes" if h["applied"] else "SKIP",
+       f"{h['new_scale']:g}", str(h["good_steps"])]
+      for i, h in enumerate(demo.scale_dynamics())]
+  assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_module_entry_point_refuses_zero_steps():
+  with pytest.raises(SystemExit) as exit_info:
+    demo.main(["--steps", "0"])
+  assert exit_info.value.code == 2
 
 
 def test_dynamic_loss_scale_grows_halves_on_overflow_and_stays_at_least_one():

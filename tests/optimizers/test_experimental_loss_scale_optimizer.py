@@ -138,8 +138,11 @@ def test_loss_scale_is_usable_as_tf24_tensor():
 
 
 def test_non_experimental_class_keeps_tf24_rules():
-  opt = LossScaleOptimizer(keras.optimizers.SGD())
+  opt = LossScaleOptimizer(keras.optimizers.SGD(), initial_scale=64.)
+  # TF 2.4's `loss_scale`: the current scale as a float32 scalar tensor.
   assert isinstance(opt.loss_scale, tf.Tensor)
+  assert opt.loss_scale.dtype == tf.float32
+  assert opt.loss_scale.shape.rank == 0 and float(opt.loss_scale) == 64.
   assert not callable(opt.loss_scale)
 
 

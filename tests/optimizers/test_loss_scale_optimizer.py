@@ -615,8 +615,17 @@ class TestConfig:
             "amsgrad": False, "name": "Adam"}},
         "dynamic": True, "initial_scale": 8., "dynamic_growth_steps": 10}
     opt = LossScaleOptimizer.from_config(config)
-    assert isinstance(opt.inner_optimizer._learning_rate,  # pylint: disable=protected-access
-                      keras.optimizers.schedules.ExponentialDecay)
+    schedule = opt.inner_optimizer._learning_rate  # pylint: disable=protected-access
+    assert isinstance(schedule, keras.optimizers.schedules.ExponentialDecay)
+    assert {k: schedule.get_config()[k] for k in (
+        "initial_learning_rate", "decay_steps", "decay_rate", "staircase")} == {
+            "initial_learning_rate": 0.1, "decay_steps": 10,
+            "decay_rate": 0.5, "staircase": False}
+    assert (opt.initial_scale, opt.dynamic_growth_steps) == (8., 10)
+    # TF 2.x wrote `"name": None` for a schedule; it still steps.
+    var = tf.Variable([1.0])
+    opt.apply_gradients([(tf.constant([1.0]), var)])
+    assert float(opt.learning_rate) == pytest.approx(0.1 * 0.5**0.1)
 
 
 # ---------------------------------------------------------- checkpoints --

@@ -14,6 +14,7 @@ MODULES = [
     "install",
     "legacy",
     "legacy._model_config",
+    "loss_scale",
     "loss_scale._loss_scales",
     "loss_scale.dynamic_state",
     "optimizers._delegation",

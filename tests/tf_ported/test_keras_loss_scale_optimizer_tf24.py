@@ -30,15 +30,19 @@ Adapted to Keras 3 (same intent):
 - test_hyperparameters_exposed: `lso.lr is opt.lr` compares with the inner
   optimizer's `learning_rate` (Keras 3 optimizers have no `lr`).
 
-Skipped, with reasons:
-- test_custom_gradient_aggregator: Keras 3 optimizers have no
-  `gradient_aggregator` argument (TF 2.4's testCustomAggregater).
-- test_hyperparameters_are_variables: Keras 3 keeps hyperparameters other
-  than the learning rate as Python floats, not variables (the
-  `assertIsInstance(lso.beta_1, Variable)` of testHyperParametersExposed).
-- test_hyperparameter_named_like_an_attribute: Keras 3 optimizers have no
-  `_set_hyper`, so no inner hyperparameter can be named `loss_scale` (the end
-  of testHyperParametersExposed).
+Where Keras 3 has no counterpart, the case asserts what the package does
+instead (same intent):
+- test_unaggregated_gradients (TF 2.4's testCustomAggregater): Keras 3
+  optimizers have no `gradient_aggregator`; `experimental_aggregate_gradients=
+  False` applies on one replica and is refused, changing nothing, on several.
+- test_hyperparameters_set_through_the_wrapper_drive_the_step (the
+  `assertIsInstance(lso.beta_1, Variable)` of testHyperParametersExposed):
+  Keras 3 keeps hyperparameters other than the learning rate as Python floats;
+  one set through the wrapper changes the next step as on a bare optimizer.
+- test_inner_attribute_named_like_a_wrapper_attribute (the end of
+  testHyperParametersExposed): Keras 3 optimizers have no `_set_hyper`; an
+  inner attribute named `loss_scale` is not the wrapper's, which cannot be
+  set.
 """
 
 import numpy as np
@@ -177,15 +181,34 @@ def test_nan_on_one_replica_only(runner_for, mode):
   lso_cases.nan_on_one_replica_only(runner_for(mode, "mirrored"), _sgd)
 
 
-@pytest.mark.skip(reason="Keras 3: optimizers have no gradient_aggregator "
-                  "argument to inject a NaN after the all-reduce")
-def test_custom_gradient_aggregator():
+@pytest.mark.parametrize("strategy_name", STRATEGIES)
+@pytest.mark.parametrize("mode", MODES)
+def test_unaggregated_gradients(runner_for, mode, strategy_name):
+  # TF 2.4's testCustomAggregater gave the inner optimizer its own
+  # `gradient_aggregator`; Keras 3 optimizers take none and always sum
+  # gradients across replicas. The one choice left,
+  # `experimental_aggregate_gradients=False`, applies as usual on one replica
+  # and is refused on several before anything changes.
+  runner = runner_for(mode, strategy_name)
   var = tf.Variable([1.0, 2.0])
-  opt = _lso(_sgd(1.0, gradient_aggregator=lso_cases.nan_gradient_aggregator),
-             initial_scale=2, dynamic_growth_steps=2)
-  opt.minimize(lambda: var * 2, var_list=[var])
+  opt = _lso(_sgd(1.0), initial_scale=2, dynamic_growth_steps=2)
+
+  def step():
+    opt.apply_gradients([(tf.constant([1.0, 1.0]), var)],
+                        experimental_aggregate_gradients=False)
+
+  if runner.strategy.num_replicas_in_sync == 1:
+    _run(mode, runner.strategy, step)
+    np.testing.assert_allclose(var.numpy(), [0.0, 1.0])
+    assert _value(opt.iterations) == 1
+    return
+  with pytest.raises(ValueError, match="experimental_aggregate_gradients="
+                     "False is not supported with Keras 3 inner optimizers "
+                     "under several replicas"):
+    _run(mode, runner.strategy, step)
   np.testing.assert_allclose(var.numpy(), [1.0, 2.0])
-  assert _value(opt.loss_scale) == 1.
+  assert _value(opt.loss_scale) == 2.
+  assert _value(opt.iterations) == 0
 
 
 @pytest.mark.parametrize("strategy_name", STRATEGIES)
@@ -245,18 +268,46 @@ def test_hyperparameters_exposed():
   assert lso.lr is opt.learning_rate
 
 
-@pytest.mark.skip(reason="Keras 3: hyperparameters other than the learning "
-                  "rate are Python floats, not variables")
-def test_hyperparameters_are_variables():
-  opt = tf.keras.optimizers.Adam(learning_rate=1.0, beta_1=0.5, beta_2=0.9)
-  lso = _lso(opt)
-  assert isinstance(lso.beta_1, tf.Variable)
+def test_hyperparameters_set_through_the_wrapper_drive_the_step():
+  # TF 2.4 kept hyperparameters in variables (testHyperParametersExposed's
+  # `assertIsInstance(lso.beta_1, Variable)`); Keras 3 keeps all but the
+  # learning rate as Python floats. What TF 2.4 code relied on holds: one
+  # set through the wrapper changes the next step as on a bare optimizer.
+  def adam():
+    return tf.keras.optimizers.Adam(learning_rate=1.0, beta_1=0.5, beta_2=0.9)
+
+  lso, changed, unchanged = _lso(adam()), adam(), adam()
+  grads = [tf.constant([0.5, -1.0]), tf.constant([2.0, 0.25])]
+  results = []
+  for opt in (lso, changed, unchanged):
+    var = tf.Variable([1.0, 2.0])
+    opt.apply_gradients([(grads[0], var)])
+    if opt is not unchanged:
+      opt.beta_1 = 0.25
+      opt.learning_rate = 0.5
+    opt.apply_gradients([(grads[1], var)])
+    results.append(var.numpy())
+  assert lso.inner_optimizer.beta_1 == 0.25
+  np.testing.assert_array_equal(results[0], results[1])
+  assert not np.allclose(results[0], results[2])
 
 
-@pytest.mark.skip(reason="Keras 3: optimizers have no _set_hyper, so no "
-                  "inner hyperparameter can be named loss_scale")
-def test_hyperparameter_named_like_an_attribute():
-  lso_cases.hyperparameter_named_like_an_attribute(tf.keras.optimizers.SGD)
+def test_inner_attribute_named_like_a_wrapper_attribute():
+  # TF 2.4: an inner hyperparameter named `loss_scale` is not reached through
+  # the wrapper. Keras 3 optimizers have no `_set_hyper`; an inner attribute
+  # of that name is likewise not the wrapper's, which cannot be set.
+  class MyOpt(tf.keras.optimizers.SGD):
+
+    def __init__(self):
+      super().__init__()
+      self.loss_scale = 123.
+
+  inner = MyOpt()
+  wrapped = _lso(inner)
+  assert _value(wrapped.loss_scale) == 2.**15
+  with pytest.raises(AttributeError):
+    wrapped.loss_scale = 2.
+  assert inner.loss_scale == 123.
 
 
 def test_arbitrary_attributes_not_exposed():

@@ -52,10 +52,20 @@ def test_fixed_serialization(mode):
     assert evaluate(restored()) == 123.
 
 
+def _assert_float32_scalar(evaluate, tensor, value):
+  """TF 2.4 returned the scale as a float32 scalar tensor, in both modes."""
+  assert isinstance(tensor, tf.Tensor)
+  assert tensor.dtype == tf.float32
+  assert tensor.shape.rank == 0
+  evaluate.init()
+  result = evaluate(tensor)
+  assert result.dtype == np.float32 and result == value
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_fixed_call_returns_tensor(mode):
-  with harness.mode_context(mode):
-    assert isinstance(_exp().FixedLossScale(123)(), tf.Tensor)
+  with harness.mode_context(mode) as evaluate:
+    _assert_float32_scalar(evaluate, _exp().FixedLossScale(123)(), 123.)
 
 
 # --- DynamicLossScale ---------------------------------------------------------
@@ -233,5 +243,5 @@ def test_get_dynamic(mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_dynamic_call_returns_tensor(mode):
-  with harness.mode_context(mode):
-    assert isinstance(_exp().DynamicLossScale()(), tf.Tensor)
+  with harness.mode_context(mode) as evaluate:
+    _assert_float32_scalar(evaluate, _exp().DynamicLossScale()(), 2.**15)

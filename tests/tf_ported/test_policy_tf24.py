@@ -11,9 +11,10 @@ original's. TF ran every case in a TF1 graph and eagerly; policies are not
 graph state, so the graph half runs inside `tf.Graph().as_default()`. TF
 mocked `tf_logging.warn`; here the TF logger's messages are captured.
 
-Skipped, with reasons:
-- test_v1_dtype_behavior: Keras 3 has no V1 dtype behavior
-  (`disable_v2_dtype_behavior`), under which TF 2.4 refused global policies.
+Not ported: the original's V1 dtype behavior case. TF 2.4 refused global
+policies under the V1 dtype behavior (`disable_v2_dtype_behavior`), which
+Keras 3 does not have; global policies can always be set, in a
+`tf.compat.v1` graph too (the "graph" cases here).
 """
 
 import contextlib
@@ -262,12 +263,3 @@ def test_error_if_graph_rewrite_enabled(mode):
   finally:
     tf.train.experimental.disable_mixed_precision_graph_rewrite()
 
-
-@pytest.mark.skip(reason="Keras 3: there is no V1 dtype behavior "
-                  "(disable_v2_dtype_behavior) to refuse global policies in")
-def test_v1_dtype_behavior():
-  for name in ("_infer", "float32", "mixed_float16"):
-    with pytest.raises(ValueError,
-                       match="global policy can only be set in TensorFlow 2"):
-      with policy_module.policy_scope(_policy(name)):
-        pass

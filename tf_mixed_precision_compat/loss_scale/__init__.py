@@ -1,21 +1,17 @@
 """The loss-scale core: TF 2.3's loss scales and the machinery under them.
 
-This package knows nothing of Keras optimizers, policies or loaders; the
-optimizers (`optimizers/`) and `policy` build on it. Its modules:
+`tf_mixed_precision_compat.loss_scale` re-exports TF 2.3's `LossScale`,
+`FixedLossScale`, `DynamicLossScale` and `get` / `serialize` / `deserialize`
+(`_loss_scales`). The rest of the package (`dynamic_state`, `_scaling`,
+`_distribute`, `_tracking`) holds the state and arithmetic the Keras
+optimizers share; docs/architecture.md describes it. It knows nothing of Keras.
 
-* `_loss_scales`: TF 2.3's `LossScale`, `FixedLossScale`, `DynamicLossScale`
-  and `get`/`serialize`/`deserialize`, re-exported here (the public
-  `tf_mixed_precision_compat.loss_scale` module of earlier releases).
-* `dynamic_state`: the dynamic-scale core shared by `DynamicLossScale` and
-  TF 2.4's Keras optimizer state (`DynamicLossScaleState`), and the argument
-  checks both use.
-* `_scaling`: the dynamic loss-scale arithmetic and the local finite check.
-* `_distribute`: cross-replica agreement on whether a step is finite.
-* `_tracking`: per-graph variables and their checkpoint hooks.
+Example:
 
-Imports go `_loss_scales` -> `dynamic_state` -> `_scaling`, `_distribute`,
-`_tracking`; none of them imports this `__init__`'s names, so importing any
-module of the package first works.
+>>> from tf_mixed_precision_compat import loss_scale
+>>> scale = loss_scale.get("dynamic")
+>>> float(scale()), scale.increment_period, scale.multiplier
+(32768.0, 2000, 2.0)
 """
 
 from tf_mixed_precision_compat.loss_scale._loss_scales import deserialize

@@ -1,9 +1,6 @@
-"""Distribution helpers: making every replica agree on a step's fate.
+"""Cross-replica agreement on whether a step's gradients are all finite.
 
-A step is applied only when the gradients of *all* replicas are finite. Each
-replica checks its own gradients, the verdicts are summed across replicas as
-floats (booleans cannot be reduced) and compared with the replica count, as
-TF 2.3 did; so a single overflowing replica skips the step everywhere.
+One overflowing replica skips the step on every replica, as in TF 2.3.
 """
 
 import tensorflow as tf

@@ -1,15 +1,9 @@
 """TF 2.3's loss scales: `LossScale`, `FixedLossScale`, `DynamicLossScale`.
 
-Loss scaling multiplies the loss by a factor before differentiation and divides
-the gradients by it afterwards, so that small float16 gradients do not flush to
-zero. A `LossScale` holds that factor: calling it returns the factor as a
-float32 scalar, and `update(grads)` adjusts it from the step's (unscaled)
-gradients and says whether the step should be applied.
-
-These classes checkpoint exactly as TF 2.3.4's did (`current_loss_scale`,
-`good_steps`), so TF 2.3 checkpoints restore into them bit for bit. TF 2.21's
-own `tf.compat.v1.mixed_precision` loss scales are accepted wherever ours are
-(they are registered as virtual subclasses of `LossScale`).
+Calling a `LossScale` returns the float32 factor the loss is multiplied by;
+`update(grads)` adjusts it and says whether the step should be applied. They
+checkpoint as TF 2.3.4's did, and TF 2.21's own `tf.compat.v1` loss scales
+count as `LossScale`s (docs/architecture.md).
 """
 
 from __future__ import annotations

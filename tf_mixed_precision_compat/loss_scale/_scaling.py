@@ -1,29 +1,8 @@
 """The arithmetic of dynamic loss scaling, shared by every loss scaler here.
 
-One step, given whether all gradients were finite:
-
-    if finite:
-      counter += 1
-      if counter >= growth_steps:
-        scale = scale * multiplier  if that is finite, else scale
-        counter = 0
-    else:
-      scale = max(scale / multiplier, 1)
-      counter = 0
-
-It is written with `tf.where` rather than `tf.cond`: both branches are a
-handful of scalar ops, a select is cheaper than a conditional in graphs and
-under XLA, and the values are bit-identical to TF 2.3/2.4's `cond` version
-(the same float32 multiply and divide are computed).
-
-The shrink is a true division in every mode. TF 2.3/2.4 wrote `scale /
-multiplier`, which Grappler's constant folding turns into a multiply by the
-reciprocal inside graphs, so for a multiplier that is not a power of two their
-graph-mode scale could differ from their eager scale by one ulp (for the
-default multiplier 2 both are exact). `divide_no_nan` is left alone by
-Grappler, so eager, `tf.function` and `tf.compat.v1` sessions agree; the
-multiplier is > 1, so its zero-divisor case never applies. (XLA may still
-use the reciprocal for non-power-of-two multipliers.)
+`dynamic_update` grows the scale after enough finite steps and halves it on a
+non-finite one, bit-identically to TF 2.3/2.4 and in every mode
+(docs/architecture.md has the algorithm and why it uses `tf.where`).
 """
 
 import tensorflow as tf

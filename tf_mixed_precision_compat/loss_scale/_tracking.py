@@ -1,14 +1,8 @@
-"""Per-graph weights for trackables that must checkpoint like TF 2.3's.
+"""Per-graph variables for trackables that must checkpoint like TF 2.3's.
 
-TF 2.3's loss scales keep one set of variables per graph: eager code, and each
-`tf.compat.v1` graph the object is used in, get their own, and a checkpoint
-saved or restored in a context sees only that context's variables. A
-`tf.function` belongs to the context it was traced from, which is what
-`tf.init_scope()` lifts to; so that is the key used here.
-
-Only the public Trackable protocol is used: `_trackable_children` and
-`_lookup_dependency` are the hooks TensorFlow documents for conditional
-dependencies, `_handle_deferred_dependencies` the one for restore-before-create.
+TF 2.3's loss scales kept one set of variables per graph (eager, each
+`tf.compat.v1` graph); `PerGraphWeights` does the same through the public
+Trackable hooks.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """A dynamic loss scale's state, as TF 2.4's Keras LossScaleOptimizer kept it.
 
-TF 2.4 moved dynamic loss scaling out of the `tf.compat.v1` `LossScale`
-classes and into the Keras `LossScaleOptimizer`, which keeps its scale in a
-small trackable object attached to the optimizer under the checkpoint name
-`loss_scale`. `DynamicLossScaleState` is that object (TF 2.4's
-`_DynamicLossScaleState`), and `DynamicScaleCore` its implementation, which TF
-2.3's `DynamicLossScale` shares:
-
-* two variables, `current_loss_scale` (float32) and `good_steps` (int64,
-  exposed as `counter`), created per graph through `_tracking.PerGraphWeights`
-  so that checkpoints written by TF 2.3.4 / 2.4.4 restore into it exactly;
-* `update(grads)` applies the arithmetic of `_scaling.dynamic_update` after
-  all replicas agree, through `_distribute.all_finite`, whether the step's
-  gradients are finite.
-
-Unlike TF 2.4, nonsense arguments (a NaN, infinite or below-1 scale, fewer than
-one growth step, a multiplier not above 1) are rejected instead of silently
-producing a loss scale that can never work.
+`DynamicLossScaleState` is TF 2.4's `_DynamicLossScaleState` (checkpointed as
+`loss_scale/{current_loss_scale,good_steps}`); `DynamicScaleCore` is its
+implementation, shared with TF 2.3's `DynamicLossScale`, and the argument
+checks both use.
 """
 
 import math

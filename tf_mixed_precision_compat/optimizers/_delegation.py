@@ -1,25 +1,7 @@
-"""What a loss-scale wrapper hands to the optimizer it wraps, as TF 2.4 did.
+"""The inner optimizer seen through a loss-scale wrapper, as in TF 2.4.
 
-`InnerDelegation` is the part of TF 2.4's `LossScaleOptimizer` that is the
-inner optimizer seen through the wrapper:
-
-* hyperparameters: reading or setting one of the inner optimizer's
-  hyperparameters through the wrapper reaches the inner optimizer; other
-  attributes (Adam's `epsilon`) do not. `learning_rate` (`lr`), the clipping
-  options and `iterations` are properties that read and write the inner
-  optimizer's;
-* variables and slots: `variables` (Keras 3's list), `weights` /
-  `get_weights` / `set_weights` (TF 2.4's `[iterations] + slots`),
-  `add_weight`, `add_slot`, `get_slot` (also under TF 2.x's slot names
-  for a Keras 3 inner optimizer), `get_slot_names`;
-* checkpoints: the wrapper is invisible to `tf.train.Checkpoint`; its
-  children are the inner optimizer's plus its own (`_wrapper_children`), and
-  restorations waiting for variables the inner optimizer creates later are
-  queued on the inner optimizer. So a bare optimizer's checkpoint restores
-  into a wrapped one and back.
-
-The class using it sets `_optimizer` (the inner optimizer) and `_adapter` (its
-`_inner.InnerOptimizer`) and defines `_wrapper_children()`.
+`InnerDelegation` hands hyperparameters, variables, slots, TF 2.4's `weights`
+and checkpoint dependencies to the wrapped optimizer.
 
 Example:
 
@@ -55,7 +37,11 @@ def _delegated_property(name):
 class InnerDelegation:
   """Mixin: the inner optimizer's hyperparameters, variables and trackables.
 
-  See the module docstring.
+  Reading or setting one of the inner optimizer's hyperparameters through the
+  wrapper reaches the inner optimizer; other attributes do not. The class
+  using it sets `_optimizer` (the inner optimizer) and `_adapter` (its
+  `_inner.InnerOptimizer`) and defines `_wrapper_children()`, the wrapper's
+  own checkpoint children added to the inner optimizer's.
   """
 
   # ------------------------------------------------- hyperparameters --

@@ -1,11 +1,7 @@
-"""TF 2.3's `loss_scale` argument, as the non-experimental TF 2.4 arguments.
+"""TF 2.3's `loss_scale` argument, as TF 2.4's non-experimental arguments.
 
-The experimental `LossScaleOptimizer(optimizer, loss_scale)` of both targets
-(Keras 3: `experimental_loss_scale_optimizer`; tf_keras:
-`targets.tf_keras.classes`) is the non-experimental class configured from a
-TF 2.3 loss scale; this is that
-conversion, with the deprecation message TF 2.4 logged for each kind, and the
-conversion of a TF 2.3 config's serialized loss scale (`tf23_config_arguments`).
+Used by the experimental `LossScaleOptimizer` of both targets, with the
+deprecation message TF 2.4 logged for each kind of loss scale.
 
 Example:
 

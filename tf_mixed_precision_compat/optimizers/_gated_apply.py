@@ -1,60 +1,8 @@
-"""Applying gradients so a non-finite step leaves no trace, in bounded memory.
+"""Applying a step so a non-finite one leaves no trace, within a memory budget.
 
-TF 2.4 put the inner optimizer's apply inside a `tf.cond` on the all-finite
-verdict. Inside a traced step that makes every variable update wait until
-the last gradient has been checked, so the updates can no longer overlap the
-rest of the backward pass (the `floor_gated` column of docs/performance.md).
-A gate with TF 2.4's exact result has two ways per tensor: wait for the
-verdict (holding the gradient, as TF 2.4 did), or write at once and keep the
-old value until the verdict (a second copy of the tensor). Keeping is
-faster, and costs memory: so `apply_when_finite` keeps only as many bytes as
-its memory budget allows (`keep_budget`; by default half of
-max(5% of the optimizer state, 32 MiB), or what
-`set_overlap_memory_budget` set), and makes every other tensor wait. In an
-executor graph (`tf.function`):
-
-* Variables are taken from the last (whose gradients the backward pass
-  computes first, so that waiting would cost them most) while their bytes
-  and their slots' fit the budget; those are kept. The smallest are updated
-  in place: a resource variable copies on write while a read of it is
-  alive, so the old value survives at the cost of one copy. From
-  `_OUT_OF_PLACE_MIN_ELEMENTS` elements on, the update is computed into a
-  new tensor (`old + delta` rounds exactly as `assign_add`'s in-place sum),
-  whose buffer the variable adopts: no copy, but one op more. On a
-  non-finite step functional `If` ops (one per 64 tensors) write the old
-  values back (`tf.raw_ops.If` rather than `tf.cond`, whose switches put the
-  whole step on the executor's slower control-flow path).
-* The other variables wait: their gradients pass the verdict (a control
-  dependency) before the optimizer uses them, and their writes are masked,
-  in place: an `assign_add` of `where(finite, delta, -0.)`, an
-  `assign_sub` of `where(finite, delta, 0.)`, an `assign` of
-  `where(finite, value, old)` (adding -0. or subtracting +0. leaves every
-  number, signed zeros included, exactly as it was). Nothing of theirs is
-  computed before the verdict, so nothing but the gradient is held, as in
-  TF 2.4.
-* `iterations` advances on every step, as TF 2.4 counted skipped steps.
-
-Under XLA (`tf.function(jit_compile=True)`) XLA orders ops itself, so
-waiting costs little, while a conditional around a tensor's update stops it
-from updating that tensor in place: large tensors are written at once,
-masked as above, in place. Small tensors are masked too when a step writes
-fewer than `_XLA_MASKED_SMALL_MAX` of them, or more bytes of them than the
-budget; otherwise (many small tensors) they are deferred to a conditional
-(their new values held until the verdict, within the budget), whose copies
-cost less than that many masks. The result equals XLA's conditional bit for
-bit, except where XLA fuses the masked update into different loops and
-rounds it differently (centered RMSprop, whose denominator, a difference of
-near-equal numbers, magnifies a last-bit difference).
-
-Every value is computed by the same kernels from the same inputs as in a plain
-apply, only stored elsewhere, so variables, slots and `iterations` are
-bit-identical to TF 2.4's conditional (tests/optimizers/test_gated_apply.py);
-the
-bytes kept or deferred are within the budget
-(tests/optimizers/test_step_memory.py).
-
-The assumptions behind this are checked by `supported`; elsewhere the caller
-keeps TF 2.4's conditional.
+`apply_when_finite` gives TF 2.4's conditional apply bit for bit while letting
+updates overlap the backward pass, keeping old values only up to a budget
+(docs/architecture.md has the design; docs/performance.md the numbers).
 
 Example:
 

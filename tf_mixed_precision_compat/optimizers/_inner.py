@@ -1,18 +1,8 @@
 """The wrapped (inner) optimizer, one adapter per kind.
 
-`LossScaleOptimizer` wraps two kinds of optimizer, which differ in how they
-apply gradients, count steps, create and name their variables, and serialize:
-
-* a Keras 3 optimizer (`keras.optimizers.*`, which is `tf.keras.optimizers`
-  on the default target): `Keras3Inner`;
-* a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy.*`, TF 2.4's own class,
-  when tf_keras is installed): `OptimizerV2Inner`.
-
-Every difference between them lives here: the wrapper asks its adapter
-(`adapt(inner_optimizer)`) and has no per-kind branch. tf_keras's current
-optimizers (`tf_keras.optimizers.Adam`, ...) are the third kind a TF 2.x job
-may hold; tf_keras's own `LossScaleOptimizer` wraps them on the tf_keras
-target (`targets.tf_keras.classes`), and this wrapper refuses them.
+`adapt(inner_optimizer)` returns `Keras3Inner` or `OptimizerV2Inner` (a
+tf_keras `optimizers.legacy` optimizer); every difference between the kinds
+lives here, so the wrapper has no per-kind branch.
 
 Example:
 

@@ -1,11 +1,7 @@
 """TF 2.3/2.4's optimizer names and configs, as Keras 3 spells them.
 
-TF 2.3/2.4 serialized Keras 2 optimizers (`{"class_name": "Adam", "config":
-{"lr": ..., "decay": ...}}`), registered their hyperparameters with
-`_set_hyper` and named their slots `m`, `v`, `rms`... This module holds those
-names, by Keras 3 class, and the conversion of a Keras 2 optimizer config to
-the equivalent Keras 3 optimizer (`decay` becomes an `InverseTimeDecay`
-schedule). The legacy loaders use the same tables.
+Hyperparameter and slot names by Keras 3 class, and Keras 2 optimizer configs
+converted to Keras 3 optimizers (shared with the legacy loaders).
 
 Example:
 
@@ -133,7 +129,12 @@ def deserialize_schedule(config, custom_objects=None):
     value = None
     if isinstance(cls, type) and issubclass(cls,
                                             schedules.LearningRateSchedule):
-      value = cls.from_config(dict(config.get("config") or {}))
+      options = dict(config.get("config") or {})
+      if "name" in options and options["name"] is None:
+        # TF 2.x schedules defaulted to `name=None`, which Keras 3's take as
+        # their name scope and fail on at the first step: use their default.
+        del options["name"]
+      value = cls.from_config(options)
   if not isinstance(value, schedules.LearningRateSchedule):
     raise ValueError(
         f"Unknown decay: {name}. A TF 2.x optimizer config's learning_rate "

@@ -1,15 +1,7 @@
 """`loss_scale` of the experimental (TF 2.3) LossScaleOptimizer, both ways.
 
-TF 2.3's experimental `LossScaleOptimizer.loss_scale` was the `LossScale`
-object, which TF 2.3 code calls: `opt.loss_scale()` gives the float32 scale.
-TF 2.4 made the same attribute of the same class a float32 tensor, which TF
-2.4 code converts, multiplies, compares, prints or reads with `numpy()`.
-`LossScaleValue` serves both: it is callable as the `LossScale`, reaches the
-`LossScale`'s own attributes (`get_config`, `update`, `increment_period`),
-passes `isinstance` checks against its class, and behaves as the current
-scale tensor everywhere TF 2.4 code used one (`tf.convert_to_tensor` through
-the `__tf_tensor__` protocol, arithmetic, comparisons, `numpy()`, `float()`,
-`tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
+`LossScaleValue` is the `LossScale` TF 2.3 code calls (`opt.loss_scale()`)
+and the float32 scale tensor TF 2.4 code reads (`float(opt.loss_scale)`).
 
 Example:
 
@@ -41,7 +33,12 @@ def _tensor_method(name):
 class LossScaleValue:
   """The `LossScale` of an experimental LossScaleOptimizer, tensor-like.
 
-  See the module docstring. Calling it or `tensor()` reads the current scale
+  Callable as the `LossScale` and reaching its attributes (`get_config`,
+  `update`, `increment_period`), it passes `isinstance` checks against its
+  class and behaves as the current scale tensor wherever TF 2.4 code used one
+  (`tf.convert_to_tensor`, arithmetic, comparisons, `numpy()`, `float()`,
+  `tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
+  Calling it or `tensor()` reads the current scale
   (a float32 scalar tensor, in a `tf.function` too); any other attribute is
   the `LossScale`'s.
   """

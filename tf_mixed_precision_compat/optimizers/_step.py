@@ -1,10 +1,7 @@
 """The parts of a loss-scaled step that do not depend on the wrapper's state.
 
-Which `tf.distribute` strategies support loss scaling, which graph a
-`scale_loss` mark belongs to, the checks `apply_gradients` makes before the
-loss scale changes, multiplying a (possibly sparse) gradient, and the
-apply-or-skip conditional that runs without `tf.cond` when the verdict is
-already known.
+Strategy support, the graph a `scale_loss` mark belongs to, the checks made
+before the loss scale changes, and apply-or-skip.
 
 Example:
 

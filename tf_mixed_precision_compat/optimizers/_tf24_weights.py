@@ -1,14 +1,8 @@
 """TF 2.4's `optimizer.weights` list, for a Keras 3 inner optimizer.
 
-TF 2.4's optimizers listed `weights` (and `get_weights()` /
-`set_weights()`) as `[iterations] + slots`, the slots in the order
-`_create_slots` made them: for most optimizers slot by slot, each for every
-variable (Adam: every `m`, then every `v`); for Ftrl variable by variable;
-Nadam added its `momentum_cache` after `iterations`. Keras 3's
-`optimizer.variables` is another list (iterations, learning rate, slots in
-its own order), so a list a TF 2.4 job saved with NumPy would not load. The
-loss-scale optimizers answer with TF 2.4's list (`_delegation`), recorded
-with TF 2.4.4 by tools/gen_tf24_weights_lists.py.
+`[iterations] + slots` in the order TF 2.4's optimizer created them (recorded
+with TF 2.4.4 by tools/gen_tf24_weights_lists.py), so lists a TF 2.4 job
+saved with `get_weights()` load with `set_weights()`.
 
 Example:
 

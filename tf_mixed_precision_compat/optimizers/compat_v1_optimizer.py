@@ -1,33 +1,8 @@
 """TF 2.3's `MixedPrecisionLossScaleOptimizer` for `tf.compat.v1` optimizers.
 
-The wrapper multiplies the loss by the loss scale before the wrapped
-optimizer differentiates it and divides the gradients by the same factor
-afterwards. With a dynamic loss scale, `apply_gradients` asks the loss scale
-whether the step's gradients are all finite and applies them (and increments
-`global_step`) only if so, while the loss scale adjusts itself.
-
-How a step flows under a `tf.distribute.Strategy` (the same path runs with no
-strategy, where the default strategy stands in):
-
-1. Each replica calls `compute_gradients`: the wrapped optimizer computes
-   gradients of the scaled loss (it also divides a "mean"-reduced loss by the
-   number of replicas, as every v1 optimizer does), which are then unscaled
-   here, still per replica.
-2. Each replica calls `apply_gradients`; `None` gradients are dropped on every
-   replica (so all replicas hand over the same variables) and
-   `ReplicaContext.merge_call` switches to cross-replica context.
-3. There the loss scale's `update` sees the per-replica gradients; every
-   replica's verdict is combined, so one overflowing replica skips the step on
-   all of them.
-4. Only if the verdict is "finite", the wrapped optimizer's own
-   `apply_gradients` runs once per replica; it sums the gradients across
-   replicas (the only aggregation) and updates variables, slots and
-   `global_step`.
-
-Checkpoints hold the wrapped optimizer's variables and the loss scale's
-`current_loss_scale` and `good_steps` under the same names as TF 2.3.4, so
-`tf.compat.v1.train.Saver` and `tf.train.Checkpoint` files move between the two
-in both directions.
+Scales the loss, unscales the gradients and, with a dynamic loss scale,
+applies a step only when every replica's gradients are finite; checkpoints use
+TF 2.3.4's names (docs/architecture.md describes the step).
 """
 
 import math

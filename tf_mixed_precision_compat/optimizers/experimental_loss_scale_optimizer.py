@@ -1,19 +1,7 @@
 """TF 2.3's experimental Keras `LossScaleOptimizer`, on Keras 3.
 
-`LossScaleOptimizerV1(optimizer, loss_scale)` is a subclass of TF 2.4's
-`LossScaleOptimizer`, as in TF 2.4, that behaves as TF 2.3.4's class where TF
-2.4 broke TF 2.3 code, and accepts TF 2.4's usage of the same class where
-both can hold:
-
-* it holds the `LossScale` it is given (any: a `DynamicLossScale` of any
-  multiplier, a user's subclass), which updates the scale and is checkpointed
-  under `optimizer/loss_scale/`, TF 2.3.4's layout;
-* `loss_scale` is that `LossScale`, callable as in TF 2.3 (`opt.loss_scale()`)
-  and a float32 scalar tensor as in TF 2.4 (`_loss_scale_value`);
-* `dynamic`, `initial_scale`, `dynamic_growth_steps` and `dynamic_counter`
-  answer for it as TF 2.4's did;
-* its config is TF 2.4's where TF 2.4 can express the loss scale, else TF
-  2.3's `{"optimizer", "loss_scale"}`; `from_config` reads both.
+`LossScaleOptimizerV1(optimizer, loss_scale)` subclasses TF 2.4's class and
+behaves as TF 2.3.4's where TF 2.4 broke TF 2.3 code (docs/api_differences.md).
 
 Example:
 
@@ -66,7 +54,7 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   """The deprecated experimental LossScaleOptimizer of TF 2.3.
 
   Takes a `loss_scale` instead of `dynamic` / `initial_scale` /
-  `dynamic_growth_steps`; see the module docstring for where it follows TF
+  `dynamic_growth_steps`; docs/api_differences.md says where it follows TF
   2.3.4. Each construction logs how to write it with the non-experimental
   class.
 

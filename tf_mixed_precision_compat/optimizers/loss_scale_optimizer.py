@@ -1,72 +1,8 @@
 """TF 2.4's Keras `LossScaleOptimizer`, wrapping Keras 3 optimizers.
 
-`LossScaleOptimizer(inner_optimizer, dynamic=True, initial_scale=None,
-dynamic_growth_steps=None)` is TF 2.4's class;
-`experimental_loss_scale_optimizer` has the experimental one of TF 2.3 (a
-subclass, as in TF 2.4). Both run on TF 2.21, where `tf.keras` is Keras 3.
-The class holds the loss scaling and the
-step; what it hands to the inner optimizer is `_delegation.InnerDelegation`,
-and how each kind of inner optimizer (Keras 3, or tf_keras's OptimizerV2) is
-driven is `_inner`.
-
-Design
-------
-
-*Two conventions, one cross-replica step.* TF 2.4 code scales the loss with
-`get_scaled_loss`, unscales the gradients with `get_unscaled_gradients` and
-passes UNSCALED gradients to `apply_gradients`. Keras 3's trainer
-(`Model.fit`) instead calls `optimizer.scale_loss(loss)` and passes the SCALED
-gradients to `apply_gradients` / `apply`. The two are told apart explicitly,
-never guessed from the gradient values:
-
-* `scale_loss(loss)` is Keras 3's entry point. Besides scaling, it leaves a
-  mark for the calling thread and graph (the outermost `tf.function` graph
-  being traced, or eager). MirroredStrategy runs each replica in its own
-  thread, so the mark is per replica.
-* The next `apply_gradients` / `apply` on the same thread and graph consumes
-  the mark and unscales the gradients (in the replica, exactly as
-  `get_unscaled_gradients` would) before anything else happens.
-* `get_unscaled_gradients` clears the mark: gradients that went through it
-  are unscaled, so mixing `scale_loss` with it still unscales once.
-* `get_scaled_loss` leaves no mark: TF 2.4 code keeps its exact meaning.
-
-From there both conventions share TF 2.4's path: `apply_gradients` (replica
-context only) builds the inner optimizer if needed and enters
-`merge_call`; in cross-replica context the dynamic loss scale is updated from
-the gradients of all replicas (`_distribute.all_finite`: one overflowing
-replica skips the step everywhere), then either the inner optimizer applies
-the gradients in every replica, or, on a non-finite step, nothing is applied
-and only the inner optimizer's `iterations` is incremented, as TF 2.4.4 did.
-In a `tf.function` step without a strategy or XLA, `_gated_apply` gets the
-same result without making every update wait for the verdict.
-
-*Clipping.* Under several replicas an inner Keras 3 optimizer's `clipnorm`,
-`clipvalue` or `global_clipnorm` applies to the replicas' summed gradients,
-as TF 2.4's did (Keras 3 alone clips each replica's part; see
-`_inner._clip_after_sum`).
-
-*Not wrapped twice.* The class derives from `keras.optimizers.
-LossScaleOptimizer` (without using its implementation), because Keras 3's
-`compile()` wraps every optimizer that is not an instance of it when the
-model's dtype policy is `mixed_float16`.
-
-*Checkpoints.* As in TF 2.4, the wrapper is invisible to `tf.train.Checkpoint`:
-its children are the inner optimizer's children plus `loss_scale` (holding
-`current_loss_scale` and `good_steps`) when dynamic; restorations that must
-wait for the inner optimizer's variables are queued on the inner optimizer.
-So a bare optimizer's checkpoint restores into a wrapped one and back, and
-TF 2.3.4/2.4.4 checkpoints restore the loss scale and counter exactly.
-
-*Hyperparameters.* As TF 2.4, reading or setting a hyperparameter of the inner
-optimizer through the wrapper reaches the inner optimizer; other attributes
-(Adam's `epsilon`) do not (`_delegation`). The hyperparameters of each Keras 3
-optimizer are the ones its TF 2.4 counterpart registered with `_set_hyper`
-(`_keras2_config`).
-
-*Configs.* `get_config()` returns TF 2.4's format; `from_config` also reads
-TF 2.3's (`optimizer` + `loss_scale`) and Keras 2 inner optimizer configs,
-converting `decay` to an equivalent `InverseTimeDecay` schedule
-(`_keras2_config`).
+Takes TF 2.4's `get_scaled_loss` / `get_unscaled_gradients` steps and Keras
+3's `scale_loss` (what `fit` calls) alike; checkpoints, configs and skipped
+steps are TF 2.4.4's (docs/architecture.md has the design).
 
 Example:
 
