@@ -43,3 +43,10 @@ def test_experimental_optimizer_is_the_grafted_one():
 def test_unknown_target_name_is_refused():
   with pytest.raises(ValueError, match="'keras3', 'tf_keras'.*'keras2'"):
     targets.get("keras2")
+
+
+def test_keras3_grafts_the_registered_objects_themselves():
+  keras3 = targets.get(targets.KERAS3)
+  specs = list(endpoints.all_specs())
+  assert specs
+  assert all(keras3.symbol_for(spec) is spec.symbol for spec in specs)
