@@ -1,27 +1,11 @@
-"""TF 2.3's switch for the automatic mixed precision graph rewrite.
+"""TF 2.3's `enable/disable_mixed_precision_graph_rewrite` (v2 and v1).
 
-`enable_mixed_precision_graph_rewrite(opt)` does two things: it wraps `opt` in
-the loss-scale optimizer matching its kind (a `tf.compat.v1.train.Optimizer`
-in `MixedPrecisionLossScaleOptimizer`, a Keras optimizer in the Keras
-`LossScaleOptimizer`), and it turns on Grappler's `auto_mixed_precision`
-rewrite through `tf.config.optimizer.set_experimental_options`. From then on,
-graphs TensorFlow optimizes (`tf.function`s, and `tf.compat.v1.Session`s
-created with the default config) have suitable float32 ops converted to
-float16. The rewrite only changes ops placed on NVIDIA GPUs with compute
-capability 7.0 or higher; on CPU the graph stays float32, while the loss
-scaling still happens.
-
-TensorFlow 2.3 exported a v2 and a v1 flavour of each function; they behave
-the same except for one error message (the v2 one does not mention
-`tf.train.Optimizer`) and, as in TF 2.4, the v2 flavours log a deprecation
-warning.
-
-Only one of the two mixed precision mechanisms may be used: enabling the
-rewrite while the global Keras dtype policy is a mixed one (e.g.
-`"mixed_float16"`) raises `ValueError`, as TF 2.3 did.
+Enabling wraps the optimizer in the loss-scale optimizer of its kind (the
+active Keras target's, or the `tf.compat.v1` one) and turns on Grappler's
+`auto_mixed_precision` rewrite; it refuses a mixed global Keras policy, as
+TF 2.3 did. The v2 flavours also log TF 2.4's deprecation warning.
 """
 
-import sys
 from typing import Any
 
 import tensorflow as tf
@@ -92,15 +76,12 @@ def rewrite_is_enabled() -> bool:
 def _mixed_keras_policy_name():
   """The global Keras dtype policy's name if it is a mixed one, else None.
 
-  Only Keras modules that are already imported are consulted: if Keras was
-  never imported, no policy can have been set.
+  Only Keras packages already imported are consulted: if Keras was never
+  imported, no policy can have been set.
   """
-  for module in targets.loaded_kerases():
-    try:
-      policy = (module.mixed_precision.global_policy()
-                if module.__name__ == targets.TF_KERAS else
-                module.config.dtype_policy())
-    except AttributeError:  # A Keras without this accessor has no policy.
+  for target in targets.adapters():
+    policy = target.global_policy()
+    if policy is None:
       continue
     name = str(getattr(policy, "name", ""))
     compute = getattr(policy, "compute_dtype", None)
@@ -112,31 +93,13 @@ def _mixed_keras_policy_name():
 
 def _keras_wrapper_classes():
   """Keras loss-scale optimizer classes that must not be wrapped again."""
-  classes = []
-  for module_name, attr in (
-      ("optimizers.loss_scale_optimizer", "LossScaleOptimizer"),
-      ("optimizers.experimental_loss_scale_optimizer", "LossScaleOptimizerV1")):
-    ours = sys.modules.get(f"{__package__}.{module_name}")
-    cls = getattr(ours, attr, None)
-    if isinstance(cls, type):
-      classes.append(cls)
-  for module in targets.loaded_kerases():
-    cls = getattr(getattr(module, "mixed_precision", None),
-                  "LossScaleOptimizer", None)
-    if isinstance(cls, type):
-      classes.append(cls)
-  return classes
+  return [cls for target in targets.adapters()
+          for cls in target.loss_scale_optimizer_classes()]
 
 
 def _keras_loss_scale_optimizer():
-  """This package's Keras `LossScaleOptimizerV1`, imported only when needed."""
-  target = targets.target_module()  # The tf_keras target has its own class.
-  if target is not None:
-    return target.LossScaleOptimizerV1
-  # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.optimizers import (
-      experimental_loss_scale_optimizer)
-  return experimental_loss_scale_optimizer.LossScaleOptimizerV1
+  """The active target's Keras `LossScaleOptimizerV1`."""
+  return targets.current().experimental_loss_scale_optimizer()
 
 
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):

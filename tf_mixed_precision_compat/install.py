@@ -1,51 +1,9 @@
 """`install()` / `uninstall()`: the TF 2.3/2.4 endpoints, back under `tf`.
 
-Importing the package patches nothing. `install()` makes an old job run
-unchanged:
-
-* every registered endpoint (`endpoints.all_specs()`) resolves under `tf` (its
-  v2 paths) and `tf.compat.v1` (its v1 paths), e.g.
-  `tf.mixed_precision.experimental.DynamicLossScale`,
-  `tf.keras.mixed_precision.experimental.LossScaleOptimizer`,
-  `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`;
-  namespaces TF 2.21 no longer has (`tf.mixed_precision`,
-  `tf.keras.mixed_precision.experimental`) are created, and importable
-  (`from tensorflow.keras.mixed_precision import experimental`, as TF 2.3's
-  guide wrote it);
-* the class names TF 2.3/2.4 wrote into configs (`Policy`, `PolicyV1`,
-  `LossScaleOptimizer`, `LossScaleOptimizerV1`) are registered with Keras 3
-  deserialization (`keras.saving.get_custom_objects()`); the loss-scale
-  classes are found only where a config expects a loss scale;
-* `Model.compile` wraps optimizers as TF 2.3/2.4 did (see `_compile`;
-  `enable_compile_integration()` makes only this change);
-* plain `tf.saved_model.load` serves SavedModels written by TF 2.x Keras
-  (it otherwise fails on their optimizer object; see `legacy`).
-* `keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
-  `keras.Model.load_weights` (also reached through `tf.keras`) load what TF
-  2.x jobs wrote (optimizer configs, H5 models and SavedModels, TF-format and
-  H5 weights) as `legacy` does; Keras 3's own formats go to Keras 3
-  unchanged (see `legacy/_entry_points.py`).
-* every import form reaches the same: `from tensorflow.keras.models import
-  load_model`, `import tensorflow.keras.optimizers as o`, ... yield the
-  modules `tf.keras` resolves to, the replaced functions are replaced where
-  Keras defines them too, and names bound before `install()` are rebound or
-  named in one warning (see `_import_hooks`).
-
-`uninstall()` puts back exactly what was there: attributes, `sys.modules`
-entries and custom objects that did not exist are removed, replaced ones are
-restored, and the compile integration is disabled unless it was enabled
-before `install()`. Both are idempotent and serialized by a lock.
-
-Design note: on TF 2.21 `tf.keras.mixed_precision`, `tf.compat.v1.keras.
-mixed_precision` and Keras 3's own `keras.mixed_precision` are one and the same
-module object (TF's lazy `tf.keras` loaders resolve to it, and copy its
-attributes into every loader a user holds, e.g. `from tensorflow import
-keras`). Giving `tf.keras` a separate namespace would leave such references
-behind, so the endpoints are grafted onto that shared module: while installed,
-`keras.mixed_precision.LossScaleOptimizer` (and `Policy`, `global_policy`,
-`set_global_policy`) are ours too. Keras 3's canonical paths are untouched:
-`keras.optimizers.LossScaleOptimizer`, `keras.DTypePolicy`,
-`keras.config.set_dtype_policy`, `keras.dtype_policies`.
+Importing the package patches nothing. `install()` applies every patch (the
+endpoints, the active Keras target's hooks from `targets`, `compile`,
+checkpoint restore, import forms) through a journal that `uninstall()`
+replays backwards; docs/architecture.md explains the design.
 
 Example:
 
@@ -58,31 +16,22 @@ Example:
 False
 """
 
-import importlib
+import functools
 import itertools
 import sys
 import threading
 import types
 from typing import Any
 
-import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _compile
 from tf_mixed_precision_compat import _import_hooks
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat.legacy import _checkpoint_restore
-from tf_mixed_precision_compat.legacy import _entry_points
-from tf_mixed_precision_compat.legacy import _model_config
-from tf_mixed_precision_compat.legacy import _saved_model
-from tf_mixed_precision_compat.targets.tf_keras import (
-    deferred as _tf_keras_deferred)
-from tf_mixed_precision_compat.targets.tf_keras import h5 as _tf_keras_h5
-from tf_mixed_precision_compat.targets.tf_keras import (
-    restore as _tf_keras_restore)
-from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat.legacy import _checkpoint_restore
+from tf_mixed_precision_compat.legacy import _saved_model
 
 __all__ = ["compile_integration_enabled", "disable_compile_integration",
            "enable_compile_integration", "install", "installed", "uninstall"]
@@ -97,25 +46,6 @@ _TF_KERAS_IMPORT_NAME = "tensorflow.keras"
 
 _lock = threading.Lock()
 _journal = None  # The undo log while installed, else None.
-
-
-def _legacy_custom_objects():
-  """Class names TF 2.3/2.4 wrote into configs, mapped to ours.
-
-  The loss-scale classes are not among them: configs name them only where
-  a loss scale is expected (a TF 2.3 optimizer's or `PolicyV1`'s
-  `loss_scale`), and those places resolve them themselves. Registered
-  globally, they would also be found where a learning-rate schedule is
-  expected, which TF 2.4 refused.
-  """
-  # Policy and PolicyV1, as TF 2.4 loaded them.
-  objects = _model_config.custom_objects()
-  objects.update({
-      "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
-      # TF 2.4.4 deserialized its V1 configs as LossScaleOptimizer.
-      "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
-  })
-  return objects
 
 
 class _Journal:
@@ -200,7 +130,7 @@ def _keras_namespaces(root):
   `tf.keras.mixed_precision`.
 
   Args:
-    root: The module `tf.keras` resolves to (`_tf_keras_root`).
+    root: The module `tf.keras` resolves to (`KerasTarget.keras_root`).
   """
   candidates = [vars(root).get("mixed_precision"),  # What `tf.keras` has.
                 vars(tf).get("keras")]
@@ -219,14 +149,7 @@ def _keras_namespaces(root):
   return unique
 
 
-def _tf_keras_root():
-  """The module `tf.keras` resolves to on the active target."""
-  return importlib.import_module(
-      _private_api.tf_keras_root_name(targets.active()))
-
-
-def _public_holders(name, original,
-                    prefixes=("keras.", _TF_KERAS_IMPORT_NAME)):
+def _public_holders(name, original, prefixes):
   """Loaded public Keras modules whose attribute `name` is `original`.
 
   Besides `sys.modules`, TF's resolved Keras lazy loaders (`tf.optimizers`, a
@@ -249,13 +172,13 @@ def _public_holders(name, original,
   return holders
 
 
-def _replace_function(journal, replaced, original, replacement,
-                      prefixes=("keras.", _TF_KERAS_IMPORT_NAME)):
+def _replace_function(journal, replaced, original, replacement, prefixes):
   """Puts `replacement` wherever `original` is public, and where defined.
 
   The defining module (e.g. `keras.src.saving.saving_api`) is what Keras API
   modules executed after install() bind from (see `_import_hooks`).
-  `replaced` collects `{id(original): (original, replacement)}`.
+  `replaced` collects `{id(original): (original, replacement)}`;
+  `prefixes` name the public modules of the Keras defining `original`.
   """
   name = original.__name__
   for holder in _public_holders(name, original, prefixes):
@@ -269,7 +192,8 @@ def _replace_function(journal, replaced, original, replacement,
 def _restore_late_holders(replaced):
   """Puts originals back in Keras modules that bound a replacement late."""
   originals = {id(pair[1]): pair[0] for pair in replaced.values()}
-  prefixes = ("keras.", "tf_keras.", _TF_KERAS_IMPORT_NAME)
+  prefixes = tuple(f"{target.package}." for target in targets.adapters()) + (
+      _TF_KERAS_IMPORT_NAME,)
   modules = [module for name, module in list(sys.modules.items())
              if module is not None and name.startswith(prefixes)]
   modules += [value for value in vars(tf).values()
@@ -285,25 +209,6 @@ def _restore_late_holders(replaced):
         setattr(module, name, original)
 
 
-def _patch_entry_points(journal, replaced):
-  """Keras 3's loading functions, taught TF 2.x files and configs.
-
-  The replacements live in `legacy/_entry_points.py`; every public module that
-  holds the original (`keras.optimizers`, `keras.models`, `keras.saving`,
-  the `tensorflow.keras` copies) gets the same replacement.
-  """
-  for module, name, wrap in (
-      (keras.optimizers, "deserialize",
-       _entry_points.wrap_optimizers_deserialize),
-      (keras.optimizers, "get", _entry_points.wrap_optimizers_get),
-      (keras.models, "load_model", _entry_points.wrap_load_model)):
-    original = getattr(module, name)
-    _replace_function(journal, replaced, original, wrap(original))
-  journal.set_attr(keras.Model, "load_weights",
-                   _entry_points.wrap_load_weights(
-                       keras.Model.load_weights))
-
-
 def _graft_endpoints(journal, keras_namespaces, hidden):
   """Every registered endpoint under `tf`, `tf.compat.v1` and Keras.
 
@@ -311,8 +216,9 @@ def _graft_endpoints(journal, keras_namespaces, hidden):
   cover at a `tf.keras` path (for `_import_hooks.early_names`).
   """
   prefix = "keras.mixed_precision."
+  target = targets.current()
   for spec in endpoints.all_specs():
-    symbol = targets.keras_symbol(spec.symbol)
+    symbol = target.symbol_for(spec)
     keras_paths = [path[len(prefix):] for path in spec.v2 + spec.v1
                    if path.startswith(prefix)]
     for path, namespace in itertools.product(keras_paths, keras_namespaces):
@@ -328,76 +234,26 @@ def _graft_endpoints(journal, keras_namespaces, hidden):
 
 
 def _apply(journal):
-  target = targets.target_module()  # None: Keras 3; else the tf_keras target.
-  root = _tf_keras_root()
+  root = targets.current().keras_root()  # What `tf.keras` resolves to.
   replaced, hidden = {}, {}
   # Undone last: Keras API modules executed while installed bound a
   # replacement from its defining module.
   journal.on_undo(lambda: _restore_late_holders(replaced))
   _graft_endpoints(journal, _keras_namespaces(root), hidden)
-  if target is not None:
-    _apply_tf_keras_target(journal, target, replaced)
-  custom_objects = keras.saving.get_custom_objects()
-  for name, cls in _legacy_custom_objects().items():
-    journal.set_item(custom_objects, name, cls)
+  for target in targets.patched():  # Keras 3's hooks, then tf_keras's.
+    target.install(journal, functools.partial(
+        _replace_function, journal, replaced,
+        prefixes=(f"{target.package}.", _TF_KERAS_IMPORT_NAME)))
   if not compile_integration_enabled():  # Else enabled before, and stays.
     _patch_compile(journal.set_attr)
-  _patch_checkpoint_restore(journal, target)
+  _patch_checkpoint_restore(journal)
   if not _saved_model.serving_enabled():
     _saved_model.enable_serving()
     journal.on_undo(_saved_model.disable_serving)
-  _patch_entry_points(journal, replaced)
   _import_hooks.install_finder(journal, root)
   _import_hooks.rebind_early_names(journal, replaced)
   return _import_hooks.early_names(
       {key: pair[0] for key, pair in replaced.items()}, hidden)
-
-
-def _apply_tf_keras_target(journal, target, replaced):
-  """tf_keras's config names and TF 2.3's `compile` wrapping by PolicyV1."""
-  custom_objects = target.tf_keras.utils.get_custom_objects()
-  for name, cls in target.custom_objects().items():
-    journal.set_item(custom_objects, name, cls)
-  target.restore_tf22_dependencies(journal.set_attr)
-  target.restore_get_gradients(journal.set_attr)
-  # TF 2.x optimizer checkpoints into tf_keras's current optimizer classes.
-  current = target.tf_keras.optimizers.Optimizer
-  journal.set_attr(current, "_lookup_dependency",
-                   _tf_keras_restore.wrap_lookup_dependency(
-                       _private_api.tf_keras_optimizer_lookup_dependency(
-                           current)))
-  journal.set_attr(current, "_create_or_restore_slot_variable",
-                   _tf_keras_restore.make_create_or_restore_slot_variable(
-                       target.tf_keras))
-  # OptimizerV2's slots (TF 2.4's class) are checked at restore time too.
-  v2 = target.tf_keras.optimizers.legacy.Optimizer
-  journal.set_attr(v2, "_create_or_restore_slot_variable",
-                   _tf_keras_restore.wrap_v2_create_or_restore_slot_variable(
-                       _private_api.tf_keras_v2_create_or_restore_slot_variable(
-                           v2)))
-  load_model = target.tf_keras.models.load_model
-  _replace_function(journal, replaced, load_model,
-                    _tf_keras_h5.wrap_load_model(
-                        _tf_keras_restore.wrap_load_model(
-                            load_model, _entry_points.is_tf2x_saved_model),
-                        target.tf_keras),
-                    ("tf_keras.", _TF_KERAS_IMPORT_NAME))
-  _patch_tf_keras_h5(journal, replaced, target.tf_keras)
-  model = target.tf_keras.Model
-  journal.set_attr(model, "_get_optimizer",
-                   target.wrap_get_optimizer(
-                       _private_api.tf_keras_model_get_optimizer(model)))
-
-
-def _patch_tf_keras_h5(journal, replaced, tf_keras):
-  """tf_keras's optimizer config and H5 weight loading (`_tf_keras_h5`)."""
-  for name, wrap in (("deserialize", _tf_keras_h5.wrap_optimizers_deserialize),
-                     ("get", _tf_keras_h5.wrap_optimizers_get)):
-    original = getattr(tf_keras.optimizers, name)
-    _replace_function(journal, replaced, original, wrap(original, tf_keras),
-                      ("tf_keras.", _TF_KERAS_IMPORT_NAME))
-  journal.set_attr(tf_keras.Model, "load_weights",
-                   _tf_keras_h5.wrap_load_weights(tf_keras.Model.load_weights))
 
 
 def _patch_compile(set_attr):
@@ -413,21 +269,19 @@ def _patch_compile(set_attr):
   set_attr(owner, "compile", _compile.make_compile(vars(owner)["compile"]))
 
 
-def _patch_checkpoint_restore(journal, target):
+def _patch_checkpoint_restore(journal):
   """Routes TF 2.x Keras checkpoints through the legacy matcher.
 
   `tf.train.Checkpoint.restore` reads through `read`, so patching `read`
-  serves both; the v1 class restores by itself. On the tf_keras target
-  (`target` not None), where TF restores Keras objects itself, a restore
-  whose part deferred to a model's build also puts back what it assigned at
-  once if that part fails (`_tf_keras_deferred`).
+  serves both; the v1 class restores by itself. Each target may guard them
+  further (`KerasTarget.guard_checkpoint_read`).
   """
   v2, v1 = tf.train.Checkpoint, tf.compat.v1.train.Checkpoint
   read = _checkpoint_restore.patched_read(v2.read)
   restore = _checkpoint_restore.patched_restore_v1(v1.restore)
-  if target is not None:
-    read = _tf_keras_deferred.guard_read(read, target.tf_keras)
-    restore = _tf_keras_deferred.guard_read(restore, target.tf_keras)
+  for target in targets.patched():
+    read = target.guard_checkpoint_read(read)
+    restore = target.guard_checkpoint_read(restore)
   journal.set_attr(v2, "read", read)
   journal.set_attr(v1, "restore", restore)
 

@@ -1,34 +1,8 @@
 """TF 2.3/2.4 Keras dtype policies, usable by Keras 3 layers.
 
-A dtype policy names the dtype a layer computes in and the dtype it keeps its
-variables in. This module re-creates the TF 2.4 API:
-
-* `Policy(name)` (`tf.keras.mixed_precision.Policy`), and
-* `PolicyV1(name, loss_scale="auto")` (`tf.keras.mixed_precision.experimental.
-  Policy`, the TF 2.3 class), which also carries a loss scale that
-  `Model.compile` uses to wrap the optimizer,
-* `global_policy()`, `set_global_policy()` / `set_policy()`, `policy_scope()`
-  and `get_layer_policy()`.
-
-Design:
-
-* `Policy` subclasses Keras 3's public `keras.DTypePolicy`, so it is accepted
-  wherever Keras 3 takes a dtype policy (`keras.layers.Dense(4, dtype=
-  Policy("mixed_float16"))` computes in float16 with float32 variables) while
-  keeping TF 2.4's name rules, errors, `repr` and config.
-* There is a single global policy: Keras 3's own (`keras.config.
-  dtype_policy()`). `set_global_policy` stores our policy there, so layers made
-  afterwards follow it, and `global_policy()` reads it back, converting a policy
-  set through Keras directly into one of ours. Like Keras 3's, it is
-  per-thread.
-* `serialize` / `deserialize` read and write a layer config's policy as TF
-  2.4 did. Whole TF 2.3/2.4 model configs, whose policies Keras 3 cannot
-  locate, load through `legacy.model_from_json` / `legacy.custom_objects()`
-  (`legacy/_model_config.py`).
-* `Model.compile` integration (TF 2.3/2.4 wrapped the optimizer in a
-  `LossScaleOptimizer` according to the model's policy) needs a patch of
-  `keras.Model.compile`, which this package never applies on import:
-  `install()` applies it (see `_compile`).
+`Policy`, `PolicyV1` (TF 2.3's, with a loss scale), the global policy
+(Keras 3's own) and a layer config's policy `serialize`/`deserialize`, as TF
+2.4 had them; docs/architecture.md has the design (the Keras targets).
 
 Example:
 
@@ -247,17 +221,8 @@ class PolicyV1(Policy):
         interpreted.
     """
     super().__init__(name)
-    self._using_default_loss_scale = isinstance(loss_scale,
-                                                str) and loss_scale == "auto"
-    if self._using_default_loss_scale:
-      loss_scale = "dynamic" if name == "mixed_float16" else None
-    # Validated before the warning so that a bad loss scale logs nothing.
-    resolved = loss_scale_module.get(loss_scale)
-    if resolved is not None and self.compute_dtype not in (None, "float16"):
-      _warning("Creating a Policy with a loss scale is only useful for float16 "
-               f"policies. You passed loss_scale={loss_scale!r} for policy "
-               f"{name}. Consider not passing any loss_scale instead.")
-    self._loss_scale = resolved
+    self._using_default_loss_scale, self._loss_scale = v1_loss_scale(
+        name, self.compute_dtype, loss_scale)
 
   @property
   def loss_scale(self) -> Optional[loss_scale_module.LossScale]:
@@ -265,7 +230,7 @@ class PolicyV1(Policy):
     return self._loss_scale
 
   def __repr__(self):
-    return f'<PolicyV1 "{self.name}", loss_scale={self.loss_scale}>'
+    return v1_repr(self)
 
   def __eq__(self, other):
     return (type(other) is type(self) and other.name == self.name and
@@ -276,11 +241,8 @@ class PolicyV1(Policy):
 
   def get_config(self) -> dict[str, Any]:
     """Returns the name, and the serialized loss scale unless it was "auto"."""
-    config = {"name": self.name}
-    if not self._using_default_loss_scale:
-      config["loss_scale"] = (None if self.loss_scale is None else
-                              loss_scale_module.serialize(self.loss_scale))
-    return config
+    return v1_config(self.name, self._using_default_loss_scale,
+                     self.loss_scale)
 
   @classmethod
   def from_config(cls, config: dict[str, Any],
@@ -294,11 +256,60 @@ class PolicyV1(Policy):
     Returns:
       A `PolicyV1`.
     """
-    if isinstance(config.get("loss_scale"), dict):
-      config = dict(config)
-      config["loss_scale"] = loss_scale_module.deserialize(
-          config["loss_scale"], custom_objects=custom_objects)
-    return cls(**config)
+    return cls(**v1_config_arguments(config, custom_objects))
+
+
+def v1_loss_scale(name: str, compute_dtype: Optional[str],
+                  loss_scale: Any) -> tuple[bool, Any]:
+  """A TF 2.3 `PolicyV1`'s loss scale (either target's class).
+
+  Args:
+    name: The policy name.
+    compute_dtype: The policy's compute dtype.
+    loss_scale: The `loss_scale` argument (see `PolicyV1`).
+
+  Returns:
+    `(whether it was "auto", the LossScale or None)`.
+
+  Raises:
+    ValueError: If `loss_scale` cannot be interpreted.
+  """
+  using_default = isinstance(loss_scale, str) and loss_scale == "auto"
+  if using_default:
+    loss_scale = "dynamic" if name == "mixed_float16" else None
+  # Validated before the warning so that a bad loss scale logs nothing.
+  resolved = loss_scale_module.get(loss_scale)
+  if resolved is not None and compute_dtype not in (None, "float16"):
+    _warning("Creating a Policy with a loss scale is only useful for float16 "
+             f"policies. You passed loss_scale={loss_scale!r} for policy "
+             f"{name}. Consider not passing any loss_scale instead.")
+  return using_default, resolved
+
+
+def v1_repr(policy: Any) -> str:
+  """TF 2.3's `repr` of a `PolicyV1` (either target's class)."""
+  return f'<PolicyV1 "{policy.name}", loss_scale={policy.loss_scale}>'
+
+
+def v1_config(name: str, using_default: bool,
+              loss_scale: Any) -> dict[str, Any]:
+  """A `PolicyV1`'s config: the name, and the loss scale unless "auto"."""
+  config: dict[str, Any] = {"name": name}
+  if not using_default:
+    config["loss_scale"] = (None if loss_scale is None else
+                            loss_scale_module.serialize(loss_scale))
+  return config
+
+
+def v1_config_arguments(config: dict[str, Any],
+                        custom_objects: Optional[dict[str, Any]]
+                        ) -> dict[str, Any]:
+  """A `PolicyV1` config as constructor arguments (loss scale deserialized)."""
+  if isinstance(config.get("loss_scale"), dict):
+    config = dict(config)
+    config["loss_scale"] = loss_scale_module.deserialize(
+        config["loss_scale"], custom_objects=custom_objects)
+  return config
 
 
 # --------------------------------------------------------------------------
@@ -474,10 +485,7 @@ def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
 
 
 def _is_layer(obj):
-  if isinstance(obj, keras.layers.Layer):
-    return True
-  tf_keras = targets.loaded_tf_keras()
-  return tf_keras is not None and isinstance(obj, tf_keras.layers.Layer)
+  return any(target.is_layer(obj) for target in targets.adapters())
 
 
 @export("keras.mixed_precision.experimental.get_layer_policy")

@@ -35,7 +35,7 @@ def build_before_get_slot(optimizer, build):
   _BUILD_BEFORE_GET_SLOT[optimizer] = build
 
 # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
-_tf_keras = targets.import_tf_keras()
+_tf_keras = targets.get(targets.TF_KERAS).import_package()
 
 
 class AlreadyWrappedError(ValueError, AttributeError):

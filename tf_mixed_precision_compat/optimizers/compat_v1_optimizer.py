@@ -39,13 +39,7 @@ def is_keras_optimizer(opt: Any) -> bool:
   tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
   OptimizerV2) count too: the Keras `LossScaleOptimizer` wraps them.
   """
-  for module in targets.loaded_kerases():
-    optimizers = getattr(module, "optimizers", None)
-    bases = [getattr(optimizers, "Optimizer", None),
-             getattr(getattr(optimizers, "legacy", None), "Optimizer", None)]
-    if any(isinstance(base, type) and isinstance(opt, base) for base in bases):
-      return True
-  return False
+  return any(target.is_optimizer(opt) for target in targets.adapters())
 
 
 def _local_ops(distribution, values):

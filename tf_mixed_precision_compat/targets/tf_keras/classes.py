@@ -1,21 +1,8 @@
-"""The Keras classes of the tf_keras target (TF_USE_LEGACY_KERAS=1).
+"""The tf_keras target's Keras classes: what tf_keras dropped, on its own.
 
-tf_keras 2.x kept TF 2.4's non-experimental mixed-precision API
-(`LossScaleOptimizer(inner, dynamic, initial_scale, dynamic_growth_steps)` for
-both of its optimizer families, `Policy`, `set_global_policy`,
-`global_policy`) and dropped the experimental TF 2.3 one. This module adds
-exactly what was dropped, on top of tf_keras's own classes:
-
-* `LossScaleOptimizerV1(optimizer, loss_scale)`, the experimental class, taking
-  any `LossScale` (this package's, `tf.compat.v1`'s, a user's), "dynamic" or
-  a number, and behaving as TF 2.3.4's; it is a tf_keras
-  `LossScaleOptimizer` of the family of `optimizer`;
-* `PolicyV1(name, loss_scale="auto")`, a tf_keras `Policy` with a loss scale;
-* `get_layer_policy`, and `Model.compile` wrapping by a `PolicyV1`'s loss
-  scale as TF 2.3/2.4 did (`wrap_get_optimizer`, applied by `install()`).
-
-`targets.keras_symbol` maps the package's Keras 3 endpoints to these through
-`REPLACEMENTS`. Loss-scale arithmetic is tf_keras's, which is TF 2.4's.
+TF 2.3's experimental `LossScaleOptimizerV1` and `PolicyV1`, `set_policy`,
+`get_layer_policy`, the `compile` wrapping by a `PolicyV1` and the private
+hooks `adapter` installs; `REPLACEMENTS` maps each Keras endpoint to them.
 """
 
 from typing import Any, Callable, Optional
@@ -25,9 +12,13 @@ import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _experimental_args
+from tf_mixed_precision_compat.optimizers import (
+    experimental_loss_scale_optimizer)
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 _LSO_V2, _LSO_V3, _LSO_META = (
     _private_api.tf_keras_loss_scale_optimizer_classes())
@@ -313,17 +304,8 @@ class PolicyV1(Policy):
       ValueError: If `name` or `loss_scale` cannot be interpreted.
     """
     super().__init__(name)
-    self._using_default_loss_scale = (isinstance(loss_scale, str) and
-                                      loss_scale == "auto")
-    if self._using_default_loss_scale:
-      loss_scale = "dynamic" if name == "mixed_float16" else None
-    resolved = loss_scale_module.get(loss_scale)
-    if resolved is not None and self.compute_dtype not in (None, "float16"):
-      tf.get_logger().warning(
-          "Creating a Policy with a loss scale is only useful for float16 "
-          f"policies. You passed loss_scale={loss_scale!r} for policy {name}. "
-          "Consider not passing any loss_scale instead.")
-    self._loss_scale = resolved
+    self._using_default_loss_scale, self._loss_scale = (
+        policy_module.v1_loss_scale(name, self.compute_dtype, loss_scale))
 
   @property
   def loss_scale(self) -> Optional[loss_scale_module.LossScale]:
@@ -331,25 +313,18 @@ class PolicyV1(Policy):
     return self._loss_scale
 
   def __repr__(self):
-    return f'<PolicyV1 "{self.name}", loss_scale={self.loss_scale}>'
+    return policy_module.v1_repr(self)
 
   def get_config(self) -> dict[str, Any]:
     """Returns the name, and the serialized loss scale unless "auto"."""
-    config = {"name": self.name}
-    if not self._using_default_loss_scale:
-      config["loss_scale"] = (None if self.loss_scale is None else
-                              loss_scale_module.serialize(self.loss_scale))
-    return config
+    return policy_module.v1_config(self.name, self._using_default_loss_scale,
+                                   self.loss_scale)
 
   @classmethod
   def from_config(cls, config: dict[str, Any],
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates the policy from `get_config()` output."""
-    if isinstance(config.get("loss_scale"), dict):
-      config = dict(config)
-      config["loss_scale"] = loss_scale_module.deserialize(
-          config["loss_scale"], custom_objects=custom_objects)
-    return cls(**config)
+    return cls(**policy_module.v1_config_arguments(config, custom_objects))
 
 
 def set_policy(policy: Any) -> None:
@@ -469,13 +444,15 @@ def custom_objects() -> dict[str, Any]:
   }
 
 
+# What `install()` grafts at each Keras endpoint on this target, keyed by the
+# Keras 3 target's object registered there (`adapter.symbol_for`).
 REPLACEMENTS = {
-    "loss_scale_optimizer.LossScaleOptimizer": LossScaleOptimizer,
-    "experimental_loss_scale_optimizer.LossScaleOptimizerV1": (
+    loss_scale_optimizer.LossScaleOptimizer: LossScaleOptimizer,
+    experimental_loss_scale_optimizer.LossScaleOptimizerV1: (
         LossScaleOptimizerV1),
-    "policy.Policy": Policy,
-    "policy.PolicyV1": PolicyV1,
-    "policy.global_policy": global_policy,
-    "policy.set_policy": set_policy,
-    "policy.get_layer_policy": get_layer_policy,
+    policy_module.Policy: Policy,
+    policy_module.PolicyV1: PolicyV1,
+    policy_module.global_policy: global_policy,
+    policy_module.set_policy: set_policy,
+    policy_module.get_layer_policy: get_layer_policy,
 }
