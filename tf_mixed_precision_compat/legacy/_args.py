@@ -1,9 +1,7 @@
-"""Argument checks of the `legacy` loaders, before any file is opened.
+"""Front ends: argument checks of the `legacy` loaders, before any file opens.
 
-Misused arguments (a string where an optimizer belongs, `"False"` for a
-flag, a TF1 optimizer) would otherwise surface deep inside a restore as an
-`AttributeError`, or, for flags, silently as the wrong choice: a non-empty
-string is truthy, so `allow_partial="False"` would restore partially.
+A string where an optimizer belongs, or the truthy `"False"` for a flag,
+fails here clearly instead of deep inside a restore (or silently).
 """
 
 import os

@@ -11,7 +11,7 @@ call raises, as TF 2.4 did, but those values stayed the checkpoint's and
 `guard_read` wraps `tf.train.Checkpoint.read` (and v1 `restore`) for that
 case only: when the restore faces a tf_keras layer not built yet, the values
 of every other variable the checkpoint reaches are kept first
-(`_rollback.Snapshot`); when a layer's weight waiting for a restored value
+(`_deferred.Snapshot`); when a layer's weight waiting for a restored value
 fails to be created (or a sublayer made in `build` fails to take its
 values), they are written back, nothing else of that restore
 lands later, the status' assertions raise, and the model's forward pass and
@@ -25,7 +25,7 @@ import functools
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _rollback
+from tf_mixed_precision_compat.legacy import _deferred
 
 
 def _unbuilt_layers(root, layer_class):
@@ -115,24 +115,14 @@ class _DeferredPart:
     # TF keeps the weights' values waiting, but a later `tf.function` trace
     # may build the model with fresh ones: the model's forward pass and the
     # optimizers' updates raise the same error from now on.
-    for obj, names in self._targets:
-      for name in names:
-        if getattr(obj, name, None) is not None:
-          # Not through Keras' `__setattr__`: the wrapper is no tracked state.
-          object.__setattr__(obj, name, self._raiser())
+    _deferred.refuse_use(self._targets,
+                         lambda: self.error.with_traceback(None))
     status = self._status
     self._release()
     for name in ("assert_consumed", "assert_existing_objects_matched",
                  "assert_nontrivial_match"):
       # On the instance: TF's status class stays as it is.
       setattr(status, name, self._refusal(name))
-
-  def _raiser(self):
-
-    def refuse(*unused_args, **unused_kwargs):
-      raise self.error.with_traceback(None)
-
-    return refuse
 
   def _refusal(self, name):
 
@@ -146,7 +136,7 @@ class _DeferredPart:
 
 
 def _layers_below(models, layer_class):
-  _, trackables = _rollback.reachable(models)
+  _, trackables = _deferred.reachable(models)
   return [t for t in trackables if isinstance(t, layer_class)]
 
 
@@ -183,9 +173,9 @@ def guard_read(read, tf_keras):
     if not models:
       return read(self, save_path, *args, **kwargs)
     skip = frozenset(id(m) for m in models)
-    _, others = _rollback.reachable([self], skip)
+    _, others = _deferred.reachable([self], skip)
     _touch_steps(others, optimizer_classes)
-    snapshot = _rollback.Snapshot([self, self.save_counter], skip)
+    snapshot = _deferred.Snapshot([self, self.save_counter], skip)
     status = read(self, save_path, *args, **kwargs)
     waiting = [layer for layer in _layers_below(models, layer_class)
                if _waiting(layer)]
