@@ -470,9 +470,8 @@ class LoadStatus:
 
   def _raise_if_failed(self):
     if self.legacy.error is not None:
-      raise AssertionError(
-          f"Restoring {self.legacy.source!r} failed, nothing of it is "
-          f"restored: {self.legacy.error}") from self.legacy.error
+      raise _deferred.failure(self.legacy.source,
+                              self.legacy.error) from self.legacy.error
 
   def _assert_none(self, lines, what):
     if lines:

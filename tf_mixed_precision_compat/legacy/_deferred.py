@@ -27,12 +27,13 @@ def _children(obj):
     return ()
 
 
-def reachable(roots, skip=frozenset()):
+def reachable(roots, skip=frozenset(), stop=lambda obj: False):
   """(variables, other trackables) reachable from `roots`, each once.
 
   Args:
     roots: The objects to start from.
     skip: Ids of objects neither collected nor entered.
+    stop: Whether a trackable is collected but not entered.
   """
   variables, trackables, seen = [], [], set(skip)
   stack = list(roots)
@@ -45,7 +46,8 @@ def reachable(roots, skip=frozenset()):
       variables.append(obj)
     elif isinstance(obj, tf.__internal__.tracking.Trackable):
       trackables.append(obj)
-      stack.extend(_children(obj))
+      if not stop(obj):
+        stack.extend(_children(obj))
   return variables, trackables
 
 
@@ -109,6 +111,12 @@ def on_build(obj, callback):
     return result
 
   object.__setattr__(obj, "build", build)
+
+
+def failure(source, error):
+  """What a failed restore's status assertions raise."""
+  return AssertionError(f"Restoring {source!r} failed, nothing of it is "
+                        f"restored: {error}")
 
 
 def refuse_use(targets, error):

@@ -30,21 +30,12 @@ from tf_mixed_precision_compat.legacy import _deferred
 
 def _unbuilt_layers(root, layer_class):
   """The tf_keras layers not built yet below `root` (not entered)."""
-  found, seen, stack = [], set(), [root]
-  while stack:
-    obj = stack.pop()
-    if id(obj) in seen:
-      continue
-    seen.add(id(obj))
-    if isinstance(obj, layer_class) and not obj.built:
-      found.append(obj)
-    elif (isinstance(obj, tf.__internal__.tracking.Trackable) and
-          not isinstance(obj, tf.Variable)):
-      try:
-        stack.extend(_private_api.trackable_children(obj).values())
-      except (AttributeError, TypeError, ValueError):
-        pass
-  return found
+
+  def unbuilt(obj):
+    return isinstance(obj, layer_class) and not obj.built
+
+  return [t for t in _deferred.reachable([root], stop=unbuilt)[1]
+          if unbuilt(t)]
 
 
 def _waiting(obj):
@@ -127,9 +118,7 @@ class _DeferredPart:
   def _refusal(self, name):
 
     def refuse():
-      raise AssertionError(
-          f"Restoring {self.source!r} failed, nothing of it is restored: "
-          f"{self.error}") from self.error
+      raise _deferred.failure(self.source, self.error) from self.error
 
     refuse.__name__ = name
     return refuse
