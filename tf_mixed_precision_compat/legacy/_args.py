@@ -39,6 +39,18 @@ def path_arg(path: Any, name: str = "path") -> str:
   return path
 
 
+def path_or_none(value):
+  """`value` as a `str` path if it is one (str, bytes, PathLike), else None.
+
+  For the hooks, which hand anything else (file-like objects) to the
+  function they wrap.
+  """
+  try:
+    return os.fsdecode(os.fspath(value))
+  except (TypeError, UnicodeDecodeError):
+    return None
+
+
 def bool_arg(value, name):
   """Refuses anything but a bool (e.g. the truthy string "False")."""
   if not isinstance(value, bool):

@@ -6,12 +6,12 @@ they are built), the rest by TF. Design: docs/architecture.md.
 """
 
 import functools
-import os
 
 import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _match
@@ -529,13 +529,8 @@ class LoadStatus:
 
 def _prefix(save_path):
   """The checkpoint prefix `save_path` names, or None (TF then decides)."""
-  if save_path is None:
-    return None
-  try:
-    path = os.fsdecode(os.fspath(save_path))
-  except (TypeError, UnicodeDecodeError):
-    return None
-  return path if tf.io.gfile.exists(path + ".index") else None
+  path = None if save_path is None else _args.path_or_none(save_path)
+  return path if path and tf.io.gfile.exists(path + ".index") else None
 
 
 def read_or_restore(original, checkpoint, save_path, args, kwargs,

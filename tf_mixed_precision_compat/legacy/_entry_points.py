@@ -15,6 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _loaders
@@ -113,7 +114,7 @@ def wrap_load_model(original):
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
-    path = _read_h5.path_string(filepath)
+    path = _args.path_or_none(filepath)
     if path is None or not (_read_h5.is_tf2x_h5(path) or
                             is_tf2x_saved_model(path)):
       return original(filepath, *args, **kwargs)
@@ -134,7 +135,7 @@ def wrap_load_model(original):
 
 def weights_format(filepath):
   """"tf" / "h5" for TF 2.x weight files, None for anything else."""
-  path = _read_h5.path_string(filepath)
+  path = _args.path_or_none(filepath)
   if path is None or path.endswith(_KERAS3_WEIGHTS_SUFFIXES):
     if (path is not None and path.endswith(".keras") and
         _read_h5.is_tf2x_h5(path)):

@@ -40,14 +40,6 @@ def keras_version(f):
   return None if version is None else str(version)
 
 
-def path_string(filepath):
-  """`filepath` as a str, or None (file-like objects and the like)."""
-  try:
-    return os.fsdecode(os.fspath(filepath))
-  except TypeError:
-    return None
-
-
 def is_tf2x_h5(path):
   """Whether `path` is an H5 file written by TF 2.x's Keras 2."""
   try:

@@ -24,6 +24,7 @@ import h5py
 import tensorflow as tf
 
 from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _match
@@ -32,7 +33,7 @@ from tf_mixed_precision_compat.legacy import _read_h5
 from tf_mixed_precision_compat.targets.tf_keras import restore
 
 def _tf2x_h5(filepath):
-  path = _read_h5.path_string(filepath)
+  path = _args.path_or_none(filepath)
   return path if path is not None and _read_h5.is_tf2x_h5(path) else None
 
 

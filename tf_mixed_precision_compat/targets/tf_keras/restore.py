@@ -1,29 +1,14 @@
 """TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
 
-On the tf_keras target (`TF_USE_LEGACY_KERAS=1`) an unchanged TF 2.x job that
-builds `tf.keras.optimizers.Adam()` gets tf_keras's current optimizer class,
-not the OptimizerV2 that wrote its checkpoints. The two lay their state out
-differently, and tf_keras refuses the old layout outright ("You are trying to
-restore a checkpoint from a legacy TF-Keras optimizer into a v2.11+
-Optimizer"). `install()` teaches tf_keras's `Optimizer` the old names, so the
-job's own `tf.train.Checkpoint.restore` restores everything, exactly:
-
-* `iter` -> `iterations`, `learning_rate` -> the learning-rate variable;
-* the other hyperparameter variables TF 2.x kept (`beta_1`, `momentum`,
-  `rho`, ...) set the current optimizer's attribute of that name, as TF 2.x
-  restored them; a nonzero `decay`, which current optimizers do not have, is
-  named in a warning and left unrestored (so `assert_consumed()` reports it);
-* `base_optimizer` (where TF 2.2-2.4's loss-scale optimizer kept the inner
-  one) -> the inner optimizer itself;
-* TF 2.x slots (`m`, `v`, `rms`, ...) -> the current class's (`m`, `v`,
-  `velocity`, ...), restored at once when the optimizer is built, or, as TF
-  2.x deferred them, when it builds its slots at its first step.
-
-The loss scale needs nothing: tf_keras's loss-scale optimizer keeps
-`loss_scale/current_loss_scale` and `good_steps`, TF 2.4's names.
-
-`load_model` of a TF 2.x Keras SavedModel also gets its optimizer state back
-(`restore_saved_model_optimizer`), which TF 2.4 and tf_keras leave fresh.
+On the tf_keras target a TF 2.x job's `tf.keras.optimizers.Adam()` is
+tf_keras's current class, which refuses OptimizerV2's layout ("You are
+trying to restore a checkpoint from a legacy TF-Keras optimizer").
+`install()` teaches it the old names: `iter`, `learning_rate`, the other
+hyperparameters (set as attributes; a nonzero `decay` is warned about and
+left unrestored), `base_optimizer` (the optimizer itself) and TF 2.x slot
+names, restored at once or when the optimizer builds. The loss scale needs
+nothing (tf_keras keeps TF 2.4's names). `load_model` of a TF 2.x Keras
+SavedModel also gets its optimizer state back. Design: docs/architecture.md.
 """
 
 import functools
@@ -33,6 +18,7 @@ import weakref
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
 
 # TF 2.x slot name -> the name tf_keras's current class gives that slot's
@@ -311,12 +297,9 @@ def wrap_load_model(original, is_tf2x_saved_model):
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
     model = original(filepath, *args, **kwargs)
-    try:
-      path = os.fsdecode(os.fspath(filepath))
-    except TypeError:
-      return model
-    if (getattr(model, "optimizer", None) is not None and
-        is_tf2x_saved_model(path)):
+    path = _args.path_or_none(filepath)
+    if (path is not None and getattr(model, "optimizer", None) is not None
+        and is_tf2x_saved_model(path)):
       restore_saved_model_optimizer(model, path)
     return model
 
