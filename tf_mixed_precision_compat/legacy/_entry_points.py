@@ -271,18 +271,12 @@ def load_tf_format_weights(model, path):
 
 
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
-  """Loads a TF 2.x H5 weight file into `model` as TF 2.x did, exactly.
+  """Loads a TF 2.x H5 weight file (or whole-model H5) into built `model`.
 
-  Args:
-    model: The Keras 3 model, built.
-    path: The H5 file (`model.save_weights("w.h5")`, or a whole-model H5).
-    by_name: Match layers by name instead of by topological order.
-    skip_mismatch: With `by_name`, skip (and log) layers whose weights do not
-      fit instead of raising.
-
-  Raises:
-    ValueError: If the model is not built, the file unreadable, or layers,
-      weight counts, shapes or dtypes do not match (nothing is assigned).
+  By topological order or `by_name`, as TF 2.4 did; `skip_mismatch` (with
+  `by_name`) skips and logs layers that do not fit. Raises `ValueError` if
+  the model is not built, the file unreadable, or anything does not match
+  (nothing is assigned).
   """
   if not model.built or not model.weights:
     raise ValueError(
@@ -309,17 +303,11 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
 
 
 def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
-  """Adds a whole-model H5 file's optimizer state to `weights_plan`.
+  """Adds a whole-model H5 file's optimizer state to `weights_plan`, if it
+  all fits the model's optimizer (else a warning says why); returns whether.
 
-  TF 2.4's `load_weights` read only the model's weights. A model rebuilt in
-  code (e.g. because the file's `Lambda` bytecode is unreadable here) and
-  compiled as the job did also gets its optimizer's iterations and slots
-  back, so that `fit` resumes as after `load_model`. When the file's state
-  does not fit that optimizer entirely, the optimizer is left untouched and
-  a warning says why.
-
-  Returns:
-    Whether the optimizer state was added.
+  TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
+  bytecode unreadable here) and compiled resumes `fit` as after `load_model`.
   """
   optimizer = getattr(model, "optimizer", None)
   group = _read_h5.optimizer_weights(f)

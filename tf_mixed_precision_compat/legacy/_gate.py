@@ -88,15 +88,11 @@ class RestoreReport:
 
 
 def check(plan, expected=None, allow_partial=False, problems=()):
-  """Raises `RestoreError` for `plan`'s problems, or what it leaves out.
+  """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
+  `allow_partial`, for what it leaves out.
 
-  Args:
-    plan: A `_match.Plan`.
-    expected: `(object, description)` of the state a full restore assigns
-      (`_match.expected_objects`); what the plan does not bind becomes its
-      `unmatched_objects`. None keeps them as they are.
-    allow_partial: Whether unmatched values and objects are tolerated.
-    problems: Further problems the caller found.
+  What of `expected` (`_match.expected_objects`) the plan does not bind
+  becomes its `unmatched_objects`.
   """
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
