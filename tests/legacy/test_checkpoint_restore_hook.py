@@ -25,7 +25,7 @@ import tensorflow as tf
 from tests import testing
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import legacy
-from tf_mixed_precision_compat.legacy._checkpoint import RestoreError
+from tf_mixed_precision_compat.legacy import RestoreError
 
 BATCH = 8
 # TF 2.x slot names -> Keras 3's, for the two optimizers of the fixtures.

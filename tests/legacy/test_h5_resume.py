@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from tests.legacy import h5_resume_job
 from tests import testing
-from tf_mixed_precision_compat.legacy import _h5
+from tf_mixed_precision_compat.legacy import _read_h5
 from tf_mixed_precision_compat.legacy import _training_config
 
 K = tf.keras
@@ -190,8 +190,8 @@ def _lambda_config(code, name="lam"):
 
 def test_bytecode_of_this_python_passes_the_check():
   code = marshal.dumps((lambda t: t * 2).__code__)
-  _h5.check_lambda_bytecode(_lambda_config(code), "2.15.0", "f.h5")
-  _h5.check_lambda_bytecode(_lambda_config(code), None, "f.h5")
+  _read_h5.check_lambda_bytecode(_lambda_config(code), "2.15.0", "f.h5")
+  _read_h5.check_lambda_bytecode(_lambda_config(code), None, "f.h5")
 
 
 def test_writer_python_is_told_from_the_code_layout():
@@ -199,10 +199,10 @@ def test_writer_python_is_told_from_the_code_layout():
   with h5py.File(path, "r") as f:
     config = json.loads(f.attrs["model_config"])
   with pytest.raises(ValueError, match=r"Python 3\.8-3\.10 \(Keras None\)"):
-    _h5.check_lambda_bytecode(config, None, "f.h5")
+    _read_h5.check_lambda_bytecode(config, None, "f.h5")
   # Keras 2.4.0 (TF 2.3/2.4) ran on Python 3.5-3.8: that layout is 3.8's.
   with pytest.raises(ValueError, match=r"Python 3\.8 \(Keras 2\.4\.0\)"):
-    _h5.check_lambda_bytecode(config, "2.4.0", "f.h5")
+    _read_h5.check_lambda_bytecode(config, "2.4.0", "f.h5")
 
 
 def _labels_for(metric):

@@ -223,14 +223,14 @@ def test_keras3_files_round_trip(suffix, tmp_path):
 def _merge(tf24_prefix, keras3_prefix, out_prefix):
   """One checkpoint: TF 2.4's root entries as `old_*`, Keras 3's as is."""
   from tf_mixed_precision_compat import _private_api  # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat.legacy import _checkpoint  # pylint: disable=g-import-not-at-top
+  from tf_mixed_precision_compat.legacy import _read_checkpoint  # pylint: disable=g-import-not-at-top
   pb2 = _private_api.trackable_object_graph_pb2
   merged = pb2.TrackableObjectGraph()
   tensors = {}
   for prefix, rename in ((keras3_prefix, ""), (tf24_prefix, "old_")):
     reader = tf.train.load_checkpoint(prefix)
     graph = pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(_checkpoint._OBJECT_GRAPH_KEY))  # pylint: disable=protected-access
+    graph.ParseFromString(reader.get_tensor(_read_checkpoint.OBJECT_GRAPH_KEY))
     offset = len(merged.nodes) - 1 if merged.nodes else 0
     for node_id, node in enumerate(graph.nodes):
       if node_id == 0 and merged.nodes:
@@ -251,7 +251,7 @@ def _merge(tf24_prefix, keras3_prefix, out_prefix):
         if rename and not key.startswith("save_counter"):
           attr.checkpoint_key = rename + key
         tensors[attr.checkpoint_key] = reader.get_tensor(key)
-  tensors[_checkpoint._OBJECT_GRAPH_KEY] = merged.SerializeToString()  # pylint: disable=protected-access
+  tensors[_read_checkpoint.OBJECT_GRAPH_KEY] = merged.SerializeToString()
   names = sorted(tensors)
   tf.raw_ops.SaveV2(prefix=out_prefix, tensor_names=names,
                     shape_and_slices=[""] * len(names),

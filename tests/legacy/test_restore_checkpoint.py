@@ -289,6 +289,32 @@ class MismatchTest(parameterized.TestCase):
     self.assertEqual(cm.exception.unmatched_objects,
                      ["optimizer/loss_scale", "optimizer/loss_scale counter"])
 
+  def test_dry_run_reports_the_plan_and_assigns_nothing(self):
+    record = _load("demo")
+    model, opt = _model(record), _optimizer(record)
+    opt.build(model.trainable_variables)
+    before = _snapshot(model, opt)
+    planned = legacy.restore_checkpoint(_location("demo", record), model, opt,
+                                        dry_run=True)
+    _assert_unchanged(before, _snapshot(model, opt))
+    self.assertIsNone(planned.iterations)
+    report = legacy.restore_checkpoint(_location("demo", record), model, opt)
+    self.assertEqual(planned.matched, report.matched)
+    self.assertEqual(planned.ignored, report.ignored)
+    self.assertEqual(report.iterations, record["iterations"])
+
+  def test_dry_run_raises_what_the_restore_would(self):
+    record = _load("demo")
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+    before = [v.numpy().copy() for v in model.weights]
+    with self.assertRaisesRegex(legacy.RestoreError, "nothing was assigned"):
+      legacy.restore_checkpoint(_location("demo", record), model,
+                                dry_run=True)
+    _assert_unchanged(before, [v.numpy() for v in model.weights])
+    with self.assertRaisesRegex(TypeError, "dry_run must be a bool"):
+      legacy.restore_checkpoint(_location("demo", record), model,
+                                dry_run="yes")
+
   def test_wrong_architecture_changes_nothing(self):
     record = _load("demo")
     model = keras.Sequential([

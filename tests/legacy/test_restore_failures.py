@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from tests.legacy import restore_jobs as jobs
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat.legacy._checkpoint import RestoreError
+from tf_mixed_precision_compat.legacy import RestoreError
 
 RECORD = jobs.outcomes()
 

@@ -13,6 +13,8 @@ MODULES = [
     "graph_rewrite",
     "install",
     "legacy",
+    "legacy._deferred",
+    "legacy._loaders",
     "legacy._model_config",
     "loss_scale",
     "loss_scale._loss_scales",

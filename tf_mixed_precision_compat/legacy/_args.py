@@ -1,9 +1,7 @@
-"""Argument checks of the `legacy` loaders, before any file is opened.
+"""Front ends: argument checks of the `legacy` loaders, before any file opens.
 
-Misused arguments (a string where an optimizer belongs, `"False"` for a
-flag, a TF1 optimizer) would otherwise surface deep inside a restore as an
-`AttributeError`, or, for flags, silently as the wrong choice: a non-empty
-string is truthy, so `allow_partial="False"` would restore partially.
+A string where an optimizer belongs, or the truthy `"False"` for a flag,
+fails here clearly instead of deep inside a restore (or silently).
 """
 
 import os
@@ -39,6 +37,18 @@ def path_arg(path: Any, name: str = "path") -> str:
       raise ValueError(f"{name} must be UTF-8 when given as bytes, got "
                        f"{path!r}.") from None
   return path
+
+
+def path_or_none(value):
+  """`value` as a `str` path if it is one (str, bytes, PathLike), else None.
+
+  For the hooks, which hand anything else (file-like objects) to the
+  function they wrap.
+  """
+  try:
+    return os.fsdecode(os.fspath(value))
+  except (TypeError, UnicodeDecodeError):
+    return None
 
 
 def bool_arg(value, name):

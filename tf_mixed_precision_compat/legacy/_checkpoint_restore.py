@@ -1,69 +1,23 @@
-"""`tf.train.Checkpoint` restoring what TF 2.2/2.3/2.4 Keras jobs saved.
+"""Front end: `tf.train.Checkpoint.restore` of TF 2.2-2.4 Keras checkpoints.
 
-A TF 2.x job resumes with its own code: `tf.train.Checkpoint(model=model,
-optimizer=optimizer).restore(path)` (or `CheckpointManager.
-restore_or_initialize()`). On TF 2.21 the objects behind those names are
-Keras 3 objects, whose checkpoint layout differs from Keras 2's
-(`layer_with_weights-0/kernel` vs `_functional/_operations/1/_kernel`,
-`iter` vs `_iterations`, slots listed by the optimizer vs kept in its
-`_variables`). TF's name matching then restores only what happens to share
-a name, the loss scale for one, and silently leaves the weights, the step
-and the slots fresh.
-
-After `install()`, `tf.train.Checkpoint.read` (which `restore` calls) and
-`tf.compat.v1.train.Checkpoint.restore` go through `read_or_restore` here:
-
-* Each Keras 3 object of the root (a layer/model or an optimizer, also
-  below non-Keras containers: a trainer `tf.Module`, a dict or list of
-  models) is judged by its own entry, on evidence only one Keras writes
-  (see `_Evidence`): TF 2.x wrote an optimizer entry with `iter` /
-  `base_optimizer` children or slot variables, and a model entry with
-  `layer_with_weights-N` / `layer-N` children or variables such an
-  optimizer lists slots for; Keras 3 wrote `_iterations`, `_functional`,
-  and the variables its optimizers track. An entry without evidence (a
-  subclassed model of custom layers only) is TF 2.x's when the rest of the
-  checkpoint is and has nothing of Keras 3, or when `_checkpoint` maps it
-  completely onto the built model. So a checkpoint TF 2.21 wrote is restored
-  by TF unchanged, and one holding both layouts restores each part its way.
-* The Keras objects with TF 2.x entries are restored by `_checkpoint`'s
-  object-graph matching (what `legacy.restore_checkpoint` does); everything
-  else (Keras 3 entries, a step counter, a `tf.Variable`, the rest of a
-  container) and `save_counter` are restored by TF.
-* Everything is matched and checked before anything is assigned. Shape,
-  dtype or structure mismatches raise `RestoreError` at once; so does a model
-  the checkpoint has weights for when none of them can be placed (the loss
-  scale is never restored alone while weights stay fresh). Entries that stay
-  unmatched are named in a warning at restore time, and the returned status'
-  `assert_consumed()` lists them.
-  Slots are checked against their variables also before the optimizer made
-  them.
-* As in TF 2.x, values wait for variables not created yet: a model that is
-  not built gets its weights (and the optimizer its step and loss scale) when
-  Keras builds it, before its first forward pass runs; slots land when the
-  optimizer builds them, before its first update, or when `get_slot` asks
-  for one first (our `LossScaleOptimizer` then builds the optimizer).
-* A deferred part that fails raises at that first call and stays failed: the
-  model's forward pass and the optimizer's updates raise the same error from
-  then on, and the status' assertions raise; nothing trains on values the
-  error left fresh. What TF's part assigned at restore time beside the
-  models (a step counter, a plain `tf.Variable`, the save counter) is put
-  back then (`_rollback`): a failed restore leaves no partial state.
+`install()` grafts `patched_read` / `patched_restore_v1`: the Keras objects
+whose entries TF 2.x wrote are restored through the pipeline (now, or when
+they are built), the rest by TF. Design: docs/architecture.md.
 """
 
-import contextlib
 import functools
-import os
-import re
 
 import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _checkpoint
-from tf_mixed_precision_compat.legacy import _rollback
+from tf_mixed_precision_compat.legacy import _args
+from tf_mixed_precision_compat.legacy import _deferred
+from tf_mixed_precision_compat.legacy import _gate
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers import _inner
 
-_LAYER_INDEX = re.compile(r"^layer(_with_weights)?-\d+$")
 _SAVE_COUNTER = "save_counter"
 
 
@@ -78,7 +32,7 @@ def _is_optimizer(obj):
   OptimizerV2, whose checkpoints TF restores itself, deferred slots
   included) is left to TF, as a bare tf_keras optimizer is.
   """
-  inner = _checkpoint.inner_optimizer_of(obj)
+  inner = _match.inner_optimizer_of(obj)
   return (isinstance(obj, keras.optimizers.Optimizer) and
           isinstance(inner, keras.optimizers.Optimizer))
 
@@ -87,30 +41,13 @@ def _model_built(model):
   return bool(model.built and model.weights)
 
 
-def _optimizer_built(optimizer):
-  return bool(getattr(_checkpoint.inner_optimizer_of(optimizer),
-                      "built", True))
-
-
 def _log(message):
   tf.get_logger().warning(message)
 
 
 # ---------------------------------------------------------------------------
-# Recognising a TF 2.x Keras checkpoint.
-#
-# Each Keras object of the root is judged by its own entry, on evidence only
-# one Keras writes, so that a checkpoint TF 2.21 itself wrote (a custom
-# layer's `w` is named alike by both) is never taken for TF 2.x layout, and a
-# checkpoint holding both layouts restores each part its own way:
-#
-# * Keras 2 only: an optimizer entry with `iter` / `base_optimizer` children
-#   or slot variables (Keras 3 optimizers keep slots in `_variables`); a
-#   model entry with `layer_with_weights-N` / `layer-N` children (names no
-#   Python attribute has), or variables such an optimizer lists slots for.
-# * Keras 3 only: an optimizer entry with `_iterations`; a model entry with
-#   a `_functional` child (Keras 3's Sequential), or variables a Keras 3
-#   optimizer tracks (its `_trainable_variables`).
+# Recognising a TF 2.x Keras checkpoint (docs/architecture.md: "Whose
+# layout is an entry").
 
 
 class _Evidence:
@@ -156,7 +93,7 @@ class _Evidence:
   def model_layout(self, node_id):
     """"keras2", "keras3" or None (nothing tells)."""
     variables = set(self.graph.variable_nodes_under(
-        node_id, skip=_checkpoint.MODEL_ALIASES))
+        node_id, skip=_match.MODEL_ALIASES))
     if (variables & self.keras3_variables or
         _has_name(self.graph, node_id, _is_keras3_name)):
       return "keras3"
@@ -167,7 +104,7 @@ class _Evidence:
 
 
 def _is_layer_index(name):
-  return bool(_LAYER_INDEX.match(name))
+  return bool(_match.LAYER_INDEX.match(name))
 
 
 def _is_keras3_name(name):
@@ -183,7 +120,7 @@ def _has_name(graph, node_id, predicate):
       continue
     seen.add(current)
     for name, child in graph.children(current):
-      if name in _checkpoint.MODEL_ALIASES:
+      if name in _match.MODEL_ALIASES:
         continue
       if predicate(name):
         return True
@@ -196,9 +133,8 @@ def _maps_completely(reader, graph, source, node_id, model):
   if not _model_built(model):
     return False
   try:
-    plan = _checkpoint.plan_restore(reader, graph, source,
-                                    [(node_id, model)], [],
-                                    scope=[node_id])
+    plan = _match.plan_restore(reader, graph, source, [(node_id, model)],
+                               [], scope=[node_id])
   except ValueError:
     return False
   matched = {id(target) for _, target, _, _ in plan.assignments}
@@ -214,7 +150,6 @@ class _Parts:
     self.optimizers = []  # (node id, optimizer)
     self.others = {}  # name -> object (or stand-in), restored by TF
     self.orphans = []  # checkpoint keys under entries nothing stands for
-    self.has_stand_ins = False
     self.faced = set()  # ids of the objects met with a checkpoint entry
 
   @property
@@ -234,24 +169,12 @@ def _walk(obj, node_id, graph, parts, native, seen, judge,
           known=frozenset()):
   """Sorts `obj`'s dependencies, facing checkpoint node `node_id`, into parts.
 
-  Keras models and optimizers whose entries TF 2.x wrote go to the legacy
-  matcher, also below non-Keras containers (a trainer `tf.Module`, a dict or
-  list of models), as TF 2.x jobs nested them. Everything else (Keras
-  objects whose entries Keras 3 wrote included) goes into `native` (name ->
-  object) for TF to restore; a container that holds legacy Keras objects is
-  replaced there by a stand-in holding only its other dependencies.
-
-  Args:
-    obj: The trackable (the root first).
-    node_id: Its node in the checkpoint's object graph.
-    graph: The checkpoint's object graph.
-    parts: The `_Parts` being filled.
-    native: Receives `obj`'s dependencies that TF restores.
-    seen: Ids of the containers visited (object graphs may share nodes).
-    judge: `judge(obj, node_id)`: whether a Keras object's entry is TF 2.x's.
-    known: Ids of the objects that face a checkpoint entry somewhere; where
-      the same object is also reached without one, TF is not given it there
-      (as TF matches each object once, it counts it as not restored).
+  Keras objects `judge(obj, node_id)` finds TF 2.x's go to `parts`, also
+  below non-Keras containers; the rest into `native` (name -> object) for TF,
+  a container holding legacy objects as a stand-in holding only the others.
+  `seen`: the containers visited; `known`: the objects facing an entry
+  somewhere, not given to TF where reached without one (TF matches each
+  object once).
   """
   found_before = len(parts.legacy_nodes)
   entries = dict(graph.children(node_id))
@@ -279,7 +202,6 @@ def _walk(obj, node_id, graph, parts, native, seen, judge,
         native[name] = child
       else:
         native[name] = _stand_in(sub)
-        parts.has_stand_ins = True
     else:
       native[name] = child
   if len(parts.legacy_nodes) > found_before:
@@ -293,13 +215,8 @@ def _walk(obj, node_id, graph, parts, native, seen, judge,
 
 
 def _judge(reader, graph, source):
-  """`judge(obj, node_id)` for `_walk`: whether the entry has TF 2.x layout.
-
-  An entry without evidence either way (a subclassed model of custom layers
-  only, an empty optimizer) is TF 2.x's when the rest of the checkpoint is
-  and nothing in it is Keras 3's, or when it is a built model the TF 2.x
-  rules restore completely (a TF 2.x model-only checkpoint).
-  """
+  """`judge(obj, node_id)` for `_walk`: whether the entry has TF 2.x layout
+  (with no evidence either way: see docs/architecture.md)."""
   evidence = _Evidence(graph)
   keras2_only = evidence.any_keras2 and not evidence.any_keras3
 
@@ -350,9 +267,12 @@ class LegacyRestore:
     self._reader = reader
     self._graph = graph
     self._parts = parts
-    self._slot_keys = self._keys_of_slots()
-    self._unmatched_checkpoint = []
-    self._unmatched_objects = []
+    self._slot_keys = {  # The slots' values, restored as the optimizer builds.
+        graph.variable(slot.slot_variable_node_id)[0]
+        for node_id, _ in parts.optimizers
+        for slot in graph.nodes[_match.inner_optimizer_node(
+            graph, node_id)].slot_variables
+        if graph.variable(slot.slot_variable_node_id) is not None}
     self._checked_plan = None
     self.pending = set()
     self.error = None
@@ -365,56 +285,31 @@ class LegacyRestore:
     """The checkpoint nodes of the Keras objects this restore matches."""
     return self._parts.legacy_nodes
 
-  def _keys_of_slots(self):
-    keys = set()
-    for node_id, _ in self._parts.optimizers:
-      inner = self._graph.child(node_id, "base_optimizer")
-      for owner in (node_id, inner):
-        if owner is None:
-          continue
-        for slot in self._graph.nodes[owner].slot_variables:
-          info = self._graph.variable(slot.slot_variable_node_id)
-          if info is not None:
-            keys.add(info[0])
-    return keys
-
   # Planning.
 
   def _plan(self):
-    plan = _checkpoint.plan_restore(
+    plan = _match.plan_restore(
         self._reader, self._graph, self.source, self._parts.models,
         self._parts.optimizers, scope=self._parts.legacy_nodes)
-    waiting_slots = any(not _optimizer_built(opt)
+    waiting_slots = any(not _match.is_built(opt)
                         for _, opt in self._parts.optimizers)
     if waiting_slots:
       plan.unmatched_checkpoint = [k for k in plan.unmatched_checkpoint
                                    if k not in self._slot_keys]
-    expected = []
-    for _, model in self._parts.models:
-      expected += _checkpoint.expected_model_objects(model)
-    for _, optimizer in self._parts.optimizers:
-      expected += _checkpoint.expected_optimizer_objects(optimizer)
-    plan.unmatched_objects = [d for obj, d in expected
-                              if id(obj) not in plan.targets]
-    self._check(plan)
-    return plan, waiting_slots
-
-  def _check(self, plan):
-    """Raises `RestoreError` for mismatches and for weights left fresh."""
-    problems = list(plan.problems)
+    # Unmatched values are named in a warning; mismatches and a model whose
+    # weights would all stay fresh raise.
     bound = {id(target) for _, target, _, _ in plan.assignments}
-    for node_id, model in self._parts.models:
-      has_values = bool(self._graph.variable_nodes_under(node_id))
-      if has_values and not any(id(v) in bound for v in model.weights):
-        problems.append(
-            f"none of model '{model.name}''s weights matches the "
-            "checkpoint's entries for it, so nothing (not even the "
-            "optimizer's step or loss scale) is restored; is it the same "
-            "architecture?")
-    if problems:
-      raise _checkpoint.RestoreError(
-          self.source, plan.unmatched_checkpoint, plan.unmatched_objects,
-          problems)
+    fresh = [f"none of model '{model.name}''s weights matches the "
+             "checkpoint's entries for it, so nothing (not even the "
+             "optimizer's step or loss scale) is restored; is it the same "
+             "architecture?" for node_id, model in self._parts.models
+             if self._graph.variable_nodes_under(node_id) and
+             not any(id(v) in bound for v in model.weights)]
+    _gate.check(plan, _match.expected_objects(
+        [m for _, m in self._parts.models],
+        [o for _, o in self._parts.optimizers]),
+                allow_partial=True, problems=fresh)
+    return plan, waiting_slots
 
   # Running.
 
@@ -433,7 +328,7 @@ class LegacyRestore:
     if unbuilt:
       self.pending.add("model")
       for model in unbuilt:
-        _on_build(model, self._model_built)
+        _deferred.on_build(model, self._model_built)
       return
     self._restore_all()
 
@@ -461,7 +356,7 @@ class LegacyRestore:
       part()
     except Exception as e:  # pylint: disable=broad-except
       self.error = _private_api.keep_error_as_raised(e)
-      _refuse_use(self._parts, self._refusal)
+      _deferred.refuse_use(_refused(self._parts), self._refusal)
       if self.roll_back is not None:
         self.roll_back()
       raise
@@ -476,28 +371,21 @@ class LegacyRestore:
     if waiting_slots:
       self.pending.add("slots")
       for _, optimizer in self._parts.optimizers:
-        if not _optimizer_built(optimizer):
-          inner = _checkpoint.inner_optimizer_of(optimizer)
-          _on_build(inner, self._optimizer_built)
+        if not _match.is_built(optimizer):
+          inner = _match.inner_optimizer_of(optimizer)
+          _deferred.on_build(inner, self._optimizer_built)
           # TF 2.x made a slot when `get_slot` asked for it.
           _inner.build_before_get_slot(inner, functools.partial(
               self._build_for_slots, optimizer))
 
   def _build_for_slots(self, optimizer):
     """Builds `optimizer` for the models' weights (their slots restore)."""
-    variables = []
-    for _, model in self._parts.models:
-      variables += model.trainable_variables
-    if not variables or _optimizer_built(optimizer):
-      return
-    strategy = getattr(self._parts.models[0][1], "distribute_strategy", None)
-    scope = (strategy.scope() if strategy is not None and
-             not tf.distribute.has_strategy() else contextlib.nullcontext())
-    with scope:
-      optimizer.build(variables)
+    models = [model for _, model in self._parts.models]
+    if any(model.trainable_variables for model in models):
+      _match.build_optimizer(optimizer, models)
 
   def _optimizer_built(self):
-    if any(not _optimizer_built(o) for _, o in self._parts.optimizers):
+    if any(not _match.is_built(o) for _, o in self._parts.optimizers):
       return
 
     def restore_slots():
@@ -512,89 +400,40 @@ class LegacyRestore:
     if only is not None:
       plan.assignments = [a for a in plan.assignments if a[0] in only]
       plan.hyper = {}
-    self.report = _checkpoint.assign(
-        plan, [o for _, o in self._parts.optimizers])
-    self._unmatched_checkpoint = list(plan.unmatched_checkpoint)
-    self._unmatched_objects = list(plan.unmatched_objects)
-    if self._unmatched_checkpoint or self._unmatched_objects:
-      _log(self._unmatched_message())
-
-  def _unmatched_message(self):
-    lines = [f"Restoring the TF 2.x Keras checkpoint {self.source!r} left "
-             "values unrestored:"]
-    lines += [f"  in the checkpoint, nothing to restore into: {k}"
-              for k in self._unmatched_checkpoint]
-    lines += [f"  kept its current value: {d}" for d in self._unmatched_objects]
-    return "\n".join(lines)
+    self.report = _gate.assign(plan, [o for _, o in self._parts.optimizers])
+    if plan.unmatched_checkpoint or plan.unmatched_objects:
+      _log("\n".join(
+          [f"Restoring the TF 2.x Keras checkpoint {self.source!r} left "
+           "values unrestored:"] +
+          [f"  in the checkpoint, nothing to restore into: {k}"
+           for k in plan.unmatched_checkpoint] +
+          [f"  kept its current value: {d}" for d in plan.unmatched_objects]))
 
   # Status checks.
 
   def unconsumed(self):
     """Lines naming what is not restored (yet), for `assert_consumed`."""
     lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
+    report = self.report or _gate.RestoreReport(self.source)
     lines += [f"checkpoint value not restored: {k}"
-              for k in self._parts.orphans]
-    lines += [f"checkpoint value not restored: {k}"
-              for k in self._unmatched_checkpoint]
+              for k in self._parts.orphans + report.unmatched_checkpoint]
     lines += [f"not restored from the checkpoint: {d}"
-              for d in self._unmatched_objects]
+              for d in report.unmatched_objects]
     return lines
 
   def matched_any(self):
     return bool(self.pending) or bool(self.report and self.report.matched)
 
 
-# What a failed restore makes its objects refuse: a model's forward pass
-# (Keras calls the instance's `call`) and an optimizer's updates.
-_REFUSED = {"model": ("call",),
-            "optimizer": ("apply_gradients", "apply")}
-
-
-def _refuse_use(parts, error):
-  """Makes the models' and optimizers' use raise `error()`."""
-  targets = [(m, _REFUSED["model"]) for _, m in parts.models]
+def _refused(parts):
+  """What a failed restore makes refuse use: the models' forward pass (Keras
+  calls the instance's `call`) and the optimizers' updates."""
+  targets = [(m, ("call",)) for _, m in parts.models]
   for _, optimizer in parts.optimizers:
-    inner = _checkpoint.inner_optimizer_of(optimizer)
-    targets += [(o, _REFUSED["optimizer"]) for o in {id(optimizer): optimizer,
-                                                     id(inner): inner}.values()]
-  for obj, names in targets:
-    for name in names:
-      original = getattr(obj, name, None)
-      if original is None:
-        continue
-
-      @functools.wraps(original)
-      def refuse(*unused_args, **unused_kwargs):
-        raise error()
-
-      # Not through Keras' `__setattr__`: the wrapper is no tracked state.
-      object.__setattr__(obj, name, refuse)
-
-
-def _on_build(obj, callback):
-  """Calls `callback()` right after `obj.build(...)` (once).
-
-  Keras builds a model when it is first called, just before its forward
-  pass (a layer's `build` is an attribute of the instance, which Keras
-  wraps), and an optimizer at its first update. Wrapping the instance's
-  own `build` attribute is the one hook both have that runs at that moment
-  without changing Keras' classes; the original attribute is put back when
-  it fires.
-  """
-  had_own = "build" in vars(obj)
-  original = obj.build
-
-  @functools.wraps(original)
-  def build(*args, **kwargs):
-    result = original(*args, **kwargs)
-    if had_own:
-      object.__setattr__(obj, "build", original)
-    else:
-      object.__delattr__(obj, "build")
-    callback()
-    return result
-
-  object.__setattr__(obj, "build", build)
+    inner = _match.inner_optimizer_of(optimizer)
+    targets += [(o, ("apply_gradients", "apply")) for o in {
+        id(optimizer): optimizer, id(inner): inner}.values()]
+  return targets
 
 
 class LoadStatus:
@@ -631,51 +470,35 @@ class LoadStatus:
 
   def _raise_if_failed(self):
     if self.legacy.error is not None:
-      raise AssertionError(
-          f"Restoring {self.legacy.source!r} failed, nothing of it is "
-          f"restored: {self.legacy.error}") from self.legacy.error
+      raise _deferred.failure(self.legacy.source,
+                              self.legacy.error) from self.legacy.error
+
+  def _assert_none(self, lines, what):
+    if lines:
+      raise AssertionError(f"Checkpoint {self.legacy.source!r} {what}:\n  "
+                           + "\n  ".join(lines))
+    if self._native is not None:
+      self._native.assert_existing_objects_matched()
+    return self
 
   def assert_consumed(self):
-    """Raises `AssertionError` unless every value and object was restored.
-
-    Returns:
-      self.
-    """
+    """Raises `AssertionError` unless everything was restored; or self."""
     self._raise_if_failed()
-    lines = self.legacy.unconsumed()
-    lines += [f"checkpoint value not restored: {k}"
-              for k in self._native_unresolved()]
-    if lines:
-      raise AssertionError(
-          f"Checkpoint {self.legacy.source!r} was not fully restored:\n  "
-          + "\n  ".join(lines))
-    if self._native is not None:
-      self._native.assert_existing_objects_matched()
-    return self
+    return self._assert_none(
+        self.legacy.unconsumed() + [f"checkpoint value not restored: {k}"
+                                    for k in self._native_unresolved()],
+        "was not fully restored")
 
   def assert_existing_objects_matched(self):
-    """Raises `AssertionError` if an existing variable got no value.
-
-    Returns:
-      self.
-    """
+    """Raises `AssertionError` if a variable got no value; or self."""
     self._raise_if_failed()
-    objects = [line for line in self.legacy.unconsumed()
-               if line.startswith("not restored from the checkpoint")]
-    if objects:
-      raise AssertionError(
-          f"Checkpoint {self.legacy.source!r} has no value for:\n  "
-          + "\n  ".join(objects))
-    if self._native is not None:
-      self._native.assert_existing_objects_matched()
-    return self
+    return self._assert_none(
+        [line for line in self.legacy.unconsumed()
+         if line.startswith("not restored from the checkpoint")],
+        "has no value for")
 
   def assert_nontrivial_match(self):
-    """Raises `AssertionError` if nothing but the root matched.
-
-    Returns:
-      self.
-    """
+    """Raises `AssertionError` if nothing but the root matched; or self."""
     self._raise_if_failed()
     if self.legacy.matched_any():
       return self
@@ -686,11 +509,7 @@ class LoadStatus:
         f"Nothing was restored from {self.legacy.source!r}.")
 
   def expect_partial(self):
-    """Silences TF's warnings at exit about unrestored values.
-
-    Returns:
-      self.
-    """
+    """Silences TF's warnings at exit about unrestored values; self."""
     if self._native is not None:
       self._native.expect_partial()
     return self
@@ -710,40 +529,25 @@ class LoadStatus:
 
 def _prefix(save_path):
   """The checkpoint prefix `save_path` names, or None (TF then decides)."""
-  if save_path is None:
-    return None
-  try:
-    path = os.fsdecode(os.fspath(save_path))
-  except (TypeError, UnicodeDecodeError):
-    return None
-  return path if tf.io.gfile.exists(path + ".index") else None
+  path = None if save_path is None else _args.path_or_none(save_path)
+  return path if path and tf.io.gfile.exists(path + ".index") else None
 
 
 def read_or_restore(original, checkpoint, save_path, args, kwargs,
                     make_checkpoint):
-  """`original(checkpoint, save_path, ...)`, or the legacy restore.
+  """`original(checkpoint, save_path, *args, **kwargs)` (TF's `read` or v1
+  `restore`), or the legacy restore, returning a `LoadStatus`.
 
-  Args:
-    original: TF's unpatched method (`Checkpoint.read` or v1 `restore`).
-    checkpoint: The `tf.train.Checkpoint` (or v1) being restored.
-    save_path: The path the caller passed.
-    args: Further positional arguments for `original`.
-    kwargs: Keyword arguments for `original`.
-    make_checkpoint: Builds a checkpoint of the same kind from kwargs (for
-      the entries TF restores itself).
-
-  Returns:
-    TF's status, or a `LoadStatus` for a legacy checkpoint.
-
-  Raises:
-    RestoreError: If the legacy Keras part does not match (nothing assigned).
+  `make_checkpoint(**objects)` builds a checkpoint of the same kind, for the
+  entries TF restores itself. Raises `RestoreError` if the legacy Keras part
+  does not match (nothing assigned).
   """
   prefix = _prefix(save_path)
   if prefix is None or not tf.executing_eagerly():
     return original(checkpoint, save_path, *args, **kwargs)
   try:
     reader = tf.train.load_checkpoint(prefix)
-    graph = _checkpoint.read_object_graph(reader, prefix)
+    graph = _read_checkpoint.read_object_graph(reader, prefix)
   except ValueError:
     return original(checkpoint, save_path, *args, **kwargs)
   parts = _split(checkpoint, reader, graph, prefix)
@@ -756,7 +560,7 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if any(not _model_built(m) for _, m in parts.models):
     # The models' part waits for their build: should it fail, what TF's part
     # and the save counter got now is put back (never a partial state).
-    legacy.roll_back = _rollback.Snapshot(
+    legacy.roll_back = _deferred.Snapshot(
         list(parts.others.values()) + [checkpoint.save_counter]).roll_back
   native, native_nodes = None, []
   if parts.others:
@@ -775,11 +579,10 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
 
 
 def _restore_save_counter(checkpoint, reader, graph):
-  node_id = graph.child(0, _SAVE_COUNTER)
-  info = None if node_id is None else graph.variable(node_id)
-  if info is not None:
+  key = graph.variable_child(0, _SAVE_COUNTER)
+  if key is not None:
     with tf.init_scope():
-      checkpoint.save_counter.assign(reader.get_tensor(info[0]))
+      checkpoint.save_counter.assign(reader.get_tensor(key))
 
 
 def patched_read(original):

@@ -1,16 +1,8 @@
-"""Rebuilding compiled Keras 3 models from the configs TF 2.3/2.4 saved, safely.
+"""Rebuild stage: compiled Keras 3 models from TF 2.x configs, safely.
 
-TF 2.x H5 files and SavedModels carry a model config (`model_config`, or the
-SavedModel root's metadata) and a `training_config` (loss, metrics, optimizer
-config). Building from them must not run code the file brings: a `Lambda`
-layer stores Python bytecode, a Keras 3 config can serialize a lambda in any
-position (an activation, a loss), and Keras 3 configs can name modules to
-import. `check_config` walks the whole config tree first and, in safe mode,
-refuses all of these wherever they are nested, and any layer class that is
-neither a built-in Keras 3 layer nor one the caller passed in
-`custom_objects` (the caller's opt-in). Objects are then built under Keras
-3's own safe mode, forced on, so a process-wide
-`keras.config.enable_unsafe_deserialization()` does not reach the file.
+`check_config` refuses configs whose loading would run code from the file
+(safe mode); `build_model` / `compile_model` then build under Keras 3's own
+safe mode, forced on. Design: docs/architecture.md.
 """
 
 import contextlib
@@ -127,25 +119,17 @@ def _code_in(node, custom):
 def check_config(config, source, safe_mode, custom_objects, what="model"):
   """Refuses configs whose loading would run code from the file.
 
-  The whole tree is walked: layers nested in wrappers (`TimeDistributed`,
-  `Bidirectional`), in nested models and RNN cells, and every other value
-  (initializers, activations, losses). In safe mode, refused anywhere:
-  serialized Python functions (Keras 3's `__lambda__`, TF 2.x's
-  `function_type: "lambda"`), `Lambda` and the other code-running layers,
-  and `module`s outside Keras and this package, unless the class is in
-  `custom_objects`. Always refused: layer classes that are neither built-in
-  nor in `custom_objects`, and malformed layer configs.
-
-  Args:
-    config: A model config dict `{"class_name", "config"}` (or, with
-      `what="training_config"`, any JSON value: no layers are expected).
-    source: The file, for messages.
-    safe_mode: Whether to refuse code-carrying entries.
-    custom_objects: Names the caller vouches for.
-    what: "model" or another description of `config`, for messages.
+  The whole tree is walked (wrapped, nested and RNN-cell layers, and every
+  other value). In safe mode, refused anywhere: serialized Python functions,
+  `Lambda` and the other code-running layers, and `module`s outside Keras
+  and this package, unless the class is in `custom_objects` (the names the
+  caller vouches for). Always refused: layer classes neither built-in nor in
+  `custom_objects`, and malformed layer configs. `config` is a model config
+  or, with `what="training_config"`, any JSON value (no layers expected).
 
   Raises:
-    ValueError: Naming the file, where in the config, and `safe_mode`.
+    ValueError: Naming the file (`source`), where in the config, and
+      `safe_mode`.
   """
   custom = set(custom_objects or ())
   if _depth_exceeds(config, MAX_DEPTH):

@@ -1,28 +1,9 @@
-"""Keras 3's own loading entry points, taught TF 2.3/2.4's files and configs.
+"""Front ends `install()` grafts onto Keras 3's own loading entry points.
 
-`install()` puts these replacements behind the functions an old job calls
-(through its journal, so `uninstall()` restores the originals):
-
-* `keras.optimizers.deserialize` / `get` (also reached as
-  `tf.keras.optimizers.*`): a config TF 2.x wrote (no Keras 3 `module` key,
-  and recognisably Keras 2's: a TF 2.3/2.4 `LossScaleOptimizer` config, or a
-  plain optimizer config with Keras 2's `decay` / `lr` keys) is rebuilt as
-  `legacy.load_model` rebuilds the optimizer of an old model. Everything else
-  goes to Keras 3 unchanged.
-* `keras.models.load_model` / `keras.saving.load_model`: a TF 2.x H5 model
-  (`keras_version` 2.x) or a TF 2.3/2.4 Keras SavedModel directory is loaded
-  by `legacy.load_model` with the same `custom_objects`, `compile` and
-  `safe_mode`; Keras 3 `.keras` files and everything else go to Keras 3.
-* `keras.Model.load_weights`: TF-format weights (`model.save_weights("ckpt")`
-  or `ModelCheckpoint(save_weights_only=True)` in TF 2.x: a checkpoint rooted
-  at the model) are restored through the object graph like
-  `legacy.restore_checkpoint`, with the model's optimizer (when it has one)
-  and its loss scale; TF 2.x H5 weight files (`model.save_weights("w.h5")`)
-  by TF 2.x's topological order or, with `by_name=True`, by layer name.
-  Values are checked before any is assigned and a mismatch raises. For these
-  files the arguments are TF 2.4's (`filepath, by_name=False,
-  skip_mismatch=False, options=None`); Keras 3 `.weights.h5` / `.keras`
-  files and anything else go to Keras 3.
+`keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
+`keras.Model.load_weights` taught TF 2.3/2.4's configs and files (which
+files, and with which arguments: docs/architecture.md); everything else goes
+to Keras 3 unchanged.
 """
 
 import functools
@@ -34,10 +15,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tf_mixed_precision_compat import legacy
-from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
-from tf_mixed_precision_compat.legacy import _h5
+from tf_mixed_precision_compat.legacy import _gate
+from tf_mixed_precision_compat.legacy import _loaders
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _match_h5
+from tf_mixed_precision_compat.legacy import _read_checkpoint
+from tf_mixed_precision_compat.legacy import _read_h5
 from tf_mixed_precision_compat.legacy import _saved_model
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
@@ -54,16 +39,12 @@ _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
 
 
 def is_tf2x_optimizer_config(config):
-  """Whether `config` is an optimizer config as TF 2.x (Keras 2) wrote it.
+  """Whether `config` (given to `deserialize` / `get`) is TF 2.x's.
 
-  Args:
-    config: Anything passed to `keras.optimizers.deserialize` / `get`.
-
-  Returns:
-    True for a `{"class_name", "config"}` dict without Keras 3's `module` /
-    `registered_name` that is a TF 2.3 (`optimizer`, `loss_scale`) or TF 2.4
-    (`inner_optimizer`, `dynamic`) loss-scale optimizer config, or a Keras 2
-    built-in optimizer config (it has `decay` or `lr`).
+  A `{"class_name", "config"}` dict without Keras 3's `module` /
+  `registered_name` that is a TF 2.3 (`optimizer`, `loss_scale`) or TF 2.4
+  (`inner_optimizer`, `dynamic`) loss-scale optimizer config, or a Keras 2
+  built-in optimizer config (it has `decay` or `lr`).
   """
   if not isinstance(config, dict) or any(k in config for k in _KERAS3_KEYS):
     return False
@@ -78,25 +59,14 @@ def is_tf2x_optimizer_config(config):
 
 
 def deserialize_tf2x_optimizer(config, custom_objects=None):
-  """The optimizer `legacy.load_model` builds from a TF 2.x config.
+  """The optimizer `legacy.load_model` builds from a TF 2.x `config`.
 
-  Args:
-    config: A config for which `is_tf2x_optimizer_config` is True (not
-      modified).
-    custom_objects: Optional dict of the caller's classes, by name; Keras'
-      global custom objects are consulted too.
-
-  Returns:
-    Our `LossScaleOptimizer` / `LossScaleOptimizerV1`, or a Keras 3
-    optimizer.
-
-  Raises:
-    ValueError: For unknown classes or options Keras 3 cannot honour.
+  `custom_objects` (by name) are looked up before Keras' global ones. Raises
+  `ValueError` for unknown classes or options Keras 3 cannot honour.
   """
   objects = dict(keras.saving.get_custom_objects())
   objects.update(custom_objects or {})
-  return _config.build_optimizer(config, "the optimizer config",
-                                 objects)
+  return _config.build_optimizer(config, "the optimizer config", objects)
 
 
 def wrap_optimizers_deserialize(original):
@@ -127,35 +97,6 @@ def wrap_optimizers_get(original):
 # Model files.
 
 
-def _path_string(filepath):
-  try:
-    return os.fspath(filepath)
-  except TypeError:
-    return None  # File-like objects and the like: never TF 2.x files here.
-
-
-def _h5_keras_version(path):
-  """The `keras_version` an H5 file records, or None (not H5 / unreadable)."""
-  try:
-    if not os.path.isfile(path) or not h5py.is_hdf5(path):
-      return None
-    with h5py.File(path, "r") as f:
-      version = f.attrs.get("keras_version")
-      if version is None and "model_weights" in f:
-        version = f["model_weights"].attrs.get("keras_version")
-  except (OSError, ValueError):
-    return None
-  if isinstance(version, bytes):
-    version = version.decode("utf-8", "replace")
-  return None if version is None else str(version)
-
-
-def is_tf2x_h5(path):
-  """Whether `path` is an H5 file written by TF 2.x's Keras 2."""
-  version = _h5_keras_version(path)
-  return version is not None and version.startswith("2.")
-
-
 def is_tf2x_saved_model(path):
   """Whether `path` is a TF 2.3/2.4 Keras SavedModel directory."""
   if not _saved_model.is_saved_model(path):
@@ -173,13 +114,14 @@ def wrap_load_model(original):
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
-    path = _path_string(filepath)
-    if path is None or not (is_tf2x_h5(path) or is_tf2x_saved_model(path)):
+    path = _args.path_or_none(filepath)
+    if path is None or not (_read_h5.is_tf2x_h5(path) or
+                            is_tf2x_saved_model(path)):
       return original(filepath, *args, **kwargs)
     bound = signature.bind(filepath, *args, **kwargs)
     bound.apply_defaults()
     options = dict(bound.arguments)
-    return legacy.load_model(
+    return _loaders.load_model(
         path, custom_objects=options.get("custom_objects"),
         compile=options.get("compile", True),
         safe_mode=options.get("safe_mode", True))
@@ -193,15 +135,16 @@ def wrap_load_model(original):
 
 def weights_format(filepath):
   """"tf" / "h5" for TF 2.x weight files, None for anything else."""
-  path = _path_string(filepath)
+  path = _args.path_or_none(filepath)
   if path is None or path.endswith(_KERAS3_WEIGHTS_SUFFIXES):
-    if path is not None and path.endswith(".keras") and is_tf2x_h5(path):
+    if (path is not None and path.endswith(".keras") and
+        _read_h5.is_tf2x_h5(path)):
       return "h5"  # TF 2.x wrote H5 files under this suffix too.
     return None
   if (not path.endswith(_H5_SUFFIXES) and
       tf.io.gfile.exists(path + ".index")):
     return "tf"
-  return "h5" if is_tf2x_h5(path) else None
+  return "h5" if _read_h5.is_tf2x_h5(path) else None
 
 
 def wrap_load_weights(original):
@@ -283,62 +226,38 @@ class LegacyWeightsStatus:
           f"optimizer to restore them into): {self.unrestored}")
     return self
 
-  def assert_existing_objects_matched(self):
-    """Every existing model/optimizer variable was restored (always)."""
-    return self
-
-  def assert_nontrivial_match(self):
-    """Something was restored (always: a restore restores everything)."""
-    return self
-
   def expect_partial(self):
-    """Accepted for TF 2.x code; the warning was already given."""
+    """Always true, as is that every variable and something was restored
+    (`assert_existing_objects_matched`, `assert_nontrivial_match`)."""
     return self
+
+  assert_existing_objects_matched = assert_nontrivial_match = expect_partial
 
   def run_restore_ops(self, session=None):
-    """Nothing to run: values are assigned eagerly."""
+    """Nothing to run (also `initialize_or_restore`): values are assigned."""
     del session
 
-  def initialize_or_restore(self, session=None):
-    """Nothing to run: values are assigned eagerly."""
-    del session
+  initialize_or_restore = run_restore_ops
 
 
 def load_tf_format_weights(model, path):
   """Restores TF 2.x TF-format weights (rooted at the model) into `model`.
 
-  Args:
-    model: The built Keras 3 model; its optimizer (if compiled) receives the
-      checkpoint's optimizer state, loss scale included.
-    path: The checkpoint prefix.
-
-  Returns:
-    A `LegacyWeightsStatus`.
-
-  Raises:
-    legacy.RestoreError: If anything does not match (nothing is assigned).
-    ValueError: If the model is not built or the checkpoint unreadable.
+  Its optimizer (if compiled) gets the checkpoint's optimizer state, loss
+  scale included. Returns a `LegacyWeightsStatus`; raises `RestoreError` on
+  any mismatch (nothing assigned), `ValueError` for an unbuilt model or an
+  unreadable checkpoint.
   """
-  prefix = legacy.checkpoint_prefix(path)
-  reader = legacy.open_checkpoint(prefix)
-  graph = _checkpoint.read_object_graph(reader, prefix)
+  prefix = _read_checkpoint.checkpoint_prefix(path)
+  reader = _read_checkpoint.open_checkpoint(prefix)
+  graph = _read_checkpoint.read_object_graph(reader, prefix)
+  optimizer = getattr(model, "optimizer", None)
+  report = _loaders.restore_graph(reader, graph, prefix, model, optimizer, 0,
+                                  allow_partial=False)
   optimizer_node = graph.child(0, "optimizer")
-  optimizer = None
-  ignored = []
-  if optimizer_node is not None:
-    optimizer = getattr(model, "optimizer", None)
-    if optimizer is None:
-      ignored.append(optimizer_node)
-      optimizer_node = None
-    elif model.weights:
-      _checkpoint.ensure_optimizer_built(model, optimizer)
-  report = _checkpoint.restore(
-      reader, graph, prefix, model, optimizer, 0, optimizer_node,
-      allow_partial=False, ignored_nodes=ignored)
   unrestored = []
-  if ignored:
-    unrestored = [graph.variable(n)[0]
-                  for n in graph.variable_nodes_under(ignored[0])]
+  if optimizer is None and optimizer_node is not None:
+    unrestored = graph.keys_under(optimizer_node)
     tf.get_logger().warning(
         "Restored the weights of model '%s' from %s; its optimizer state "
         "(%d values, e.g. %s) was not restored: the model has no optimizer. "
@@ -351,169 +270,54 @@ def load_tf_format_weights(model, path):
 # TF 2.x H5 weight files.
 
 
-def _decode_all(values):
-  return [v.decode("utf-8") if isinstance(v, bytes) else str(v)
-          for v in values]
-
-
-def _read_h5_layers(path):
-  """[(layer name, [(weight name, value)])] for the saved layers, in order."""
-  try:
-    with h5py.File(path, "r") as f:
-      group = f
-      if "layer_names" not in f.attrs and "model_weights" in f:
-        group = f["model_weights"]
-      if "layer_names" not in group.attrs:
-        raise ValueError(f"{path!r} holds no Keras weights (no layer_names).")
-      layers = []
-      for name in _decode_all(group.attrs["layer_names"]):
-        sub = group[name]
-        weight_names = _decode_all(sub.attrs.get("weight_names", []))
-        layers.append((name, [(w, np.asarray(sub[w][()]))
-                              for w in weight_names]))
-      return layers
-  except (KeyError, OSError, RuntimeError) as e:
-    raise ValueError(f"Cannot read the weights of {path!r} (truncated or "
-                     f"corrupted?): {type(e).__name__}: {e}") from None
-
-
-def _layer_variables(layer):
-  """A layer's variables in the order TF 2.x saved and loaded them."""
-  return list(layer.trainable_weights) + list(layer.non_trainable_weights)
-
-
-def _short(name):
-  name = name[:-2] if name.endswith(":0") else name
-  return name.split("/")[-1]
-
-
-def _pairs(variables, saved):
-  """Saved values paired with variables: by name when that is unambiguous."""
-  own = [v.name.split("/")[-1] for v in variables]
-  theirs = [_short(w) for w, _ in saved]
-  if len(set(own)) == len(own) and sorted(own) == sorted(theirs):
-    by_name = dict(zip(own, variables))
-    return [(by_name[_short(w)], w, value) for w, value in saved]
-  return [(v, w, value) for v, (w, value) in zip(variables, saved)]
-
-
-def _plan_topological(model, path, saved_layers, plan):
-  targets = [layer for layer in model.layers if layer.weights]
-  saved = [(name, weights) for name, weights in saved_layers if weights]
-  if len(saved) != len(targets):
-    raise ValueError(
-        f"{path!r} holds the weights of {len(saved)} layers, while model "
-        f"'{model.name}' has {len(targets)} layers with weights.")
-  for index, ((name, weights), layer) in enumerate(zip(saved, targets)):
-    variables = _layer_variables(layer)
-    if len(variables) != len(weights):
-      raise ValueError(
-          f"Layer #{index} (named \"{layer.name}\") expects "
-          f"{len(variables)} weight(s), but the saved weights of layer "
-          f"'{name}' have {len(weights)} element(s).")
-    for variable, weight_name, value in _pairs(variables, weights):
-      plan.bind(f"{name}/{weight_name}", variable, value,
-                f"{layer.name}/{variable.name}")
-
-
-def _plan_by_name(model, path, saved_layers, skip_mismatch, plan):
-  del path
-  index = {}
-  for layer in model.layers:
-    index.setdefault(layer.name, []).append(layer)
-  logger = tf.get_logger()
-  for k, (name, weights) in enumerate(saved_layers):
-    for layer in index.get(name, []) if weights else []:
-      variables = _layer_variables(layer)
-      if len(variables) != len(weights):
-        if skip_mismatch:
-          logger.warning("Skipping loading of weights for layer %s due to "
-                         "mismatch in number of weights (%d vs %d).",
-                         layer.name, len(variables), len(weights))
-          continue
-        raise ValueError(
-            f"Layer #{k} (named \"{layer.name}\") expects {len(variables)} "
-            f"weight(s), but the saved weights have {len(weights)} "
-            "element(s).")
-      for variable, weight_name, value in _pairs(variables, weights):
-        if tuple(variable.shape) != tuple(value.shape):
-          if skip_mismatch:
-            logger.warning("Skipping loading of weights for layer %s due to "
-                           "mismatch in shape (%s vs %s).", layer.name,
-                           tuple(variable.shape), tuple(value.shape))
-            continue
-          raise ValueError(
-              f"Layer #{k} (named \"{layer.name}\"), weight "
-              f"{variable.name} has shape {tuple(variable.shape)}, but the "
-              f"saved weight has shape {tuple(value.shape)}.")
-        plan.bind(f"{name}/{weight_name}", variable, value,
-                  f"{layer.name}/{variable.name}")
-
-
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
-  """Loads a TF 2.x H5 weight file into `model` as TF 2.x did, exactly.
+  """Loads a TF 2.x H5 weight file (or whole-model H5) into built `model`.
 
-  Args:
-    model: The Keras 3 model, built.
-    path: The H5 file (`model.save_weights("w.h5")`, or a whole-model H5).
-    by_name: Match layers by name instead of by topological order.
-    skip_mismatch: With `by_name`, skip (and log) layers whose weights do not
-      fit instead of raising.
-
-  Raises:
-    ValueError: If the model is not built, the file unreadable, or layers,
-      weight counts, shapes or dtypes do not match (nothing is assigned).
+  By topological order or `by_name`, as TF 2.4 did; `skip_mismatch` (with
+  `by_name`) skips and logs layers that do not fit. Raises `ValueError` if
+  the model is not built, the file unreadable, or anything does not match
+  (nothing is assigned).
   """
   if not model.built or not model.weights:
     raise ValueError(
         "Unable to load weights saved in HDF5 format into a model which has "
         "not created its variables yet. Call the Model first, then load the "
         "weights.")
-  saved_layers = _read_h5_layers(path)
-  plan = _checkpoint.Plan(path)
-  if by_name:
-    _plan_by_name(model, path, saved_layers, skip_mismatch, plan)
-  else:
-    _plan_topological(model, path, saved_layers, plan)
-  if plan.problems:
-    raise _checkpoint.RestoreError(path, problems=plan.problems)
-  optimizer_plan = _plan_h5_optimizer(model, path, plan)
-  for _, target, value, _ in plan.assignments + optimizer_plan:
-    target.assign(value)
-  if optimizer_plan:
+  plan = _match.Plan(path)
+  try:
+    with h5py.File(path, "r") as f:
+      layers = _read_h5.layer_groups(f, path, required=True)
+      if by_name:
+        by_tf_name = _match_h5.plan_by_name(layers, path, model, plan,
+                                            skip_mismatch)
+      else:
+        by_tf_name = _match_h5.plan_topological(layers, path, model, plan)
+      _gate.check(plan, allow_partial=True)
+      with_optimizer = _plan_h5_optimizer(model, f, path, by_tf_name, plan)
+  except (KeyError, OSError, RuntimeError) as e:
+    raise ValueError(f"Cannot read the weights of {path!r} (truncated or "
+                     f"corrupted?): {type(e).__name__}: {e}") from None
+  _gate.assign(plan)
+  if with_optimizer:
     _config.log_no_loss_scale(path, model.optimizer)
 
 
-def _plan_h5_optimizer(model, path, weights_plan):
-  """The optimizer state of a whole-model H5 file, bound to `model`'s.
+def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
+  """Adds a whole-model H5 file's optimizer state to `weights_plan`, if it
+  all fits the model's optimizer (else a warning says why); returns whether.
 
-  TF 2.4's `load_weights` read only the model's weights. A model rebuilt in
-  code (e.g. because the file's `Lambda` bytecode is unreadable here) and
-  compiled as the job did also gets its optimizer's iterations and slots
-  back, so that `fit` resumes as after `load_model`. When the file's state
-  does not fit that optimizer entirely, the optimizer is left untouched and
-  a warning says why.
-
-  Returns:
-    [(key, variable, value, description)] to assign; [] for none.
+  TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
+  bytecode unreadable here) and compiled resumes `fit` as after `load_model`.
   """
   optimizer = getattr(model, "optimizer", None)
-  if optimizer is None:
-    return []
-  with h5py.File(path, "r") as f:
-    group = f.get("optimizer_weights")
-    if not isinstance(group, h5py.Group) or "weight_names" not in group.attrs:
-      return []
-    by_tf_name = {key.split("/", 1)[1][:-2] if key.endswith(":0") else
-                  key.split("/", 1)[1]: target
-                  for key, target, _, _ in weights_plan.assignments}
-    _checkpoint.ensure_optimizer_built(model, optimizer)
-    plan = _checkpoint.Plan(path)
-    _h5.plan_optimizer(group, path, optimizer, by_tf_name, plan)
-  missing = [d for obj, d in _checkpoint.expected_optimizer_objects(optimizer)
-             if id(obj) not in plan.targets and
-             not d.startswith("optimizer/loss_scale") and
-             d != "optimizer/learning_rate"]
+  group = _read_h5.optimizer_weights(f)
+  if optimizer is None or group is None:
+    return False
+  _match.build_optimizer(optimizer, [model])
+  plan = _match.Plan(path)
+  _match_h5.plan_optimizer(group, path, optimizer, by_tf_name, plan)
+  missing = [d for obj, d in _match_h5.expected_objects(optimizers=[optimizer])
+             if id(obj) not in plan.targets]
   if plan.problems or plan.unmatched_checkpoint or missing:
     tf.get_logger().warning(
         "Loaded the weights of model '%s' from %s; its optimizer state was "
@@ -522,5 +326,6 @@ def _plan_h5_optimizer(model, path, weights_plan):
             plan.problems + [f"{k} has no counterpart"
                              for k in plan.unmatched_checkpoint] +
             [f"nothing restores {d}" for d in missing])[:500])
-    return []
-  return plan.assignments
+    return False
+  weights_plan.assignments += plan.assignments
+  return True

@@ -1,20 +1,10 @@
-"""Keras 3 models from the model configs TF 2.3/2.4 wrote.
+"""Rebuild stage: Keras 3 models from the model configs TF 2.3/2.4 wrote.
 
-TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an H5
-file) name their layers' policies `Policy` or `PolicyV1`, which Keras 3 cannot
-locate, and lack the `module` keys Keras 3's `keras.models.model_from_json`
-needs. `custom_objects()` maps both policy names to our `Policy` (TF 2.4 also
-restored both as the non-experimental class, silently dropping the loss scale);
-pass it to a loader's `custom_objects` or use `deserialization_scope()`. No
-global state of Keras is touched for this. `model_from_config` and
-`model_from_json` rebuild whole models.
-
-Note that Keras 3's `Layer.from_config` turns a deserialized policy into its
-name, so such a layer holds an equivalent `keras.DTypePolicy`;
-`policy.get_layer_policy` returns it as our `Policy`.
-
-These functions are public as `tf_mixed_precision_compat.legacy.*` (and, for
-code written before they moved, `tf_mixed_precision_compat.policy.*`).
+`custom_objects()` / `deserialization_scope()` let Keras 3's loaders read
+TF 2.x policy names (`Policy`, `PolicyV1`: both our `Policy`, as in TF
+2.4); `model_from_config` / `model_from_json` rebuild whole models. A
+layer holds an equivalent `keras.DTypePolicy` (Keras 3's `from_config`
+keeps the name); `policy.get_layer_policy` returns it as our `Policy`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""Loading TF 2.3/2.4 Keras SavedModels as trainable Keras 3 models.
+"""Reader stage: TF 2.3/2.4 Keras SavedModels, and serving them.
 
-A Keras SavedModel from TF 2.3/2.4 keeps the Keras config in the metadata of
-its root object in `saved_model.pb` (`config`, `class_name`, `training_config`;
-TF 2.4.4 still writes it there, TF 2.5 moved it to `keras_metadata.pb`, which
-is out of scope), and its variables in the object-based checkpoint
-`variables/variables`, rooted at the model, with the optimizer as the child
-`optimizer` (TF's own loader ignored it). The model and optimizer are rebuilt
-from the config and restored from that checkpoint through the same object graph
-mapping as `legacy.restore_checkpoint`: weights, iterations, learning rate,
-slots, loss scale and counter.
+The Keras metadata of `saved_model.pb` (the model and training configs),
+the graph code loading would run, and the revived-optimizer registration
+`tf.saved_model.load` needs; the variables are a checkpoint
+(`_read_checkpoint`).
 """
 
 import contextlib
@@ -18,7 +13,6 @@ from google.protobuf import text_format
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _checkpoint
 from tf_mixed_precision_compat.legacy import _config
 
 
@@ -146,16 +140,10 @@ def root_metadata(path):
 def load_time_code(path):
   """What of the SavedModel's own graph code `tf.saved_model.load` runs.
 
-  Loading runs, besides TF's own variable restore, graph functions stored in
-  the file: a TF1-format SavedModel's saver restore op and init op (table
-  initializers, `main_op`); in a TF2 object graph, every resource's
-  `_create_resource` / `_initialize` function (lookup tables:
-  `StringLookup`, `TextVectorization`, `tf.lookup`) and the
-  `restore_function` of every saveable object (e.g. mutable hash tables).
-  Keras models without such layers have none of them.
-
-  Args:
-    path: A SavedModel directory.
+  A TF1-format MetaGraph's restore and init ops; in a TF2 object graph,
+  resources' `_create_resource` / `_initialize` functions (lookup tables)
+  and saveable objects' restore functions. Keras models without such
+  layers have none.
 
   Returns:
     A list of descriptions, empty when loading runs none of it.
@@ -213,36 +201,12 @@ def _decode_tuples(value):
   return value
 
 
-def load(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
-  """See `legacy.load_model`; returns (model, report)."""
+def model_and_training_config(path):
+  """The model config and training config (or None) a SavedModel holds."""
   metadata = _decode_tuples(root_metadata(path))
   config = {"class_name": metadata.get("class_name"),
             "config": metadata.get("config")}
   training_config = _config.expect_dict(
       metadata.get("training_config"), "training_config", path,
       allow_none=True)
-  prefix = os.path.join(path, "variables", "variables")
-  if not tf.io.gfile.exists(prefix + ".index"):
-    raise FileNotFoundError(f"{path!r}: missing {prefix + '.index'!r}.")
-  # Read and check the variables before anything is built.
-  try:
-    reader = tf.train.load_checkpoint(prefix)
-  except (tf.errors.OpError, ValueError) as e:
-    raise ValueError(f"Cannot read the variables of {path!r} (truncated or "
-                     f"corrupted?): {e}") from None
-  graph = _checkpoint.read_object_graph(reader, prefix)
-  model = _config.build_model(config, path, safe_mode, custom_objects)
-  optimizer = None
-  optimizer_node = graph.child(0, "optimizer")
-  if compile and training_config:
-    optimizer = _config.compile_model(model, training_config, path,
-                                      custom_objects, safe_mode)
-    _checkpoint.ensure_optimizer_built(model, optimizer)
-  ignored = []
-  if optimizer is None and optimizer_node is not None:
-    ignored.append(optimizer_node)
-    optimizer_node = None
-  report = _checkpoint.restore(
-      reader, graph, path, model, optimizer, 0, optimizer_node, allow_partial,
-      ignored_nodes=ignored)
-  return model, report
+  return config, training_config

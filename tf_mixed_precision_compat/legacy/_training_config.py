@@ -1,19 +1,8 @@
-"""The losses and metrics of a TF 2.3/2.4 `training_config`, as Keras 3's.
+"""Rebuild stage: a TF 2.3/2.4 `training_config`'s losses and metrics.
 
-TF 2.3/2.4 H5 files and SavedModels record how the model was compiled. A
-metric given by name or function (`metrics=["mean_absolute_error"]`) was
-saved as `{"class_name": "MeanMetricWrapper", "config": {"name":
-"mean_absolute_error", "dtype": "float32", "fn": "mean_absolute_error"}}`:
-the function by its name. Keras 3 rebuilds such a config with `fn` left a
-string, and `fit` then fails on its first batch ("'str' object is not
-callable"). Metric classes (`RootMeanSquaredError`, `AUC`, ...) were saved by
-class name and constructor arguments, and losses given as classes carry
-TF 2.x's `reduction="auto"`, which Keras 3 refuses.
-
-`losses` and `metrics` rebuild these as Keras 3 objects: every function
-named in a config is resolved (from the caller's `custom_objects`, then
-Keras 3's metric and loss functions) and checked callable at load time, so a
-loaded model either compiles ready to train or the load raises.
+Metric functions saved by name (`MeanMetricWrapper`), metric classes and
+losses with `reduction="auto"`, as Keras 3 objects checked callable at load
+time, so a loaded model compiles ready to train or the load raises.
 """
 
 import inspect

@@ -239,7 +239,7 @@ class Keras3Inner(InnerOptimizer):
         name=name)
 
   def add_slot(self, var, slot_name, initializer):
-    existing = self._find_slot(var, slot_name)
+    existing = self.find_slot(var, slot_name)
     if existing is not None:
       return existing
     return self.optimizer.add_variable_from_reference(
@@ -251,7 +251,7 @@ class Keras3Inner(InnerOptimizer):
       return var.path.replace("/", "_") + "_"
     return str(var.name).replace("/", "_").replace(":", "_") + "_"
 
-  def _find_slot(self, var, slot_name):
+  def find_slot(self, var, slot_name):
     wanted = self._slot_prefix(var) + slot_name
     for v in self.optimizer.variables:
       if v.name == wanted:
@@ -269,12 +269,12 @@ class Keras3Inner(InnerOptimizer):
 
   def get_slot(self, var, slot_name):
     """The slot, under its Keras 3 name or its TF 2.x one."""
-    slot = self._find_slot(var, slot_name)
+    slot = self.find_slot(var, slot_name)
     if slot is None:
       keras3_name = _keras2_config.TF2_SLOT_NAMES.get(
           _keras2_config.keras_class_name(self.optimizer), {}).get(slot_name)
       if keras3_name is not None:
-        slot = self._find_slot(var, keras3_name)
+        slot = self.find_slot(var, keras3_name)
     build = _BUILD_BEFORE_GET_SLOT.pop(self.optimizer, None)
     if slot is None and build is not None:
       build()  # A restore's slots land as the optimizer builds.

@@ -11,7 +11,7 @@ call raises, as TF 2.4 did, but those values stayed the checkpoint's and
 `guard_read` wraps `tf.train.Checkpoint.read` (and v1 `restore`) for that
 case only: when the restore faces a tf_keras layer not built yet, the values
 of every other variable the checkpoint reaches are kept first
-(`_rollback.Snapshot`); when a layer's weight waiting for a restored value
+(`_deferred.Snapshot`); when a layer's weight waiting for a restored value
 fails to be created (or a sublayer made in `build` fails to take its
 values), they are written back, nothing else of that restore
 lands later, the status' assertions raise, and the model's forward pass and
@@ -25,26 +25,17 @@ import functools
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _rollback
+from tf_mixed_precision_compat.legacy import _deferred
 
 
 def _unbuilt_layers(root, layer_class):
   """The tf_keras layers not built yet below `root` (not entered)."""
-  found, seen, stack = [], set(), [root]
-  while stack:
-    obj = stack.pop()
-    if id(obj) in seen:
-      continue
-    seen.add(id(obj))
-    if isinstance(obj, layer_class) and not obj.built:
-      found.append(obj)
-    elif (isinstance(obj, tf.__internal__.tracking.Trackable) and
-          not isinstance(obj, tf.Variable)):
-      try:
-        stack.extend(_private_api.trackable_children(obj).values())
-      except (AttributeError, TypeError, ValueError):
-        pass
-  return found
+
+  def unbuilt(obj):
+    return isinstance(obj, layer_class) and not obj.built
+
+  return [t for t in _deferred.reachable([root], stop=unbuilt)[1]
+          if unbuilt(t)]
 
 
 def _waiting(obj):
@@ -115,11 +106,8 @@ class _DeferredPart:
     # TF keeps the weights' values waiting, but a later `tf.function` trace
     # may build the model with fresh ones: the model's forward pass and the
     # optimizers' updates raise the same error from now on.
-    for obj, names in self._targets:
-      for name in names:
-        if getattr(obj, name, None) is not None:
-          # Not through Keras' `__setattr__`: the wrapper is no tracked state.
-          object.__setattr__(obj, name, self._raiser())
+    _deferred.refuse_use(self._targets,
+                         lambda: self.error.with_traceback(None))
     status = self._status
     self._release()
     for name in ("assert_consumed", "assert_existing_objects_matched",
@@ -127,26 +115,17 @@ class _DeferredPart:
       # On the instance: TF's status class stays as it is.
       setattr(status, name, self._refusal(name))
 
-  def _raiser(self):
-
-    def refuse(*unused_args, **unused_kwargs):
-      raise self.error.with_traceback(None)
-
-    return refuse
-
   def _refusal(self, name):
 
     def refuse():
-      raise AssertionError(
-          f"Restoring {self.source!r} failed, nothing of it is restored: "
-          f"{self.error}") from self.error
+      raise _deferred.failure(self.source, self.error) from self.error
 
     refuse.__name__ = name
     return refuse
 
 
 def _layers_below(models, layer_class):
-  _, trackables = _rollback.reachable(models)
+  _, trackables = _deferred.reachable(models)
   return [t for t in trackables if isinstance(t, layer_class)]
 
 
@@ -183,9 +162,9 @@ def guard_read(read, tf_keras):
     if not models:
       return read(self, save_path, *args, **kwargs)
     skip = frozenset(id(m) for m in models)
-    _, others = _rollback.reachable([self], skip)
+    _, others = _deferred.reachable([self], skip)
     _touch_steps(others, optimizer_classes)
-    snapshot = _rollback.Snapshot([self, self.save_counter], skip)
+    snapshot = _deferred.Snapshot([self, self.save_counter], skip)
     status = read(self, save_path, *args, **kwargs)
     waiting = [layer for layer in _layers_below(models, layer_class)
                if _waiting(layer)]

@@ -4,7 +4,7 @@
 journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
 
 * `load_model` of a TF 2.2-2.4 H5 file whose `Lambda` layers hold bytecode
-  this Python cannot read raises `_h5.check_lambda_bytecode`'s one clear
+  this Python cannot read raises `_read_h5.check_lambda_bytecode`'s one clear
   error (tf_keras would fail with "bad marshal data"); metric functions the
   file names that tf_keras cannot look up are handed to it, so that `fit`
   resumes.
@@ -19,37 +19,22 @@ journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
 """
 
 import functools
-import os
 
 import h5py
 import tensorflow as tf
 
-from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
-from tf_mixed_precision_compat.legacy import _h5
-
-# TF 2.x slot name -> the name tf_keras's current classes give that slot's
-# variables (`<name>/<variable name>`); OptimizerV2 keeps TF 2.x's names.
-_CURRENT_SLOTS = {
-    "momentum": "m", "m": "m", "v": "v", "vhat": "vhat", "rms": "velocity",
-    "mg": "average_gradient", "accumulator": "accumulator",
-    "linear": "linear", "accum_grad": "accumulated_grad",
-    "accum_var": "accumulated_delta_var",
-}
-_CURRENT_SLOTS_BY_CLASS = {"Adamax": {"v": "u"},
-                           "RMSprop": {"momentum": "momentum"}}
-
+from tf_mixed_precision_compat.legacy import _gate
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _match_h5
+from tf_mixed_precision_compat.legacy import _read_h5
+from tf_mixed_precision_compat.targets.tf_keras import restore
 
 def _tf2x_h5(filepath):
-  try:
-    path = os.fsdecode(os.fspath(filepath))
-  except TypeError:
-    return None
-  if not os.path.isfile(path) or not h5py.is_hdf5(path):
-    return None
-  with h5py.File(path, "r") as f:
-    version = _h5.keras_version(f)
-  return path if version is not None and version.startswith("2.") else None
+  path = _args.path_or_none(filepath)
+  return path if path is not None and _read_h5.is_tf2x_h5(path) else None
 
 
 def _metric_functions(training_config, tf_keras):
@@ -80,11 +65,11 @@ def _metric_functions(training_config, tf_keras):
 def _checked_custom_objects(path, tf_keras):
   """Checks the file's Lambda layers; the custom objects it also needs."""
   with h5py.File(path, "r") as f:
-    version = _h5.keras_version(f)
+    version = _read_h5.keras_version(f)
     config = f.attrs.get("model_config")
     training_config = f.attrs.get("training_config")
     if config is not None:
-      _h5.check_lambda_bytecode(
+      _read_h5.check_lambda_bytecode(
           _config.parse_json(config, "model_config", path), version, path)
     if training_config is None:
       return {}
@@ -115,58 +100,27 @@ def wrap_load_model(original, tf_keras):
   return load_model
 
 
-def _variables(inner):
-  """An optimizer's variables (a method of OptimizerV2, a list otherwise)."""
-  variables = inner.variables
-  return variables() if callable(variables) else variables
-
-
-def _current_slot(inner, variable, slot):
-  """`variable`'s slot `slot` (a TF 2.x name) in `inner`, or None."""
-  if hasattr(inner, "get_slot_names"):  # OptimizerV2: TF 2.x's own names.
-    try:
-      return inner.get_slot(variable, slot)
-    except KeyError:
-      return None
-  name = type(inner).__name__
-  current = _CURRENT_SLOTS_BY_CLASS.get(name, {}).get(
-      slot, _CURRENT_SLOTS.get(slot))
-  wanted = f"{current}/{variable.name}"
-  found = [v for v in _variables(inner)
-           if v.name == wanted or v.name.endswith("/" + wanted)]
-  return found[0] if len(found) == 1 else None
-
-
-def _optimizer_plan(model, group):
-  """[(variable, value)] for every saved optimizer weight; or a reason."""
-  inner = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-  if not _private_api.tf_keras_v2_create_slots(inner,
-                                               model.trainable_variables):
-    inner.build(model.trainable_variables)
-  by_name = {v.name[:-2] if v.name.endswith(":0") else v.name: v
-             for v in model.trainable_variables}
-  known = sorted(by_name, key=len, reverse=True)
-  plan, covered = [], set()
-  for raw in group.attrs["weight_names"]:
-    name = raw.decode("utf-8") if isinstance(raw, bytes) else str(raw)
-    stripped = name[:-2] if name.endswith(":0") else name
-    scope, _, slot = stripped.rpartition("/")
-    if slot == "iter":
-      target = inner.iterations
-    else:
-      owner = next((k for k in known
-                    if scope == k or scope.endswith("/" + k)), None)
-      target = None if owner is None else _current_slot(
-          inner, by_name[owner], slot)
-    value = group[name][()]
+def _optimizer_plan(model, group, path, tf_keras):
+  """The plan of every saved optimizer weight, or a reason it does not fit."""
+  inner = restore.inner(model.optimizer)
+  restore.build_slots(inner, model.trainable_variables)
+  by_name = {_read_h5.strip(v.name): v for v in model.trainable_variables}
+  plan = _match.Plan(path)
+  for name, slot, owner in _match_h5.saved_slots(group, path, by_name):
+    found = [] if owner is None else restore.current_slots(
+        inner, owner, slot, tf_keras)
+    target = inner.iterations if slot == "iter" else (
+        found[0] if len(found) == 1 else None)
+    value = None if target is None else _read_h5.read(group, name, path,
+                                                      target)
     if target is None or tuple(target.shape) != tuple(value.shape):
       return None, f"{name} has no counterpart of its shape"
-    plan.append((target, value))
-    covered.add(id(target))
-  left = [v.name for v in _variables(inner) if id(v) not in covered and
-          "iter" not in v.name and "learning_rate" not in v.name]
-  if left:
-    return None, f"nothing restores {left[:3]}"
+    plan.bind(name, target, value)
+  left = [v.name for v in restore.variables(inner) if id(v) not in
+          plan.targets and "iter" not in v.name and
+          "learning_rate" not in v.name]
+  if plan.problems or left:
+    return None, "; ".join(plan.problems) or f"nothing restores {left[:3]}"
   return plan, None
 
 
@@ -179,11 +133,11 @@ def wrap_load_weights(original):
     if path is None or getattr(self, "optimizer", None) is None:
       return original(self, filepath, *args, **kwargs)
     with h5py.File(path, "r") as f:
-      group = f.get("optimizer_weights")
-      if not isinstance(group, h5py.Group) or "weight_names" not in (
-          group.attrs):
+      group = _read_h5.optimizer_weights(f)
+      if group is None:
         return original(self, filepath, *args, **kwargs)
-      plan, why = _optimizer_plan(self, group)
+      plan, why = _optimizer_plan(self, group, path,
+                                  targets.loaded_tf_keras())
     result = original(self, filepath, *args, **kwargs)
     if plan is None:
       tf.get_logger().warning(
@@ -191,8 +145,7 @@ def wrap_load_weights(original):
           "not restored, as it does not fit the model's optimizer (%s).",
           self.name, path, why)
       return result
-    for target, value in plan:
-      target.assign(value)
+    _gate.assign(plan)
     return result
 
   return load_weights

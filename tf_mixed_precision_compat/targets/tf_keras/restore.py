@@ -1,29 +1,14 @@
 """TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
 
-On the tf_keras target (`TF_USE_LEGACY_KERAS=1`) an unchanged TF 2.x job that
-builds `tf.keras.optimizers.Adam()` gets tf_keras's current optimizer class,
-not the OptimizerV2 that wrote its checkpoints. The two lay their state out
-differently, and tf_keras refuses the old layout outright ("You are trying to
-restore a checkpoint from a legacy TF-Keras optimizer into a v2.11+
-Optimizer"). `install()` teaches tf_keras's `Optimizer` the old names, so the
-job's own `tf.train.Checkpoint.restore` restores everything, exactly:
-
-* `iter` -> `iterations`, `learning_rate` -> the learning-rate variable;
-* the other hyperparameter variables TF 2.x kept (`beta_1`, `momentum`,
-  `rho`, ...) set the current optimizer's attribute of that name, as TF 2.x
-  restored them; a nonzero `decay`, which current optimizers do not have, is
-  named in a warning and left unrestored (so `assert_consumed()` reports it);
-* `base_optimizer` (where TF 2.2-2.4's loss-scale optimizer kept the inner
-  one) -> the inner optimizer itself;
-* TF 2.x slots (`m`, `v`, `rms`, ...) -> the current class's (`m`, `v`,
-  `velocity`, ...), restored at once when the optimizer is built, or, as TF
-  2.x deferred them, when it builds its slots at its first step.
-
-The loss scale needs nothing: tf_keras's loss-scale optimizer keeps
-`loss_scale/current_loss_scale` and `good_steps`, TF 2.4's names.
-
-`load_model` of a TF 2.x Keras SavedModel also gets its optimizer state back
-(`restore_saved_model_optimizer`), which TF 2.4 and tf_keras leave fresh.
+On the tf_keras target a TF 2.x job's `tf.keras.optimizers.Adam()` is
+tf_keras's current class, which refuses OptimizerV2's layout ("You are
+trying to restore a checkpoint from a legacy TF-Keras optimizer").
+`install()` teaches it the old names: `iter`, `learning_rate`, the other
+hyperparameters (set as attributes; a nonzero `decay` is warned about and
+left unrestored), `base_optimizer` (the optimizer itself) and TF 2.x slot
+names, restored at once or when the optimizer builds. The loss scale needs
+nothing (tf_keras keeps TF 2.4's names). `load_model` of a TF 2.x Keras
+SavedModel also gets its optimizer state back. Design: docs/architecture.md.
 """
 
 import functools
@@ -33,6 +18,8 @@ import weakref
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _args
+from tf_mixed_precision_compat.legacy import _deferred
 
 # TF 2.x slot name -> the name tf_keras's current class gives that slot's
 # variables (`<name>/<variable name>`), by class name.
@@ -63,27 +50,50 @@ _pending: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _hypers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _inner(optimizer):
+def inner(optimizer):
   """The optimizer holding the state (a loss-scale optimizer's inner one)."""
   return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def _class_name(optimizer, tf_keras):
+def _current_names(optimizer, tf_keras):
+  """TF 2.x slot name -> the name `optimizer`'s tf_keras class uses."""
   for klass in type(optimizer).__mro__:
     if getattr(tf_keras.optimizers, klass.__name__, None) is klass:
-      return klass.__name__
-  return type(optimizer).__name__
+      return _SLOTS.get(klass.__name__, {})
+  return _SLOTS.get(type(optimizer).__name__, {})
 
 
-def _find_slot(optimizer, variable, current_name):
-  wanted = f"{current_name}/{variable.name}"
-  found = [v for v in optimizer.variables if v.name == wanted]
-  if not found:
-    # Built under a name scope, e.g. "while/m/..." when the first step runs in
-    # a `tf.range` loop of a `tf.function`.
-    found = [v for v in optimizer.variables
-             if v.name.endswith("/" + wanted) and v.shape == variable.shape]
+def variables(optimizer):
+  """An optimizer's variables (a method of OptimizerV2, a list otherwise)."""
+  variables = optimizer.variables
+  return variables() if callable(variables) else variables
+
+
+def current_slots(optimizer, variable, tf2_name, tf_keras):
+  """The slot variables of `optimizer` a TF 2.x slot `tf2_name` can be.
+
+  One when it is found; OptimizerV2 keeps TF 2.x's own names.
+  """
+  if hasattr(optimizer, "get_slot_names"):
+    try:
+      return [optimizer.get_slot(variable, tf2_name)]
+    except KeyError:
+      return []
+  current = _current_names(optimizer, tf_keras).get(tf2_name)
+  wanted = f"{current}/{variable.name}"
+  found = [v for v in variables(optimizer) if v.name == wanted]
+  if found:
+    return found
+  # Built under a name scope, e.g. "while/m/..." when the first step runs in
+  # a `tf.range` loop of a `tf.function`.
+  return [v for v in variables(optimizer)
+          if v.name.endswith("/" + wanted) and v.shape == variable.shape]
+
+
+def _find_slot(optimizer, variable, tf2_name, tf_keras):
+  found = current_slots(optimizer, variable, tf2_name, tf_keras)
   if len(found) != 1:
+    wanted = f"{_current_names(optimizer, tf_keras)[tf2_name]}/{variable.name}"
     raise ValueError(
         f"Restoring a TF 2.x checkpoint: optimizer '{optimizer.name}' has "
         f"{len(found)} slot variables named {wanted!r}, expected one.")
@@ -166,10 +176,9 @@ def make_create_or_restore_slot_variable(tf_keras):
   def _create_or_restore_slot_variable(self, slot_variable_position,
                                        slot_name, variable, **unused_kwargs):
     check_slot_value(self, slot_variable_position, slot_name, variable)
-    optimizer = _inner(self)
-    names = _SLOTS.get(_class_name(optimizer, tf_keras), {})
-    current_name = names.get(slot_name)
-    if current_name is None:
+    optimizer = inner(self)
+    names = _current_names(optimizer, tf_keras)
+    if slot_name not in names:
       raise ValueError(
           f"Restoring a TF 2.x checkpoint: its slot {slot_name!r} has no "
           f"counterpart in tf_keras's {type(optimizer).__name__} (which "
@@ -177,12 +186,17 @@ def make_create_or_restore_slot_variable(tf_keras):
           f"tf.keras.optimizers.legacy.{type(optimizer).__name__} to "
           "restore it.")
     if _private_api.tf_keras_optimizer_is_built(optimizer):
-      return _find_slot(optimizer, variable, current_name)
+      return _find_slot(optimizer, variable, slot_name, tf_keras)
     waiting = _pending.get(optimizer)
     if waiting is None:
       waiting = _pending[optimizer] = []
-      _restore_after_build(optimizer)
-    waiting.append((slot_variable_position, variable, current_name))
+
+      def restore_waiting():
+        for position, var, name in _pending.pop(optimizer, []):
+          position.restore(_find_slot(optimizer, var, name, tf_keras))
+
+      _deferred.on_build(optimizer, restore_waiting)
+    waiting.append((slot_variable_position, variable, slot_name))
     return None
 
   return _create_or_restore_slot_variable
@@ -217,7 +231,7 @@ def check_slot_value(optimizer, position, slot_name, variable):
   if problem is None:
     return
   for obj in {id(optimizer): optimizer,
-              id(_inner(optimizer)): _inner(optimizer)}.values():
+              id(inner(optimizer)): inner(optimizer)}.values():
     _private_api.deferred_dependencies(obj).clear()
     _pending.pop(obj, None)
   raise ValueError(
@@ -239,31 +253,11 @@ def wrap_v2_create_or_restore_slot_variable(original):
   return _create_or_restore_slot_variable
 
 
-def _restore_after_build(optimizer):
-  """Restores the waiting slots right after `optimizer.build(...)`.
-
-  Wraps the instance's own `build` attribute (the method the optimizer calls
-  on its first step), as TF 2.x restored deferred slots at their creation;
-  the attribute is removed again when it fires.
-  """
-  original = optimizer.build
-
-  def build(*args, **kwargs):
-    vars(optimizer).pop("build", None)
-    result = original(*args, **kwargs)
-    for position, variable, current_name in _pending.pop(optimizer, []):
-      position.restore(_find_slot(optimizer, variable, current_name))
-    return result
-
-  # Set in `__dict__` so that tf_keras's attribute tracking never sees it.
-  vars(optimizer)["build"] = build
-
-
-def _build_slots(optimizer, variables):
+def build_slots(optimizer, variables):
   """Creates the inner optimizer's slots for `variables` now."""
-  inner = _inner(optimizer)
-  if not _private_api.tf_keras_v2_create_slots(inner, variables):
-    inner.build(variables)  # A current-family optimizer.
+  optimizer = inner(optimizer)
+  if not _private_api.tf_keras_v2_create_slots(optimizer, variables):
+    optimizer.build(variables)  # A current-family optimizer.
 
 
 def restore_saved_model_optimizer(model, path):
@@ -279,7 +273,7 @@ def restore_saved_model_optimizer(model, path):
     path: The SavedModel directory.
   """
   optimizer = model.optimizer
-  _build_slots(optimizer, model.trainable_variables)
+  build_slots(optimizer, model.trainable_variables)
   status = tf.train.Checkpoint(root=model).read(
       os.path.join(path, "variables", "variables"))
   # What stays unmatched is Keras bookkeeping of the file (its `keras_api`
@@ -303,12 +297,9 @@ def wrap_load_model(original, is_tf2x_saved_model):
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
     model = original(filepath, *args, **kwargs)
-    try:
-      path = os.fsdecode(os.fspath(filepath))
-    except TypeError:
-      return model
-    if (getattr(model, "optimizer", None) is not None and
-        is_tf2x_saved_model(path)):
+    path = _args.path_or_none(filepath)
+    if (path is not None and getattr(model, "optimizer", None) is not None
+        and is_tf2x_saved_model(path)):
       restore_saved_model_optimizer(model, path)
     return model
 

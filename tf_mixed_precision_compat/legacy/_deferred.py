@@ -1,21 +1,16 @@
-"""Putting back what a restore assigned when its deferred part fails.
+"""A restore's part that waits for a build: the hook, the rollback, refusal.
 
-A restore into a model that is not built yet assigns part of the checkpoint
-at once (the optimizer's step and loss scale, a step counter, a plain
-`tf.Variable` beside the model) and the model's weights only when Keras
-builds it. If that deferred part fails, the values assigned at once would
-stay: a loud error, but a partial state. A `Snapshot` taken before the
-restore (only when such a deferred part exists, so a built model's weights
-are never copied for nothing) holds the values of every variable the
-restore can reach; `roll_back()` writes them back, and drops what the
-restore left waiting on those objects, so that nothing of it lands later.
+Shared by the `Checkpoint` hook (`_checkpoint_restore`) and the tf_keras
+target (`targets/tf_keras/`); docs/architecture.md says why each exists.
 """
+
+import functools
 
 import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _checkpoint
+from tf_mixed_precision_compat.legacy import _gate
 
 _KERAS_VARIABLE = getattr(keras, "Variable", None)
 
@@ -32,12 +27,13 @@ def _children(obj):
     return ()
 
 
-def reachable(roots, skip=frozenset()):
+def reachable(roots, skip=frozenset(), stop=lambda obj: False):
   """(variables, other trackables) reachable from `roots`, each once.
 
   Args:
     roots: The objects to start from.
     skip: Ids of objects neither collected nor entered.
+    stop: Whether a trackable is collected but not entered.
   """
   variables, trackables, seen = [], [], set(skip)
   stack = list(roots)
@@ -50,7 +46,8 @@ def reachable(roots, skip=frozenset()):
       variables.append(obj)
     elif isinstance(obj, tf.__internal__.tracking.Trackable):
       trackables.append(obj)
-      stack.extend(_children(obj))
+      if not stop(obj):
+        stack.extend(_children(obj))
   return variables, trackables
 
 
@@ -86,9 +83,53 @@ class Snapshot:
     """Writes every value back and drops the restorations left waiting."""
     with tf.init_scope():
       for variable, value in self._values:
-        _checkpoint.assign_exact(variable, value)
+        _gate.assign_exact(variable, value)
     for obj in self._trackables:
       try:
         _private_api.deferred_dependencies(obj).clear()
       except AttributeError:  # Not a TF trackable that can wait.
         pass
+
+
+def on_build(obj, callback):
+  """Calls `callback()` right after `obj.build(...)` (once).
+
+  Wraps the instance's own `build` attribute, put back when it fires (see
+  docs/architecture.md, "Waiting for a build").
+  """
+  had_own = "build" in vars(obj)
+  original = obj.build
+
+  @functools.wraps(original)
+  def build(*args, **kwargs):
+    result = original(*args, **kwargs)
+    if had_own:
+      object.__setattr__(obj, "build", original)
+    else:
+      object.__delattr__(obj, "build")
+    callback()
+    return result
+
+  object.__setattr__(obj, "build", build)
+
+
+def failure(source, error):
+  """What a failed restore's status assertions raise."""
+  return AssertionError(f"Restoring {source!r} failed, nothing of it is "
+                        f"restored: {error}")
+
+
+def refuse_use(targets, error):
+  """Makes each `(object, method names)` of `targets` raise `error()`."""
+  for obj, names in targets:
+    for name in names:
+      original = getattr(obj, name, None)
+      if original is None:
+        continue
+
+      @functools.wraps(original)
+      def refuse(*unused_args, **unused_kwargs):
+        raise error()
+
+      # Not through Keras' `__setattr__`: the wrapper is no tracked state.
+      object.__setattr__(obj, name, refuse)

@@ -1,0 +1,161 @@
+"""Gate stage: a plan is checked whole, then refused or assigned exactly.
+
+`check` raises `RestoreError` naming the file and every problem before
+anything is assigned; `assign` writes every value through `assign_exact`,
+the one distribution-aware assign, and returns the `RestoreReport`.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+
+
+class RestoreError(ValueError):
+  """A legacy checkpoint does not match the objects it should restore.
+
+  Attributes:
+    unmatched_checkpoint: Checkpoint keys with no Keras 3 counterpart.
+    unmatched_objects: Keras 3 variables (or state) nothing restored.
+    problems: Other mismatches (shape, dtype, ambiguity).
+  """
+
+  def __init__(self, source, unmatched_checkpoint=(), unmatched_objects=(),
+               problems=()):
+    self.source = source
+    self.unmatched_checkpoint = list(unmatched_checkpoint)
+    self.unmatched_objects = list(unmatched_objects)
+    self.problems = list(problems)
+    lines = [f"Cannot restore {source!r} exactly; nothing was assigned."]
+    if self.problems:
+      lines.append("Problems:")
+      lines += [f"  {p}" for p in self.problems]
+    if self.unmatched_checkpoint:
+      lines.append("Values in the checkpoint with no Keras 3 counterpart:")
+      lines += [f"  {k}" for k in self.unmatched_checkpoint]
+    if self.unmatched_objects:
+      lines.append("Keras 3 state the checkpoint does not provide:")
+      lines += [f"  {k}" for k in self.unmatched_objects]
+    if self.unmatched_checkpoint or self.unmatched_objects:
+      lines.append("Pass allow_partial=True to restore the matched part.")
+    super().__init__("\n".join(lines))
+
+
+@dataclasses.dataclass
+class RestoreReport:
+  """What a legacy restore assigned.
+
+  Attributes:
+    source: The checkpoint prefix (or file) restored from.
+    matched: `(checkpoint key, Keras 3 target)` pairs, in checkpoint order.
+    unmatched_checkpoint: Checkpoint keys left unrestored (only non-empty
+      with `allow_partial=True`).
+    unmatched_objects: Keras 3 state left as it was (idem).
+    ignored: Checkpoint keys that are bookkeeping (`save_counter`, metric
+      states, hyperparameters equal to the optimizer's).
+    hyperparameters: Optimizer attributes set from the checkpoint,
+      `{name: value}`.
+    iterations: The restored optimizer step, or None.
+    loss_scale: The restored loss scale (dynamic), or None.
+    counter: The restored good-steps counter (dynamic), or None.
+    notes: Human-readable remarks (e.g. the loss scale was not stored).
+  """
+  source: str
+  matched: list = dataclasses.field(default_factory=list)
+  unmatched_checkpoint: list = dataclasses.field(default_factory=list)
+  unmatched_objects: list = dataclasses.field(default_factory=list)
+  ignored: list = dataclasses.field(default_factory=list)
+  hyperparameters: dict = dataclasses.field(default_factory=dict)
+  iterations: object = None
+  loss_scale: object = None
+  counter: object = None
+  notes: list = dataclasses.field(default_factory=list)
+
+  def __str__(self):
+    lines = [f"Restored {len(self.matched)} values from {self.source}"]
+    if self.iterations is not None:
+      lines.append(f"  iterations: {self.iterations}")
+    if self.loss_scale is not None:
+      lines.append(f"  loss scale: {self.loss_scale}, counter: {self.counter}")
+    for key in self.unmatched_checkpoint:
+      lines.append(f"  not restored (checkpoint): {key}")
+    for key in self.unmatched_objects:
+      lines.append(f"  not restored (Keras 3): {key}")
+    lines += [f"  note: {n}" for n in self.notes]
+    return "\n".join(lines)
+
+
+def check(plan, expected=None, allow_partial=False, problems=()):
+  """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
+  `allow_partial`, for what it leaves out.
+
+  What of `expected` (`_match.expected_objects`) the plan does not bind
+  becomes its `unmatched_objects`.
+  """
+  if expected is not None:
+    plan.unmatched_objects = [description for obj, description in expected
+                              if id(obj) not in plan.targets]
+  problems = list(plan.problems) + list(problems)
+  if problems or (not allow_partial and (plan.unmatched_checkpoint or
+                                         plan.unmatched_objects)):
+    raise RestoreError(plan.source, plan.unmatched_checkpoint,
+                       plan.unmatched_objects, problems)
+
+
+def assign(plan, optimizers=(), dry_run=False):
+  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`.
+
+  Args:
+    plan: A `_match.Plan` that passed `check`.
+    optimizers: The optimizers it restores (for the report's numbers).
+    dry_run: Only report what would be assigned (the numbers stay None).
+  """
+  report = RestoreReport(source=plan.source)
+  # Lifted out of any function being traced: a restore fired while a model
+  # is first called inside `tf.function` must assign now, not in the graph.
+  with tf.init_scope():
+    for key, target, value, description in plan.assignments:
+      if not dry_run:
+        assign_exact(target, value)
+      report.matched.append((key, description))
+  for attribute, (owner, value) in plan.hyper.items():
+    if not dry_run:
+      setattr(owner, attribute, value)
+    report.hyperparameters[attribute] = value
+  report.unmatched_checkpoint = list(plan.unmatched_checkpoint)
+  report.unmatched_objects = list(plan.unmatched_objects)
+  report.ignored = list(plan.ignored)
+  for optimizer in () if dry_run else optimizers:
+    inner = _match.inner_optimizer_of(optimizer)
+    with tf.init_scope():
+      report.iterations = int(inner.iterations.numpy())
+      if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
+          optimizer.dynamic_counter is not None):
+        report.loss_scale = float(optimizer.loss_scale.numpy())
+        report.counter = int(optimizer.dynamic_counter.numpy())
+  return report
+
+
+def assign_exact(target, value):
+  """Assigns `value` to every copy of `target`, in any distribution context.
+
+  Outside a replica context `assign` writes every replica's copy. Inside one
+  (a model first built in `strategy.run`), a mirrored variable refuses a plain
+  assign, so each component is written directly: the same value everywhere.
+  """
+  context = tf.distribute.get_replica_context()
+  in_replica = (context is not None and tf.distribute.has_strategy() and
+                not tf.distribute.in_cross_replica_context())
+  if not in_replica:
+    target.assign(value)
+    return
+  variable = target
+  if not isinstance(variable, tf.Variable):  # A Keras 3 variable wraps one.
+    variable = getattr(target, "value", target)
+  components = getattr(variable, "values", None)
+  if not isinstance(components, (tuple, list)):
+    components = (variable,)
+  for component in components:
+    component.assign(value)

@@ -1,0 +1,450 @@
+"""Matcher stage: a checkpoint's object graph and values, as a `Plan`.
+
+Binds each saved value to the Keras 3 variable that plays its role (model
+weights by path, the inner optimizer's step, rate, hyperparameters and
+slots, the loss scale), checked but not assigned; also what a full restore
+must assign (`expected_objects`). H5 files: `_match_h5`. Rules:
+docs/architecture.md ("The restore pipeline").
+"""
+
+import contextlib
+import re
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _read_checkpoint
+from tf_mixed_precision_compat.optimizers import _inner
+from tf_mixed_precision_compat.optimizers import _keras2_config
+from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
+
+# How TF 2.x Sequential and functional models named their layers.
+LAYER_INDEX = re.compile(r"^layer(_with_weights)?-(\d+)$")
+
+# Hyperparameter variables TF 2.x kept, restored as Keras 3 attributes.
+_HYPER_ATTRIBUTES = ("momentum", "beta_1", "beta_2", "rho", "epsilon")
+
+# Children of a TF 2.x Keras model that only alias its layers' variables or
+# hold Keras bookkeeping (SavedModels): never followed to find a weight.
+MODEL_ALIASES = frozenset({
+    "variables", "trainable_variables", "non_trainable_variables",
+    "regularization_losses", "keras_api", "signatures",
+    "_default_save_signature", "optimizer", "layer_regularization_losses",
+    "layer_metrics", "metrics", "compiled_metrics", "compiled_loss",
+    "_self_saveable_object_factories",
+})
+
+
+def is_variable(obj):
+  return isinstance(obj, (keras.Variable, tf.Variable))
+
+
+def target_name(variable):
+  return getattr(variable, "path", None) or variable.name
+
+
+class Plan:
+  """Checkpoint values bound to Keras 3 targets, checked before assignment."""
+
+  def __init__(self, source):
+    self.source = source
+    self.assignments = []  # (key, target, value, description)
+    self.targets = {}  # id(target) -> key
+    self.problems = []
+    self.unmatched_checkpoint = []
+    self.unmatched_objects = []
+    self.ignored = []
+    self.hyper = {}
+    self.hyper_keys = []
+
+  def check(self, key, like, value, description):
+    """Whether `value` fits a variable shaped and typed like `like`.
+
+    A mismatch is added to `problems`.
+    """
+    value = np.asarray(value)
+    want_dtype = tf.as_dtype(like.dtype).as_numpy_dtype
+    if tuple(value.shape) != tuple(like.shape):
+      self.problems.append(
+          f"{key}: shape {tuple(value.shape)} in the checkpoint, "
+          f"{tuple(like.shape)} for {description}")
+      return False
+    if value.dtype != np.dtype(want_dtype):
+      self.problems.append(
+          f"{key}: dtype {value.dtype} in the checkpoint, "
+          f"{np.dtype(want_dtype)} for {description}")
+      return False
+    return True
+
+  def bind(self, key, target, value, description=None):
+    description = description or target_name(target)
+    if id(target) in self.targets:
+      self.problems.append(
+          f"{key} and {self.targets[id(target)]} both restore {description}")
+      return
+    value = np.asarray(value)
+    if not self.check(key, target, value, description):
+      return
+    self.targets[id(target)] = key
+    self.assignments.append((key, target, value, description))
+
+
+# ---------------------------------------------------------------------------
+# Facts about the Keras 3 objects, computed here only.
+
+
+def inner_optimizer_of(optimizer):
+  if isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer):
+    return optimizer.inner_optimizer
+  return optimizer
+
+
+def is_built(optimizer):
+  return bool(getattr(inner_optimizer_of(optimizer), "built", True))
+
+
+def slot_variable(inner, variable, tf2_name):
+  """The Keras 3 slot a TF 2.x slot `tf2_name` of `variable` is, or None."""
+  keras3_name = _keras2_config.TF2_SLOT_NAMES.get(
+      _keras2_config.keras_class_name(inner), {}).get(tf2_name)
+  if keras3_name is None:
+    return None
+  return _inner.Keras3Inner(inner).find_slot(variable, keras3_name)
+
+
+def own_variable(layer, name):
+  """The variable of `layer` a TF 2.x checkpoint names `name`, or None."""
+  found = getattr(layer, name, None) if not name.startswith("_") else None
+  if is_variable(found):
+    return found
+  own = [v for v in layer.weights if v.name == name]
+  # Layers with sub-layers: only a variable named like this, once.
+  return own[0] if len(own) == 1 else None
+
+
+def expected_objects(models=(), optimizers=()):
+  """Keras 3 state a full restore must assign: (object, description)."""
+  expected = [(v, target_name(v)) for model in models for v in model.weights]
+  for optimizer in optimizers:
+    expected += [(v, f"optimizer/{v.name}")
+                 for v in inner_optimizer_of(optimizer).variables]
+    state = loss_scale_optimizer.loss_scale_state(optimizer)
+    if state is not None:
+      expected.append((state.current_loss_scale, "optimizer/loss_scale"))
+      expected.append((state.counter, "optimizer/loss_scale counter"))
+  return expected
+
+
+def check_built(model, source):
+  if not model.weights:
+    raise ValueError(
+        f"Cannot restore {source!r} into model '{model.name}': it has no "
+        "weights yet. Build it first (call it on a batch or model.build()).")
+
+
+def build_optimizer(optimizer, models):
+  """Creates the optimizer's slots for the models, in their strategy."""
+  if optimizer is None or is_built(optimizer) or not models:
+    return
+  variables = [v for model in models for v in model.trainable_variables]
+  strategy = getattr(models[0], "distribute_strategy", None)
+  scope = (strategy.scope() if strategy is not None and
+           not tf.distribute.has_strategy() else contextlib.nullcontext())
+  with scope:
+    optimizer.build(variables)
+
+
+# ---------------------------------------------------------------------------
+# Following a checkpoint path on a Keras 3 model.
+
+
+def _step(obj, name):
+  """One child-name step on a Keras 3 object; None when there is none."""
+  if isinstance(obj, keras.Model):
+    match = LAYER_INDEX.match(name)
+    if match:
+      layers = list(obj.layers)
+      if match.group(1):
+        layers = [layer for layer in layers if layer.weights]
+      index = int(match.group(2))
+      return layers[index] if index < len(layers) else None
+  if isinstance(obj, keras.layers.Layer):
+    variable = own_variable(obj, name)
+    if variable is not None:
+      return variable
+  if isinstance(obj, (list, tuple)):
+    return obj[int(name)] if name.isdigit() and int(name) < len(obj) else None
+  if isinstance(obj, dict):
+    return obj.get(name)
+  if name.startswith("_"):
+    return None
+  try:
+    return getattr(obj, name, None)
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def _follow(model, path):
+  """(variable, last layer) reached by `path` from `model`, or (None, None)."""
+  obj, layer = model, None
+  for name in path:
+    obj = _step(obj, name)
+    if obj is None:
+      return None, None
+    if isinstance(obj, keras.layers.Layer):
+      layer = obj
+  return (obj, layer) if is_variable(obj) else (None, None)
+
+
+# ---------------------------------------------------------------------------
+# The plan of an object-graph checkpoint.
+
+
+class _Reading:
+  """What every planning step reads from: the reader, graph and source."""
+
+  def __init__(self, reader, graph, source):
+    self.reader, self.graph, self.source = reader, graph, source
+
+  def value(self, key):
+    return _read_checkpoint.read_value(self.reader, key, self.source)
+
+
+def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
+                 scope=None):
+  """The `Plan` binding the values of `reader` (whose `ObjectGraph` is
+  `graph`) to `models` / `optimizers`, `(node id, object)` pairs.
+
+  `ignored_nodes`: nodes whose variables are bookkeeping; `scope`: nodes
+  whose variables count when listing unmatched values (None: all). Raises
+  `ValueError` naming `source` if a model is not built or data unreadable.
+  """
+  for _, model in models:
+    check_built(model, source)
+  plan, reading = Plan(source), _Reading(reader, graph, source)
+  ignored = set()
+  for node_id in ignored_nodes:
+    ignored.update(graph.variable_nodes_under(node_id))
+  # Variables only reachable through `keras_api` are SavedModel bookkeeping
+  # (compiled metrics' totals and counts).
+  ignored.update(set(graph.variable_nodes_under(0)) -
+                 set(graph.variable_nodes_under(0, skip={"keras_api"})))
+  optimizer_vars = set()
+  for node_id, _ in optimizers:
+    optimizer_vars.update(graph.variable_nodes_under(node_id))
+  bound_model_nodes = {}
+  for node_id, model in models:
+    _plan_model(reading, model, node_id, optimizer_vars, bound_model_nodes,
+                plan)
+  for node_id, optimizer in optimizers:
+    _plan_optimizer(reading, optimizer, node_id, bound_model_nodes, plan)
+  _list_leftovers(graph, plan, ignored, scope)
+  return plan
+
+
+def _plan_model(reading, model, model_node, optimizer_vars, bound_model_nodes,
+                plan):
+  """Binds the model's weights, following each variable's paths."""
+  layers_by_name = {layer.name for layer in
+                    _private_api.keras_nested_layers(model)}
+  graph = reading.graph
+  for node_id, paths in sorted(
+      graph.paths(model_node, skip=MODEL_ALIASES).items()):
+    var_info = graph.variable(node_id)
+    if var_info is None or node_id in optimizer_vars:
+      continue
+    key, full_name = var_info
+    found = {}
+    for path in paths:
+      target, layer = _follow(model, path)
+      if target is not None:
+        found[id(target)] = (target, layer)
+    if not found:
+      continue
+    if len(found) > 1:
+      plan.problems.append(
+          f"{key}: its paths lead to different Keras 3 variables: "
+          + ", ".join(target_name(t) for t, _ in found.values()))
+      continue
+    target, layer = next(iter(found.values()))
+    recorded_layer = full_name.split("/")[-2] if "/" in full_name else None
+    if (recorded_layer and layer is not None and
+        recorded_layer != layer.name and recorded_layer in layers_by_name):
+      plan.problems.append(
+          f"{key}: the checkpoint's layer '{recorded_layer}' would restore "
+          f"into Keras 3 layer '{layer.name}', while the model also has a "
+          f"layer named '{recorded_layer}'; the models differ in structure.")
+      continue
+    bound_model_nodes[node_id] = target
+    plan.bind(key, target, reading.value(key))
+
+
+def _list_leftovers(graph, plan, ignored, scope):
+  """Fills `plan.unmatched_checkpoint` / `plan.ignored` from what is left."""
+  in_scope = None
+  if scope is not None:
+    in_scope = set()
+    for node_id in scope:
+      in_scope.update(graph.variable_nodes_under(node_id))
+  assigned_keys = {key for key, _, _, _ in plan.assignments}
+  hyper_keys = set(plan.hyper_keys)
+  for node_id in range(len(graph.nodes)):
+    info = graph.variable(node_id)
+    if info is None or (in_scope is not None and node_id not in in_scope):
+      continue
+    key = info[0]
+    if key in assigned_keys or key in hyper_keys or key in plan.ignored:
+      continue
+    if node_id in ignored:
+      plan.ignored.append(key)
+    elif key not in plan.unmatched_checkpoint and not any(
+        p.startswith(key + ":") for p in plan.problems):
+      plan.unmatched_checkpoint.append(key)
+
+
+def inner_optimizer_node(graph, optimizer_node):
+  """The node of the inner optimizer's state: itself or its TF 2.2 child."""
+  if graph.child(optimizer_node, "iter") is None:
+    base = graph.child(optimizer_node, "base_optimizer")
+    if base is not None and graph.child(base, "iter") is not None:
+      return base  # TF 2.2 tracked the inner optimizer under this name.
+  return optimizer_node
+
+
+def _plan_optimizer(reading, optimizer, optimizer_node, bound_model_nodes,
+                    plan):
+  """Binds the optimizer's entries (iterations, hypers, slots, loss scale)."""
+  graph = reading.graph
+  inner = inner_optimizer_of(optimizer)
+  inner_node = inner_optimizer_node(graph, optimizer_node)
+  for name, child in graph.children(inner_node):
+    info = graph.variable(child)
+    if info is not None:
+      _plan_inner_variable(inner, name, info[0], reading.value(info[0]), plan)
+  _plan_slots(reading, inner, inner_node, bound_model_nodes, plan)
+  loss_scale_node = graph.child(optimizer_node, "loss_scale")
+  if loss_scale_node is not None:
+    _plan_loss_scale(reading, optimizer, loss_scale_node, plan)
+
+
+def _plan_inner_variable(inner, name, key, value, plan):
+  """Binds (or refuses) the inner optimizer's `iter`, rate or hyperparameter."""
+  if name == "iter":
+    plan.bind(key, inner.iterations, value, "optimizer/iterations")
+  elif name == "learning_rate":
+    lr = inner.learning_rate
+    if is_variable(lr):
+      plan.bind(key, lr, value, "optimizer/learning_rate")
+    else:
+      plan.problems.append(
+          f"{key}: the checkpoint has a constant learning rate ({value}); "
+          f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
+  elif name in ("decay",) + _HYPER_ATTRIBUTES and _number(value) is None:
+    plan.problems.append(f"{key}: {_describe(value)} where the checkpoint "
+                         "should hold one number")
+  elif name == "decay":
+    if _number(value) == 0.0:
+      plan.ignored.append(key)
+    else:
+      plan.problems.append(
+          f"{key}: decay={_number(value)} has no Keras 3 counterpart; use "
+          "an InverseTimeDecay learning-rate schedule and "
+          "allow_partial=True.")
+  elif name in _HYPER_ATTRIBUTES and hasattr(inner, name):
+    current = getattr(inner, name)
+    if is_variable(current) or callable(current):
+      plan.problems.append(f"{key}: Keras 3's {name} is not a number")
+    elif np.float32(current) == np.float32(_number(value)):
+      plan.ignored.append(key)
+    else:
+      plan.hyper[name] = (inner, _number(value))
+      plan.hyper_keys.append(key)
+
+
+def _plan_slots(reading, inner, inner_node, bound_model_nodes, plan):
+  """Binds the slots of the model variables bound so far, by TF 2.x name."""
+  graph = reading.graph
+  slot_names = _keras2_config.TF2_SLOT_NAMES.get(
+      _keras2_config.keras_class_name(inner), {})
+  for slot in graph.nodes[inner_node].slot_variables:
+    info = graph.variable(slot.slot_variable_node_id)
+    variable = bound_model_nodes.get(slot.original_variable_node_id)
+    if info is None or variable is None or slot.slot_name not in slot_names:
+      continue  # Reported as unmatched.
+    key = info[0]
+    target = slot_variable(inner, variable, slot.slot_name)
+    if target is None:
+      if not getattr(inner, "built", True):
+        # The slot is made when the optimizer builds, like its variable:
+        # a value that cannot land there is refused now, not then.
+        plan.check(key, variable, reading.value(key),
+                   f"the {slot_names[slot.slot_name]} slot of "
+                   f"{target_name(variable)}")
+      continue
+    plan.bind(key, target, reading.value(key), f"optimizer/{target.name}")
+
+
+def _plan_loss_scale(reading, optimizer, loss_scale_node, plan):
+  """Binds a dynamic optimizer's loss scale and counter, once checked."""
+  dynamic = (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
+             optimizer.dynamic)
+  if not dynamic:
+    return
+  state = loss_scale_optimizer.loss_scale_state(optimizer)
+  for name, attr in (("current_loss_scale", "current_loss_scale"),
+                     ("good_steps", "counter")):
+    key = reading.graph.variable_child(loss_scale_node, name)
+    if key is None:
+      continue
+    value = reading.value(key)
+    number = _number(value)
+    if number is None:
+      plan.problems.append(f"{key}: {_describe(value)} where the "
+                           "checkpoint should hold one number")
+    elif attr == "current_loss_scale" and not (np.isfinite(number) and
+                                               number >= 1):
+      plan.problems.append(f"{key}: loss scale {number} is not finite and "
+                           "at least 1")
+    elif attr == "counter" and number < 0:
+      plan.problems.append(f"{key}: negative counter {number}")
+    else:
+      description = ("optimizer/loss_scale" if attr == "current_loss_scale"
+                     else "optimizer/loss_scale counter")
+      plan.bind(key, getattr(state, attr), value, description)
+  if state is None:
+    _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan)
+
+
+def _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan):
+  """Binds the variables of a user `LossScale` (TF 2.3's experimental class
+  took any), by their checkpoint names, shapes checked."""
+  loss_scale = _private_api.lookup_dependency(optimizer, "loss_scale")
+  children = _private_api.trackable_children(loss_scale, "checkpoint")
+  for name, variable in sorted(children.items()):
+    key = reading.graph.variable_child(loss_scale_node, name)
+    if key is None or not isinstance(variable, tf.Variable):
+      continue
+    value = reading.value(key)
+    if tuple(np.shape(value)) != tuple(variable.shape):
+      plan.problems.append(f"{key}: shape {np.shape(value)} where the "
+                           f"loss scale's {name} has {tuple(variable.shape)}")
+      continue
+    plan.bind(key, variable, value, f"optimizer/loss_scale/{name}")
+
+
+def _number(value):
+  """`value` as a Python float if it is one real number, else None."""
+  array = np.asarray(value)
+  if array.size != 1 or not (np.issubdtype(array.dtype, np.number) or
+                             array.dtype == np.bool_):
+    return None
+  if np.issubdtype(array.dtype, np.complexfloating):
+    return None
+  return float(array.reshape(()))
+
+
+def _describe(value):
+  array = np.asarray(value)
+  return f"a {array.dtype} value of shape {tuple(array.shape)}"

@@ -1,0 +1,160 @@
+"""Matcher stage for TF 2.x H5 files: their weights and optimizer as a `Plan`.
+
+`load_model` matches a layer's weights by layer and weight name;
+`load_weights` by TF 2.x's topological order or, with `by_name`, by layer
+name, as TF 2.4 did; optimizer weights by the model weight names they end
+with. Every value read through `_read_h5.read` (shape checked first).
+"""
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _read_h5
+
+
+def expected_objects(models=(), optimizers=()):
+  """`_match.expected_objects` less what H5 files never hold.
+
+  TF 2.x never stored the loss scale in H5 files (documented and logged);
+  the learning rate comes from the optimizer config.
+  """
+  return [(obj, description) for obj, description in
+          _match.expected_objects(models, optimizers)
+          if not description.startswith("optimizer/loss_scale") and
+          description != "optimizer/learning_rate"]
+
+
+def plan_by_layer_name(layers, path, model, plan):
+  """Binds a whole-model file's weights, by layer name then weight name.
+
+  Returns:
+    The bound variables by their TF 2.x name (without ":0"), for the
+    optimizer weights, which H5 files name after them.
+  """
+  by_tf_name = {}
+  for layer_name, group, weight_names in layers:
+    if not weight_names:
+      continue
+    try:
+      layer = model.get_layer(layer_name)
+    except ValueError:
+      plan.unmatched_checkpoint.extend(
+          f"{layer_name}/{n}" for n in weight_names)
+      continue
+    for name in weight_names:
+      target = _match.own_variable(layer, _read_h5.strip(name).split("/")[-1])
+      key = f"model_weights/{layer_name}/{name}"
+      if target is None:
+        plan.unmatched_checkpoint.append(key)
+        continue
+      plan.bind(key, target, _read_h5.read(group, name, path, target))
+      by_tf_name[_read_h5.strip(name)] = target
+  return by_tf_name
+
+
+def _layer_variables(layer):
+  """A layer's variables in the order TF 2.x saved and loaded them."""
+  return list(layer.trainable_weights) + list(layer.non_trainable_weights)
+
+
+def _pairs(variables, weight_names):
+  """Saved names paired with variables: by name when that is unambiguous."""
+  own = [v.name.split("/")[-1] for v in variables]
+  theirs = [_read_h5.strip(w).split("/")[-1] for w in weight_names]
+  if len(set(own)) == len(own) and sorted(own) == sorted(theirs):
+    by_name = dict(zip(own, variables))
+    return [(by_name[short], w) for short, w in zip(theirs, weight_names)]
+  return list(zip(variables, weight_names))
+
+
+def plan_topological(layers, path, model, plan):
+  """Binds a `load_weights` file's weights in TF 2.x's topological order."""
+  targets = [layer for layer in model.layers if layer.weights]
+  saved = [entry for entry in layers if entry[2]]
+  if len(saved) != len(targets):
+    raise ValueError(
+        f"{path!r} holds the weights of {len(saved)} layers, while model "
+        f"'{model.name}' has {len(targets)} layers with weights.")
+  by_tf_name = {}
+  for index, ((name, group, weights), layer) in enumerate(zip(saved, targets)):
+    variables = _layer_variables(layer)
+    if len(variables) != len(weights):
+      raise ValueError(
+          f"Layer #{index} (named \"{layer.name}\") expects "
+          f"{len(variables)} weight(s), but the saved weights of layer "
+          f"'{name}' have {len(weights)} element(s).")
+    for variable, weight_name in _pairs(variables, weights):
+      plan.bind(f"{name}/{weight_name}", variable,
+                _read_h5.read(group, weight_name, path, variable),
+                f"{layer.name}/{variable.name}")
+      by_tf_name[_read_h5.strip(weight_name)] = variable
+  return by_tf_name
+
+
+def plan_by_name(layers, path, model, plan, skip_mismatch):
+  """Binds a `load_weights` file's weights by layer name (`by_name=True`)."""
+  index = {}
+  for layer in model.layers:
+    index.setdefault(layer.name, []).append(layer)
+  logger, by_tf_name = tf.get_logger(), {}
+  for k, (name, group, weights) in enumerate(layers):
+    for layer in index.get(name, []) if weights else []:
+      variables = _layer_variables(layer)
+      if len(variables) != len(weights):
+        if skip_mismatch:
+          logger.warning("Skipping loading of weights for layer %s due to "
+                         "mismatch in number of weights (%d vs %d).",
+                         layer.name, len(variables), len(weights))
+          continue
+        raise ValueError(
+            f"Layer #{k} (named \"{layer.name}\") expects {len(variables)} "
+            f"weight(s), but the saved weights have {len(weights)} "
+            "element(s).")
+      for variable, weight_name in _pairs(variables, weights):
+        value = _read_h5.read(group, weight_name, path, variable)
+        if tuple(variable.shape) != tuple(value.shape):
+          if skip_mismatch:
+            logger.warning("Skipping loading of weights for layer %s due to "
+                           "mismatch in shape (%s vs %s).", layer.name,
+                           tuple(variable.shape), tuple(value.shape))
+            continue
+          raise ValueError(
+              f"Layer #{k} (named \"{layer.name}\"), weight "
+              f"{variable.name} has shape {tuple(variable.shape)}, but the "
+              f"saved weight has shape {tuple(value.shape)}.")
+        plan.bind(f"{name}/{weight_name}", variable, value,
+                  f"{layer.name}/{variable.name}")
+        by_tf_name[_read_h5.strip(weight_name)] = variable
+  return by_tf_name
+
+
+def saved_slots(group, path, by_tf_name):
+  """Each `optimizer_weights` entry (`cond_1/Adam/d1/kernel/m:0`, ...) as
+  (its name, its TF 2.x slot name or "iter", the variable in `by_tf_name` it
+  belongs to or None): the longest variable name its scope ends with."""
+  known = sorted(by_tf_name, key=len, reverse=True)
+  for name in _read_h5.names(group, path):
+    scope, _, slot = _read_h5.strip(name).rpartition("/")
+    owner = next((k for k in known
+                  if scope == k or scope.endswith("/" + k)), None)
+    yield name, slot, None if owner is None else by_tf_name[owner]
+
+
+def plan_optimizer(group, path, optimizer, by_tf_name, plan):
+  """Binds `optimizer_weights` to the optimizer's iterations and the slots
+  of the variables in `by_tf_name`."""
+  inner = _match.inner_optimizer_of(optimizer)
+  for name, slot, owner in saved_slots(group, path, by_tf_name):
+    key = f"optimizer_weights/{name}"
+    if slot == "iter":
+      plan.bind(key, inner.iterations,
+                _read_h5.read(group, name, path, inner.iterations),
+                "optimizer/iterations")
+      continue
+    target = None if owner is None else _match.slot_variable(inner, owner,
+                                                             slot)
+    if target is None:
+      plan.unmatched_checkpoint.append(key)
+      continue
+    plan.bind(key, target, _read_h5.read(group, name, path, target),
+              f"optimizer/{target.name}")

@@ -1,0 +1,176 @@
+"""Reader stage: a TF 2.x object-based checkpoint's object graph and values.
+
+Used for `tf.train.Checkpoint` files and a SavedModel's `variables/`;
+docs/architecture.md ("The restore pipeline") describes the graph.
+"""
+
+import collections
+import os
+
+import tensorflow as tf
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _args
+
+OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+# Keras object graphs are a few levels deep (`model/layer_with_weights-0/
+# kernel`, nested models add a few each); far longer paths are hostile.
+_MAX_PATH_LENGTH = 64
+
+
+def checkpoint_prefix(path) -> str:
+  """The checkpoint prefix `path` designates.
+
+  Args:
+    path: A checkpoint prefix (`.../ckpt-3`) or a directory holding a
+      `tf.train.CheckpointManager`'s `checkpoint` state file (its latest
+      checkpoint is used).
+
+  Returns:
+    The prefix, whose `.index` file exists.
+
+  Raises:
+    OSError: (`FileNotFoundError`) if there is no such checkpoint.
+  """
+  path = _args.path_arg(path)
+  if os.path.isdir(path):
+    prefix = tf.train.latest_checkpoint(path)
+    if prefix is None:
+      raise FileNotFoundError(
+          f"No checkpoint found in directory {path!r} (no 'checkpoint' state "
+          "file pointing at an existing checkpoint).")
+    return prefix
+  if not tf.io.gfile.exists(path + ".index"):
+    raise FileNotFoundError(
+        f"No checkpoint at {path!r}: {path + '.index'!r} does not exist.")
+  return path
+
+
+def open_checkpoint(prefix: str, what=None):
+  """A reader of `prefix`, with errors naming the file (or `what`)."""
+  try:
+    return tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    what = what or f"checkpoint {prefix!r}"
+    raise ValueError(f"Cannot read {what} (truncated or corrupted?): "
+                     f"{e}") from None
+
+
+class ObjectGraph:
+  """A parsed `_CHECKPOINTABLE_OBJECT_GRAPH` with its variables' keys."""
+
+  def __init__(self, serialized, source):
+    proto = _private_api.trackable_object_graph_pb2.TrackableObjectGraph()
+    try:
+      proto.ParseFromString(serialized)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"{source!r}: the checkpoint's object graph is "
+                       f"corrupted ({e}).") from None
+    self.nodes = proto.nodes
+    _check_node_ids(self.nodes, source)
+
+  def child(self, node_id, name):
+    for ref in self.nodes[node_id].children:
+      if ref.local_name == name:
+        return ref.node_id
+    return None
+
+  def children(self, node_id):
+    return [(ref.local_name, ref.node_id)
+            for ref in self.nodes[node_id].children]
+
+  def variable(self, node_id):
+    """(checkpoint key, full name) of a variable node, or None."""
+    for attr in self.nodes[node_id].attributes:
+      if attr.name == "VARIABLE_VALUE":
+        return attr.checkpoint_key, attr.full_name
+    return None
+
+  def variable_child(self, node_id, name):
+    """The checkpoint key of variable child `name` of `node_id`, or None."""
+    child = self.child(node_id, name)
+    info = None if child is None else self.variable(child)
+    return None if info is None else info[0]
+
+  def variable_nodes_under(self, node_id, skip=frozenset()):
+    """Variable node ids reachable from `node_id` (slots included)."""
+    seen, stack, found = set(), [node_id], []
+    while stack:
+      current = stack.pop()
+      if current in seen:
+        continue
+      seen.add(current)
+      if self.variable(current) is not None:
+        found.append(current)
+      stack.extend(ref.node_id for ref in self.nodes[current].children
+                   if ref.local_name not in skip)
+      stack.extend(s.slot_variable_node_id
+                   for s in self.nodes[current].slot_variables)
+    return found
+
+  def keys_under(self, node_id):
+    """The checkpoint keys of `variable_nodes_under(node_id)`."""
+    return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
+
+  def paths(self, start, skip=frozenset(), limit=16):
+    """node id -> child-name paths from `start` (acyclic), not via `skip`.
+
+    At most `limit` paths per node and `_MAX_PATH_LENGTH` names per path:
+    a hostile graph (a chain of thousands of nodes, a dense lattice) costs
+    bounded work, and what only such paths reach stays unmatched.
+    """
+    result = collections.defaultdict(list)
+    stack = [(start, (), frozenset({start}))]
+    while stack:  # Depth-first, children in order, as a recursion would.
+      node_id, path, on_path = stack.pop()
+      if len(result[node_id]) >= limit:
+        continue
+      result[node_id].append(path)
+      if len(path) >= _MAX_PATH_LENGTH:
+        continue
+      for name, child in reversed(self.children(node_id)):
+        if child not in on_path and name not in skip:
+          stack.append((child, path + (name,), on_path | {child}))
+    return result
+
+
+def _check_node_ids(nodes, source):
+  """Every node id a node refers to names a node of the graph."""
+  count = len(nodes)
+  if not count:
+    raise ValueError(f"{source!r}: the checkpoint's object graph is "
+                     "corrupted (it has no root object).")
+  for node in nodes:
+    ids = [ref.node_id for ref in node.children]
+    for slot in node.slot_variables:
+      ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
+    if any(not 0 <= i < count for i in ids):
+      raise ValueError(
+          f"{source!r}: the checkpoint's object graph is corrupted (a "
+          f"reference to node {next(i for i in ids if not 0 <= i < count)}"
+          f" of {count}).")
+
+
+def read_object_graph(reader, source):
+  """The `ObjectGraph` of an open checkpoint, errors naming `source`."""
+  try:
+    keys = reader.get_variable_to_shape_map()
+  except tf.errors.OpError as e:
+    raise ValueError(f"{source!r} is not a readable checkpoint: {e}") from None
+  if OBJECT_GRAPH_KEY not in keys:
+    raise ValueError(
+        f"{source!r} is not an object-based checkpoint (no "
+        f"{OBJECT_GRAPH_KEY}); name-based TF1 checkpoints are restored "
+        "with tf.compat.v1.train.Saver.")
+  return ObjectGraph(read_value(reader, OBJECT_GRAPH_KEY, source), source)
+
+
+def read_value(reader, key, source):
+  """The value of checkpoint key `key`, errors naming `source`."""
+  try:
+    return reader.get_tensor(key)
+  except (tf.errors.OpError, ValueError, RuntimeError, IndexError,
+          OSError) as e:
+    raise ValueError(
+        f"{source!r}: cannot read {key!r} (truncated or corrupted "
+        f"checkpoint data?): {e}") from None

@@ -1,0 +1,219 @@
+"""Reader stage: TF 2.x Keras H5 files (`model.save("x.h5")`, `save_weights`).
+
+Their layout, `keras_version`, the weight datasets (read only when their
+shape fits) and the check of `Lambda` bytecode this Python cannot read.
+"""
+
+import base64
+import os
+import sys
+
+import h5py
+import numpy as np
+
+
+def names(group, source, attribute="weight_names", required=True):
+  """The strings of `group.attrs[attribute]` (TF 2.x stored them as bytes)."""
+  if attribute not in group.attrs and not required:
+    return []
+  try:
+    found = group.attrs[attribute]
+    if isinstance(found, (str, bytes)) or np.ndim(found) != 1:
+      raise TypeError(f"a {type(found).__name__}, not a list of names")
+    return [n.decode("utf-8") if isinstance(n, bytes) else str(n)
+            for n in found]
+  except KeyError:
+    raise ValueError(f"{source!r}: {group.name} has no {attribute}; the "
+                     "file is corrupted.") from None
+  except (TypeError, ValueError, OSError) as e:
+    raise ValueError(f"{source!r}: {group.name}'s {attribute} is unreadable "
+                     f"({e}); the file is corrupted.") from None
+
+
+def keras_version(f):
+  """The `keras_version` attribute of an open H5 file, as a str, or None."""
+  version = f.attrs.get("keras_version")
+  if version is None and isinstance(f.get("model_weights"), h5py.Group):
+    version = f["model_weights"].attrs.get("keras_version")
+  if isinstance(version, bytes):
+    version = version.decode("utf-8", "replace")
+  return None if version is None else str(version)
+
+
+def is_tf2x_h5(path):
+  """Whether `path` is an H5 file written by TF 2.x's Keras 2."""
+  try:
+    if not os.path.isfile(path) or not h5py.is_hdf5(path):
+      return False
+    with h5py.File(path, "r") as f:
+      version = keras_version(f)
+  except (OSError, ValueError):
+    return False
+  return version is not None and version.startswith("2.")
+
+
+def strip(name):
+  """A TF 2.x weight name without its ":0"."""
+  return name[:-2] if name.endswith(":0") else name
+
+
+def read(group, name, source, like):
+  """The dataset `name` of `group`, read only if it has `like`'s shape.
+
+  A dataset of another shape is not read (a compressed dataset can claim any
+  size): a zero-strided stand-in of its shape lets `Plan.bind` report the
+  mismatch.
+  """
+  try:
+    dataset = group[name]
+    if not isinstance(dataset, h5py.Dataset):
+      raise TypeError("not a dataset")
+    if tuple(dataset.shape) != tuple(like.shape):
+      return np.broadcast_to(np.zeros((), dataset.dtype), dataset.shape)
+    return np.asarray(dataset[()])
+  except (KeyError, OSError, ValueError, TypeError) as e:
+    raise ValueError(f"{source!r}: cannot read {group.name}/{name} "
+                     f"(truncated or corrupted file?): {e}") from None
+
+
+def layer_groups(f, source, required=False):
+  """[(layer name, its group, its weight names)] of the saved layers.
+
+  Args:
+    f: The open file (a whole model's, or `save_weights`').
+    source: The file, for messages.
+    required: Whether a file without `layer_names` is refused.
+  """
+  top = f
+  if "layer_names" not in f.attrs and "model_weights" in f:
+    top = f["model_weights"]
+  if not isinstance(top, h5py.Group):
+    raise ValueError(f"{source!r}: model_weights is not a group; the file is "
+                     "corrupted.")
+  if required and "layer_names" not in top.attrs:
+    raise ValueError(f"{source!r} holds no Keras weights (no layer_names).")
+  layers = []
+  for layer_name in names(top, source, "layer_names", required=False):
+    group = top[layer_name]
+    if not isinstance(group, h5py.Group):
+      raise ValueError(f"{source!r}: {group.name} is not a group of weights; "
+                       "the file is corrupted.")
+    layers.append((layer_name, group, names(group, source)))
+  return layers
+
+
+def optimizer_weights(f):
+  """The `optimizer_weights` group of a whole-model file, or None."""
+  group = f.get("optimizer_weights")
+  if not isinstance(group, h5py.Group) or "weight_names" not in group.attrs:
+    return None
+  return group
+
+
+# Lambda layers: Python bytecode of the writer's Python.
+
+# The Pythons each Keras 2 `keras_version` (as TF 2.2-2.4 wrote it) ran on.
+_KERAS_PYTHONS = {
+    "2.3.0-tf": ((3, 5), (3, 8)),  # TF 2.2
+    "2.4.0": ((3, 5), (3, 8)),  # TF 2.3 (3.5-3.8) and TF 2.4 (3.6-3.8)
+}
+# A marshalled code object starts with its type byte and, before its
+# bytecode (a bytes object), 5 int32 fields up to Python 3.7 and from 3.11
+# on, 6 in Python 3.8-3.10 (posonlyargcount was added, nlocals later left).
+_LAYOUTS = ((6, ((3, 8), (3, 10))), (5, ((3, 0), (3, 7))),
+            (5, ((3, 11), (3, 99))))
+_CODE, _BYTES, _FLAG_REF = ord("c"), ord("s"), 0x80
+
+
+def _layout_pythons(code):
+  """The (lowest, highest) Pythons whose marshal layout `code` has, or None."""
+  if not code or code[0] & ~_FLAG_REF != _CODE:
+    return None
+  found = [pythons for ints, pythons in _LAYOUTS
+           if len(code) > 1 + 4 * ints and
+           code[1 + 4 * ints] & ~_FLAG_REF == _BYTES]
+  if not found:
+    return None
+  return (min(low for low, _ in found), max(high for _, high in found))
+
+
+def _bytecode(function_config):
+  """The marshalled code a Lambda config holds (TF 2.x: [code, defaults,
+  closure] or the code alone, base64), or None."""
+  if isinstance(function_config, (list, tuple)) and function_config:
+    function_config = function_config[0]
+  if not isinstance(function_config, str):
+    return None
+  try:
+    return base64.b64decode(function_config.encode("ascii"))
+  except (ValueError, UnicodeEncodeError):
+    return None
+
+
+def _writer_python(code, keras_version):
+  """A readable name of the Python(s) that wrote `code`, or None."""
+  layout = _layout_pythons(code) if code is not None else None
+  tf_pythons = _KERAS_PYTHONS.get(keras_version)
+  if layout and tf_pythons:
+    low = max(layout[0], tf_pythons[0])
+    high = min(layout[1], tf_pythons[1])
+    layout = (low, high) if low <= high else layout
+  elif tf_pythons:
+    layout = tf_pythons
+  if not layout:
+    return None
+  low, high = ("%d.%d" % v for v in layout)
+  return f"Python {low}" if low == high else f"Python {low}-{high}"
+
+
+def _readable_here(code, keras_version):
+  """Whether this Python can read `code` (never unmarshals untrusted data)."""
+  if keras_version in _KERAS_PYTHONS:
+    return False  # TF 2.2-2.4 ran on no Python TF 2.18+ supports.
+  layout = _layout_pythons(code) if code is not None else None
+  here = sys.version_info[:2]
+  return layout is None or layout[0] <= here <= layout[1]
+
+
+def _lambda_configs(node):
+  """Every Lambda layer config in a model config tree."""
+  stack = [node]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, dict):
+      if node.get("class_name") == "Lambda" and isinstance(
+          node.get("config"), dict):
+        yield node["config"]
+      stack.extend(node.values())
+    elif isinstance(node, list):
+      stack.extend(node)
+
+
+def check_lambda_bytecode(config, keras_version, source):
+  """Refuses a model whose Lambda layers hold bytecode this Python can't read.
+
+  The writer is told from the file's `keras_version` (or None) and the
+  code's layout; nothing is unmarshalled (docs/architecture.md).
+
+  Raises:
+    ValueError: Naming `source`, the layer, the Python that wrote it and the
+      way out: build the model in code, then `load_weights` the same file.
+  """
+  for layer in _lambda_configs(config):
+    for key, kind in (("function", "function_type"),
+                      ("output_shape", "output_shape_type")):
+      if layer.get(kind) != "lambda":
+        continue
+      code = _bytecode(layer.get(key))
+      if _readable_here(code, keras_version):
+        continue
+      writer = _writer_python(code, keras_version) or "another Python"
+      here = "%d.%d" % sys.version_info[:2]
+      raise ValueError(
+          f"{source!r}: Lambda layer {layer.get('name')!r} holds its "
+          f"{key.replace('_', ' ')} as Python bytecode written by {writer} "
+          f"(Keras {keras_version}), which Python {here} cannot read. Build "
+          "the model in code (the same layers and layer names, your lambda "
+          "included), compile it as the job did, then call "
+          f"model.load_weights({source!r}): that restores the weights and "
+          "the optimizer state from this file.")
