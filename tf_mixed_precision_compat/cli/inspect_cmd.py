@@ -26,7 +26,8 @@ def _optimizer_lines(opt: dict) -> list[str]:
   lines.append(f"  iterations: {opt.get('iterations')}")
   slots = opt.get("slots") or {}
   lines.append(f"  slots of {len(slots)} variables:")
-  lines += [f"    {var}: {', '.join(names)}" for var, names in slots.items()]
+  lines += [f"    {var}: {', '.join(names)}"
+            for var, names in sorted(slots.items())]
   scale = opt.get("loss_scale")
   if scale is None:
     lines.append("  loss scale: none stored (fixed scale or no loss scaling)")
