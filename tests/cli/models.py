@@ -39,3 +39,25 @@ def seq_model():
       keras.layers.Dense(1, dtype=policy, name="logits"),
       keras.layers.Activation("linear", dtype="float32", name="out"),
   ], name="seq")
+
+
+def func_model():
+  """The `func` fixtures' model (ckpt_tf2X_func_*): Dense, BatchNorm, Dense."""
+  policy = "mixed_float16"
+  x = keras.Input((4,), name="x")
+  h = keras.layers.Dense(6, dtype=policy, name="d1")(x)
+  h = keras.layers.BatchNormalization(dtype=policy, name="bn")(h)
+  h = keras.layers.Activation("relu", dtype=policy, name="relu")(h)
+  h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
+  out = keras.layers.Activation("linear", dtype="float32", name="out")(h)
+  return keras.Model(x, out)
+
+
+def func_model_swapped():
+  """`func_model` with BatchNorm after the second Dense: another structure."""
+  policy = "mixed_float16"
+  x = keras.Input((4,), name="x")
+  h = keras.layers.Dense(6, dtype=policy, name="d1")(x)
+  h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
+  h = keras.layers.BatchNormalization(dtype=policy, name="bn")(h)
+  return keras.Model(x, h)

@@ -17,8 +17,10 @@ _LSO_CHANGES = (
     "after dynamic_growth_steps finite steps, halved on overflow, the step "
     "skipped); `loss_scale` is `dynamic_scale`, `get_scaled_loss` is "
     "`scale_loss`, `apply_gradients` unscales the gradients itself; TF's "
-    "floor of 1 on the scale is gone; checkpoints use Keras 3's layout "
-    "(convert old ones with `convert`)")
+    "floor of 1 on the scale is gone; a skipped step no longer counts in "
+    "`iterations` (TF 2.x counted it, so Adam's bias correction and "
+    "iteration-based schedules shift by the number of skipped steps); "
+    "checkpoints use Keras 3's layout (convert old ones with `convert`)")
 
 # name -> (replacement, what changes). Replacement None: no rewrite exists.
 FUNCTIONS: dict[str, tuple[Optional[str], str]] = {
