@@ -188,7 +188,9 @@ def _generation(optimizers: list, variables: dict) -> str:
   opt = optimizers[0]
   if opt.inner_path.endswith("/base_optimizer"):
     return ("TF 2.2 Keras: the experimental LossScaleOptimizer's inner "
-            "optimizer under `base_optimizer`")
+            "optimizer under `base_optimizer`" + (
+                "" if opt.loss_scale else "; no loss-scale variables (a "
+                "fixed loss scale, whose value TF never stored)"))
   if opt.loss_scale is not None:
     return ("TF 2.3 or 2.4 Keras: OptimizerV2 state (`iter`, slots) with a "
             "dynamic loss scale under `loss_scale/` (the experimental or "

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 import keras
 import numpy as np
@@ -207,8 +207,10 @@ def convert(args: Any, err: TextIO) -> dict:
   return seen
 
 
-def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
   """Runs `convert`; returns the exit code."""
+  out = out or sys.stdout
+  err = err or sys.stderr
   try:
     seen = convert(args, err)
   except Refused as e:

@@ -113,8 +113,9 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
   return explain(report, error)
 
 
-def run(args: Any, out: TextIO = sys.stdout) -> int:
+def run(args: Any, out: Optional[TextIO] = None) -> int:
   """Runs `inspect`; returns the exit code."""
+  out = out or sys.stdout
   # pylint: disable-next=g-import-not-at-top
   from tf_mixed_precision_compat.cli import _files
   described = _files.describe(args.path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from typing import Any, TextIO
+from typing import Any, Optional, TextIO
 
 from tf_mixed_precision_compat.cli import _plan
 
@@ -41,8 +41,10 @@ def migrate_file(path: str, write: bool) -> list[Any]:
   return findings
 
 
-def run(args: Any, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
   """Runs `migrate`; returns 1 when some use needs manual work."""
+  out = out or sys.stdout
+  err = err or sys.stderr
   report = {}
   for i, path in enumerate(args.files, 1):
     err.write(f"[{i}/{len(args.files)}] {path}\n")
