@@ -150,12 +150,12 @@ def test_rewritten_example_runs_without_the_package_and_matches(tmp_path):
   shutil.copy(original, path)
   assert main(["migrate", str(path), "--write"]) == 0
   keras3, package = _run(path, False), _run(original, True)
-  # The example's weights start unseeded, so the losses differ run to run;
-  # the step count, the skipped (overflowed) steps and the training do not.
-  # (tests/cli/test_end_to_end.py compares a resumed job number by number.)
-  pattern = r"steps: (\d+)\noverflowed \(skipped\) steps: (\d+)\n"
-  assert re.search(pattern, keras3).groups() == re.search(
-      pattern, package).groups()
-  first, last = map(float, re.search(r"loss: (\S+) -> (\S+)",
-                                     keras3).groups())
-  assert last < first / 4
+  # The example's weights start unseeded, so losses (and how many early
+  # steps overflow) vary run to run; tests/cli/test_end_to_end.py compares
+  # a resumed job number by number.
+  for out in (keras3, package):
+    steps, skipped = map(int, re.search(
+        r"steps: (\d+)\noverflowed \(skipped\) steps: (\d+)", out).groups())
+    first, last = map(float, re.search(r"loss: (\S+) -> (\S+)",
+                                       out).groups())
+    assert steps == 32 and skipped >= 1 and last < first / 4

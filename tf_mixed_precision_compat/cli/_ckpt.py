@@ -151,6 +151,13 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
   scale, counter = ((path + "/loss_scale/current_loss_scale",
                      path + "/loss_scale/good_steps") if layout == "keras2"
                     else (path + "/dynamic_scale", path + "/step_counter"))
+  if layout == "keras3" and scale not in variables and (
+      path + "/loss_scale/current_loss_scale") in variables:
+    # This package's LossScaleOptimizer on TF 2.16+: TF 2.4's loss-scale
+    # entries beside Keras 3 optimizer state.
+    info.layout = "keras3 (this package)"
+    scale, counter = (path + "/loss_scale/current_loss_scale",
+                      path + "/loss_scale/good_steps")
   if scale in variables:
     info.loss_scale = {
         "type": "dynamic", "value": _scalar(reader, scale),
@@ -177,6 +184,10 @@ def _keras3_slots(variables: dict, info: OptimizerInfo) -> None:
 
 def _generation(optimizers: list, variables: dict) -> str:
   """Which TensorFlow / Keras wrote the checkpoint, in words."""
+  if any(o.layout == "keras3 (this package)" for o in optimizers):
+    return ("this package on TF 2.16 or later: Keras 3 optimizer state "
+            "(`_iterations`, `_variables`) with TF 2.4's `loss_scale/` "
+            "entries")
   if any(o.layout == "keras3" for o in optimizers):
     return ("Keras 3 (TF 2.16 or later): optimizer state as `_iterations` "
             "and `_variables`")
@@ -236,7 +247,7 @@ def describe(path: str) -> CheckpointInfo:
       info.weights[var] = spec
     else:  # Scalars: counters and flags beside the model (step, epoch).
       info.other[var] = _scalar(reader, var)
-  if any(o.layout == "keras3" for o in optimizers):
+  if any(o.layout.startswith("keras3") for o in optimizers):
     _keras3_model_paths(reader, info, variables)
   return info
 

@@ -48,7 +48,11 @@ def check_convertible(info: _ckpt.CheckpointInfo) -> _ckpt.OptimizerInfo:
         "optimizer under `optimizer` (restore nested jobs with the package)")
   opt = info.optimizers[0]
   if opt.layout != "keras2":
-    raise Refused(f"{info.prefix} is already a Keras 3 checkpoint")
+    raise Refused(
+        f"{info.prefix} was written on Keras 3 ({info.generation}); convert "
+        "reads TF 2.2-2.4 checkpoints. A checkpoint this package wrote "
+        "restores with the package installed (tf.train.Checkpoint.restore); "
+        "save it again from a Keras 3 LossScaleOptimizer to leave it.")
   if opt.loss_scale is None:
     raise Refused(
         "The checkpoint stores no loss scale: the job used a fixed loss "
