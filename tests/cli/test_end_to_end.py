@@ -67,8 +67,8 @@ def test_tf23_job_and_checkpoint_to_keras3(capsys, tmp_path, monkeypatch):
                      str(tmp_path / "old_for_package"),
                      str(tmp_path / "pkg.json"), True)
   skipped = 0
-  for mine, theirs in zip(keras3["history"], package["history"],
-                          strict=True):
+  assert len(keras3["history"]) == len(package["history"]) == STEPS
+  for mine, theirs in zip(keras3["history"], package["history"]):
     assert mine["loss_scale"] == theirs["loss_scale"]
     np.testing.assert_allclose(mine["loss"], theirs["loss"], rtol=1e-3)
     # TF 2.x counted a skipped step in `iterations`; Keras 3 does not.
@@ -76,8 +76,8 @@ def test_tf23_job_and_checkpoint_to_keras3(capsys, tmp_path, monkeypatch):
   assert skipped == 1  # the corrupted batch's step, and only it
   # That step overflowed: the scale halved (from TF 2.3.4's 1024).
   assert [h["loss_scale"] for h in keras3["history"]][1:3] == [1024., 512.]
-  for mine, theirs in zip(keras3["weights"], package["weights"],
-                          strict=True):
+  assert len(keras3["weights"]) == len(package["weights"])
+  for mine, theirs in zip(keras3["weights"], package["weights"]):
     np.testing.assert_allclose(mine, theirs, rtol=2**-10, atol=2**-14)
   iterations, scale, counter = _final_state(capsys, new)
   p_iterations, p_scale, p_counter = _final_state(

@@ -146,3 +146,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except (OSError, ValueError) as e:
     print(f"error: cannot read input: {e}", file=sys.stderr)
     return UNREADABLE
+
+
+def console_main() -> None:
+  """The `tf-mixed-precision-compat` console script."""
+  sys.exit(main())
