@@ -105,8 +105,9 @@ def optimizer_choice(info: Optional[_ckpt.OptimizerInfo], name: Optional[str],
     return name, kwargs, "given by --optimizer"
   if info is None or info.class_name is None:
     note = info.class_note if info else "the checkpoint has no optimizer"
-    raise UsageError("Cannot tell the optimizer class from the checkpoint ("
-                     f"{note}); pass --optimizer NAME ({', '.join(OPTIMIZERS)})")
+    raise UsageError(
+        f"Cannot tell the optimizer class from the checkpoint ({note}); "
+        f"pass --optimizer NAME ({', '.join(OPTIMIZERS)})")
   if info.class_name == "Adam" and any("vhat" in s for s in
                                        info.slots.values()):
     kwargs.setdefault("amsgrad", True)

@@ -144,8 +144,8 @@ class Migrator(cst.CSTTransformer):
 
   def _loss_scale_args(self, value: cst.BaseExpression
                        ) -> Optional[list[cst.Arg]]:
-    if m.matches(value, m.SimpleString()) and value.evaluated_value in (
-        "dynamic",):  # type: ignore[attr-defined]
+    if isinstance(value, cst.SimpleString) and (
+        value.evaluated_value == "dynamic"):
       return []
     if not (isinstance(value, cst.Call) and any(
         n.endswith("DynamicLossScale") for n in self._names(value.func))):
@@ -216,7 +216,7 @@ class Migrator(cst.CSTTransformer):
       self._add(original, "LossScaleOptimizer.get_scaled_loss",
                 "scale_loss", table.METHODS[attr][1], "rewrite")
       return updated.with_changes(func=updated.func.with_changes(
-          attr=cst.Name("scale_loss")))  # type: ignore[attr-defined]
+          attr=cst.Name("scale_loss")))
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
       self._add(original, "LossScaleOptimizer.get_unscaled_gradients",
                 "(the gradients as they are)", table.METHODS[attr][1],
@@ -291,7 +291,9 @@ class Migrator(cst.CSTTransformer):
         "Keras 3 creates the scale variable when the optimizer is built; "
         "built here, scale_loss in a tf.function reads the (restored) "
         "variable instead of baking in initial_scale", "rewrite"))
-    return cst.parse_statement(f"{name}.build({var_list})\n")
+    statement = cst.parse_statement(f"{name}.build({var_list})\n")
+    assert isinstance(statement, cst.SimpleStatementLine)
+    return statement
 
 
 def _special(name: str) -> bool:
@@ -347,6 +349,7 @@ def migrate_source(source: str) -> tuple[str, list[Finding]]:
   ...     "mp.set_policy('mixed_float16')  # fp16\\n")
   >>> print(code, end="")
   import keras
+  <BLANKLINE>
   keras.mixed_precision.set_global_policy('mixed_float16')  # fp16
   """
   # pylint: disable=g-import-not-at-top
@@ -377,8 +380,10 @@ def _remove_unused_experimental(module: cst.Module, context: Any
           not isinstance(small.names, cst.ImportStar):
         mod = cst.Module([]).code_for_node(small.module)
         for alias in small.names:
-          if alias.name.value == "experimental" and "mixed_precision" in mod:
+          asname = alias.asname.name if alias.asname else None
+          if alias.name.value == "experimental" and "mixed_precision" in mod \
+              and (asname is None or isinstance(asname, cst.Name)):
             RemoveImportsVisitor.remove_unused_import(
                 context, mod, "experimental",
-                alias.asname.name.value if alias.asname else None)
+                asname.value if isinstance(asname, cst.Name) else None)
   return RemoveImportsVisitor(context).transform_module(module)

@@ -1,4 +1,4 @@
-"""Reads a converted checkpoint back as a Keras 3 job would, without the package.
+"""Reads a converted checkpoint back as a Keras 3 job would, package-free.
 
 Run as a script in a fresh interpreter by `convert` (never imported by the
 package): `python _verify.py SPEC.json`. Importing `tf_mixed_precision_compat`

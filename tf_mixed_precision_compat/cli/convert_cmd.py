@@ -211,7 +211,8 @@ def convert(args: Any, err: TextIO) -> dict:
   return seen
 
 
-def run(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
+def run(args: Any, out: Optional[TextIO] = None,
+        err: Optional[TextIO] = None) -> int:
   """Runs `convert`; returns the exit code."""
   out = out or sys.stdout
   err = err or sys.stderr

@@ -41,7 +41,8 @@ def migrate_file(path: str, write: bool) -> list[Any]:
   return findings
 
 
-def run(args: Any, out: Optional[TextIO] = None, err: Optional[TextIO] = None) -> int:
+def run(args: Any, out: Optional[TextIO] = None,
+        err: Optional[TextIO] = None) -> int:
   """Runs `migrate`; returns 1 when some use needs manual work."""
   out = out or sys.stdout
   err = err or sys.stderr
