@@ -86,7 +86,7 @@ def _keras3_job(tmp_path):
   opt.build(model.trainable_variables)
   opt.dynamic_scale.assign(64.)
   opt.step_counter.assign(5)
-  opt.iterations.assign(9)
+  opt.inner_optimizer.iterations.assign(9)
   return model, opt
 
 
@@ -141,7 +141,11 @@ def test_dry_run_explains_a_narrower_model(capsys):
                           "--model", "tests.cli.models:demo_model_narrow")
   assert code == 1
   assert "does not restore" in out
-  assert "shape (32, 16) in the checkpoint, (32, 8)" in out
+  assert ("The old job's model/layer_with_weights-1/kernel has shape (32, "
+          "16), your model's sequential") in out
+  assert "/dense_1/kernel has shape (32, 8): that layer has another size" \
+      in out
+  assert "slot" in out and "optimizer class differs" not in out
 
 
 def test_dry_run_explains_another_structure(capsys):
@@ -150,8 +154,24 @@ def test_dry_run_explains_another_structure(capsys):
       "--model", "tests.cli.models:func_model_swapped", "--json")[1])
   plan = got["restore_plan"]
   assert plan["verdict"] == "does not restore"
-  assert any("in the checkpoint" in why or "no value" in why
-             for why in plan["why"])
+  assert plan["why"] == [
+      "The old job's weights model/layer_with_weights-1 (gamma, beta, "
+      "moving_mean, moving_variance); model/layer_with_weights-2 (kernel, "
+      "bias) have no place in your model (a layer your model lacks, or "
+      "layers created in another order or nesting; TF 2.x numbered the "
+      "layers that hold weights, layer_with_weights-N, in the order the "
+      "model tracks them).",
+      "Your model's d2 (kernel, bias); bn (gamma, beta, moving_mean, "
+      "moving_variance) get no value from the checkpoint (layers the old "
+      "job did not have, or of another kind or structure)."]
+
+
+def test_dry_run_explains_another_optimizer(capsys):
+  code, out, _ = _inspect(
+      capsys, testing.fixture_path("legacy", "ckpt_tf24_func_adam_dynamic"),
+      "--model", "tests.cli.models:func_model", "--optimizer", "SGD")
+  assert code == 1
+  assert "the optimizer class differs from the old job's" in out
 
 
 @pytest.mark.parametrize("args, code", [

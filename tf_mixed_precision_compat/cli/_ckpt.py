@@ -283,9 +283,10 @@ def _keras3_model_paths(reader: Any, info: CheckpointInfo,
   """Names Keras 3 model weights by their model path, not the optimizer's."""
   paths = node_paths(reader)
   for opt in info.optimizers:
-    prefix = opt.path + "/_trainable_variables/"
     for key, spec in variables.items():
-      if key.startswith(prefix):
+      # Keras 3.7 keeps them under the inner optimizer, later under the
+      # wrapper: the first path TF's checkpoint found to each variable.
+      if key.startswith(opt.path + "/") and "/_trainable_variables/" in key:
         names = [p for p in paths.get(key, [key])
                  if not p.startswith(opt.path + "/")]
         info.weights[names[0] if names else key] = spec

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -91,7 +92,10 @@ def build_model(spec: str, policy: Optional[str] = None) -> Any:
 def optimizer_choice(info: Optional[_ckpt.OptimizerInfo], name: Optional[str],
                      args: Optional[str]) -> tuple[str, dict, str]:
   """`(class name, constructor kwargs, why)` of the Keras 3 inner optimizer."""
-  kwargs = json.loads(args) if args else {}
+  try:
+    kwargs = json.loads(args) if args else {}
+  except ValueError:
+    kwargs = None
   if not isinstance(kwargs, dict):
     raise UsageError("--optimizer-args must be a JSON object, e.g. "
                      "'{\"nesterov\": true}'")
@@ -102,7 +106,7 @@ def optimizer_choice(info: Optional[_ckpt.OptimizerInfo], name: Optional[str],
     if name not in OPTIMIZERS:
       raise UsageError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}; "
                        f"got {name!r}")
-    return name, kwargs, "given by --optimizer"
+    return name, accepted(name, kwargs), "given by --optimizer"
   if info is None or info.class_name is None:
     note = info.class_note if info else "the checkpoint has no optimizer"
     raise UsageError(
@@ -114,13 +118,24 @@ def optimizer_choice(info: Optional[_ckpt.OptimizerInfo], name: Optional[str],
   if info.class_name == "RMSprop" and any("mg" in s for s in
                                           info.slots.values()):
     kwargs.setdefault("centered", True)
-  return info.class_name, kwargs, "inferred " + info.class_note
+  return (info.class_name, accepted(info.class_name, kwargs),
+          "inferred " + info.class_note)
+
+
+def accepted(name: str, kwargs: dict) -> dict:
+  """The `kwargs` keras.optimizers.`name`'s constructor takes."""
+  parameters = inspect.signature(getattr(keras.optimizers, name)).parameters
+  return {k: v for k, v in kwargs.items() if k in parameters}
 
 
 def make_inner(name: str, kwargs: dict) -> Any:
-  """A Keras 3 optimizer of class `name`."""
+  """A Keras 3 optimizer of class `name`.
+
+  Stored hyperparameters its constructor does not take (another class's,
+  when `--optimizer` overrides the checkpoint) are left out.
+  """
   try:
-    return getattr(keras.optimizers, name)(**kwargs)
+    return getattr(keras.optimizers, name)(**accepted(name, kwargs))
   except (TypeError, ValueError) as e:
     raise UsageError(f"Cannot create keras.optimizers.{name}(**{kwargs}): "
                      f"{e}") from e

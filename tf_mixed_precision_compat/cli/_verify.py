@@ -74,7 +74,8 @@ def main(spec_path):
   wrong = [key for key in expected.files if key not in got or not
            np.array_equal(np.asarray(got[key].numpy()), expected[key])]
   wrong += [key for key in got if key not in expected.files]
-  print(json.dumps({"wrong": wrong, "iterations": int(opt.iterations.numpy()),
+  print(json.dumps({"wrong": wrong, "iterations": int(
+                        opt.inner_optimizer.iterations.numpy()),
                     "loss_scale": float(opt.dynamic_scale.numpy()),
                     "counter": int(opt.step_counter.numpy())}))
   return 1 if wrong else 0

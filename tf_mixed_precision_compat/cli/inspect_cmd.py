@@ -11,6 +11,7 @@ import sys
 from typing import Any, Optional, TextIO
 
 from tf_mixed_precision_compat.cli import _ckpt
+from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import _plan
 
 
@@ -66,18 +67,7 @@ def explain(report: Any, error: Optional[Exception]) -> tuple[bool, dict]:
   """`(restores, plan)`: the dry run's outcome in words a user reads."""
   if error is not None and not isinstance(error, _plan.legacy.RestoreError):
     return False, {"verdict": "does not restore", "why": [str(error)]}
-  source = error if error is not None else report
-  why = []
-  for problem in getattr(source, "problems", []):
-    why.append(f"{problem}")
-  for key in source.unmatched_checkpoint:
-    why.append(f"The checkpoint holds {key}, but nothing in your model or "
-               "optimizer corresponds to it (a layer or weight your model "
-               "lacks, or layers built in another order or nesting).")
-  for key in source.unmatched_objects:
-    why.append(f"Your model or optimizer has {key}, but the checkpoint has "
-               "no value for it (a layer the old job did not have, or "
-               "another width or structure).")
+  why = _explain.sentences(error if error is not None else report)
   ok = error is None and not why
   plan = {"verdict": "restores exactly" if ok else "does not restore",
           "matched": [[k, str(t)] for k, t in getattr(report, "matched", [])],
