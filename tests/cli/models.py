@@ -24,10 +24,10 @@ def demo_model_narrow():
   policy = "mixed_float16"
   return keras.Sequential([
       keras.Input((8,)),
-      keras.layers.Dense(32, activation="relu", dtype=policy),
-      keras.layers.Dense(8, activation="relu", dtype=policy),
-      keras.layers.Dense(1, dtype=policy),
-  ])
+      keras.layers.Dense(32, activation="relu", dtype=policy, name="dense"),
+      keras.layers.Dense(8, activation="relu", dtype=policy, name="dense_1"),
+      keras.layers.Dense(1, dtype=policy, name="dense_2"),
+  ], name="narrow")
 
 
 def seq_model():
