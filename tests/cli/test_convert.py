@@ -122,3 +122,36 @@ def test_usage_errors(capsys, tmp_path):
   assert main(["convert", "/no/such", str(tmp_path / "n3"),
                "--model", "tests.cli.models:demo_model"]) == 3
   assert "is not empty" in capsys.readouterr().err
+
+
+def test_root_counters_are_carried_over(capsys, tmp_path):
+  # A TF 2.3.4 job that also saved `step` and `epoch` beside model and
+  # optimizer: the native checkpoint keeps them under the same names.
+  new = str(tmp_path / "new")
+  old = testing.fixture_path("resume", "tf23_seq_adam_manager")
+  assert main(["convert", old, new, "--model",
+               "tests.cli.models:seq_model"]) == 0, capsys.readouterr().err
+  record = _record_resume("tf23_seq_adam_manager")
+  model = models.seq_model()
+  opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+  step, epoch = tf.Variable(0, dtype=tf.int64), tf.Variable(0, dtype=tf.int64)
+  opt.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=opt, step=step,
+                      epoch=epoch).restore(
+                          tf.train.latest_checkpoint(new)).assert_consumed()
+  assert (int(step.numpy()), int(epoch.numpy())) == (record["step"],
+                                                     record["epoch"])
+
+
+def test_nested_jobs_are_refused(capsys, tmp_path):
+  old = testing.fixture_path("resume", "tf23_trainer_adam_save")
+  assert main(["convert", old, str(tmp_path / "new"), "--model",
+               "tests.cli.models:seq_model"]) == 1
+  assert "needs exactly one optimizer under `optimizer`" in (
+      capsys.readouterr().err)
+  assert os.listdir(tmp_path) == []
+
+
+def _record_resume(name):
+  with open(testing.fixture_path("resume", name + ".json")) as f:
+    return json.load(f)

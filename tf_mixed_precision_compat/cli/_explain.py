@@ -49,6 +49,15 @@ def _problem(text: str, targets: set) -> str:
   return text.replace(_VALUE, "")
 
 
+def root_entries(keys: list) -> list[str]:
+  """Plain variables at the checkpoint's root (a step, an epoch counter).
+
+  Neither model nor optimizer: the job's own `tf.train.Checkpoint` restores
+  them, and `convert` carries them over.
+  """
+  return [_key(k) for k in keys if "/" not in _key(k)]
+
+
 def _optimizer_key(key: str) -> bool:
   return key.startswith("optimizer/") or "/optimizer/" in key
 
@@ -86,8 +95,9 @@ def sentences(source: Any) -> list[str]:
   else:
     for p in slot_problems:
       _problem(p, targets)
+  root = root_entries(source.unmatched_checkpoint)
   extra = [_key(k) for k in source.unmatched_checkpoint
-           if _SLOT not in k and not _optimizer_key(k)]
+           if _SLOT not in k and not _optimizer_key(k) and _key(k) not in root]
   if extra:
     out.append(f"The old job's weights {_by_layer(extra)} have no place in "
                "your model (a layer your model lacks, or layers created in "
@@ -101,7 +111,8 @@ def sentences(source: Any) -> list[str]:
                "checkpoint (layers the old job did not have, or of another "
                "kind or structure).")
   slots = [k for k in source.unmatched_checkpoint + source.unmatched_objects
-           if k not in targets and (_SLOT in k or _optimizer_key(k))]
+           if k not in targets and (_SLOT in k or _optimizer_key(k))
+           and _key(k) not in root]
   if slots and not (extra or missing or out):
     out.append(f"{len(slots)} optimizer values (slots, hyperparameters) do "
                "not match: the optimizer class differs from the old job's "

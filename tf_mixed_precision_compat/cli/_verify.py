@@ -82,5 +82,9 @@ def main(spec_path):
 
 
 if __name__ == "__main__":
+  # Not this script's directory (the package's cli/) on the path; the
+  # package itself cannot be imported at all.
+  sys.path = [p for p in sys.path if os.path.abspath(p or ".") !=
+              os.path.dirname(os.path.abspath(__file__))]
   sys.meta_path.insert(0, _NoPackage())
   sys.exit(main(sys.argv[1]))

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
+from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import _plan
 from tf_mixed_precision_compat.cli import inspect_cmd
 
@@ -78,9 +79,11 @@ def _restore(args: Any, info: _ckpt.CheckpointInfo,
   optimizer = _plan.package_optimizer(opt_info,
                                       _plan.make_inner(*choice[:2]))
   report, error = _plan.dry_run(info.prefix, model, optimizer)
-  if error is None and (report.unmatched_checkpoint
-                        or report.unmatched_objects):
-    error = legacy.RestoreError(info.prefix, report.unmatched_checkpoint,
+  root = _explain.root_entries(report.unmatched_checkpoint) if report else []
+  unmatched = [k for k in getattr(report, "unmatched_checkpoint", [])
+               if k.split("/")[0] not in root]  # carried by _extras
+  if error is None and (unmatched or report.unmatched_objects):
+    error = legacy.RestoreError(info.prefix, unmatched,
                                 report.unmatched_objects)
   if error is not None:
     _, plan = inspect_cmd.explain(None, error)
@@ -143,7 +146,9 @@ def verify(work: str, directory: str, args: Any, choice: tuple,
           "extra": {k: v.dtype.name for k, v in extras.items()}}
   with open(os.path.join(work, "spec.json"), "w") as f:
     json.dump(spec, f)
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  # PYTHONPATH stays (the model's module may need it): _verify.py blocks
+  # importing the package itself.
+  env = dict(os.environ)
   env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "_verify.py")

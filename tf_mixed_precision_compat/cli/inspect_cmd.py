@@ -69,12 +69,20 @@ def explain(report: Any, error: Optional[Exception]) -> tuple[bool, dict]:
     return False, {"verdict": "does not restore", "why": [str(error)]}
   why = _explain.sentences(error if error is not None else report)
   ok = error is None and not why
-  plan = {"verdict": "restores exactly" if ok else "does not restore",
-          "matched": [[k, str(t)] for k, t in getattr(report, "matched", [])],
-          "why": why or ["Every value in the checkpoint has a place in the "
-                         "model and optimizer, with the same shape and "
-                         "dtype, and every weight of the model gets a "
-                         "value."]}
+  why = why or ["Every value in the checkpoint has a place in the model and "
+                "optimizer, with the same shape and dtype, and every weight "
+                "of the model gets a value."]
+  source = error if error is not None else report
+  root = _explain.root_entries(source.unmatched_checkpoint)
+  if root:
+    why.append(
+        f"Beside model and optimizer the checkpoint holds {', '.join(root)}:"
+        " your job's own tf.train.Checkpoint restores those (convert "
+        "carries them over).")
+  plan: dict = {
+      "verdict": "restores exactly" if ok else "does not restore",
+      "matched": [[k, str(t)] for k, t in getattr(report, "matched", [])],
+      "why": why}
   if report is not None:
     plan.update(iterations=_num(report.iterations),
                 loss_scale=_num(report.loss_scale),
