@@ -144,6 +144,43 @@ def _run(path, with_package):
   return result.stdout
 
 
+def test_mirrored_custom_loop_runs_without_the_package_and_matches(tmp_path):
+  # Seeded weights: the Keras 3 job prints what the package's run prints,
+  # step count, skipped steps, the loss scale's path, counter and losses.
+  original = os.path.join(EXAMPLES, "tf24_custom_loop_mirrored.py")
+  path = tmp_path / "tf24_custom_loop_mirrored.py"
+  shutil.copy(original, path)
+  assert main(["migrate", str(path), "--write"]) == 0
+  assert "optimizer.build(model.trainable_variables)" in path.read_text()
+  keras3, package = _run(path, False), _run(original, True)
+  assert "skipped steps: 0" not in package
+  assert keras3 == package
+
+
+def test_builds_where_tf2x_had_variables():
+  code, findings = _migrate(
+      "import tensorflow as tf\n"
+      "model = make()\n"
+      "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
+      "print(float(opt.loss_scale))\n"
+      "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
+      "# resume\n"
+      "tf.train.Checkpoint(model=m2, optimizer=m2.optimizer).restore(p)\n")
+  assert code == (
+      "import tensorflow as tf\n"
+      "import keras\n\n"
+      "model = make()\n"
+      "opt = keras.optimizers.LossScaleOptimizer(inner)\n"
+      "opt.build(model.trainable_variables)\n"
+      "print(float(tf.convert_to_tensor(opt.dynamic_scale)))\n"
+      "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
+      "# resume\n"
+      "if not m2.optimizer.built: m2.optimizer.build(m2.trainable_variables)"
+      "\n"
+      "tf.train.Checkpoint(model=m2, optimizer=m2.optimizer).restore(p)\n")
+  assert {f.status for f in findings} == {"rewrite"}
+
+
 def test_rewritten_example_runs_without_the_package_and_matches(tmp_path):
   original = os.path.join(EXAMPLES, "tf23_custom_loop.py")
   path = tmp_path / "tf23_custom_loop.py"

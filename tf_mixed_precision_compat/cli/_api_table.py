@@ -73,9 +73,9 @@ METHODS: dict[str, tuple[Optional[str], str]] = {
         "finiteness checks); code that clips or logs them must divide by "
         "`dynamic_scale` itself"),
     "dynamic_counter": ("step_counter", "same counter, a Keras 3 variable"),
-    "loss_scale": ("dynamic_scale", "the current scale, now a Keras 3 "
-                   "variable (TF 2.3's `loss_scale()` call and TF 2.4's "
-                   "tensor both read it)"),
+    "loss_scale": ("dynamic_scale", "the current scale: Keras 3's "
+                   "`dynamic_scale` variable, read as the tensor TF 2.3's "
+                   "`loss_scale()` and TF 2.4's `loss_scale` gave"),
 }
 
 

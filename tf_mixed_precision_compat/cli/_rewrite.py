@@ -42,17 +42,46 @@ def _expr(code: str) -> cst.BaseExpression:
   return cst.parse_expression(code)
 
 
+class Prepass(cst.CSTVisitor):
+  """What `Migrator` needs from the whole file before it rewrites."""
+
+  METADATA_DEPENDENCIES = (PositionProvider,)
+
+  def __init__(self) -> None:
+    super().__init__()
+    self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
+    self.assigned: dict[str, int] = {}  # name -> line first assigned
+
+  def visit_Assign(self, node: cst.Assign) -> None:
+    line = self.get_metadata(PositionProvider, node).start.line
+    for target in node.targets:
+      if isinstance(target.target, cst.Name):
+        self.assigned.setdefault(target.target.value, line)
+
+  def visit_Call(self, node: cst.Call) -> None:
+    func = node.func
+    if not (m.matches(func, m.Attribute(value=m.Name(),
+                                        attr=m.Name("apply_gradients")))
+            and node.args and m.matches(node.args[0].value, m.Call(
+                func=m.Name("zip"), args=[m.Arg(), m.Arg()]))):
+      return
+    var_list = node.args[0].value.args[1].value  # type: ignore
+    self.apply_vars[func.value.value] = (  # type: ignore
+        cst.Module([]).code_for_node(var_list))
+
+
 class Migrator(cst.CSTTransformer):
   """Collects `Finding`s and rewrites the uses that keep behaviour."""
 
   METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-  def __init__(self) -> None:
+  def __init__(self, prepass: "Prepass") -> None:
     super().__init__()
+    self.prepass = prepass
     self.findings: list[Finding] = []
     self.needs_keras = False
+    self.needs_tf = False
     self.lso_names: set[str] = set()
-    self.apply_vars: dict[str, str] = {}
     self.lso_lines: set[tuple[str, int]] = set()
 
   def _names(self, node: cst.CSTNode) -> list[str]:
@@ -74,8 +103,6 @@ class Migrator(cst.CSTTransformer):
         return self._lso(original, updated, name)
       if _special(name):
         return self._layer_policy(original, updated, name)
-    if m.matches(original.func, m.Attribute(attr=m.Name("apply_gradients"))):
-      self._note_apply(original)
     return self._method_call(original, updated)
 
   def leave_Attribute(self, original: cst.Attribute,
@@ -195,17 +222,6 @@ class Migrator(cst.CSTTransformer):
     return cst.Attribute(value=updated.args[0].value,
                          attr=cst.Name("dtype_policy"))
 
-  def _note_apply(self, call: cst.Call) -> None:
-    func = call.func
-    if not (isinstance(func, cst.Attribute) and isinstance(func.value,
-                                                           cst.Name)):
-      return
-    if call.args and m.matches(call.args[0].value, m.Call(
-        func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
-      vars_arg = call.args[0].value.args[1].value  # type: ignore
-      self.apply_vars[func.value.value] = cst.Module([]).code_for_node(
-          vars_arg)
-
   def _method_call(self, original: cst.Call, updated: cst.Call
                    ) -> cst.BaseExpression:
     func = original.func
@@ -223,9 +239,9 @@ class Migrator(cst.CSTTransformer):
                 "rewrite")
       return updated.args[0].value
     new_func = updated.func
-    if attr == "loss_scale" and not original.args and isinstance(
-        new_func, cst.Attribute) and new_func.attr.value == "dynamic_scale":
-      return new_func  # TF 2.3's `loss_scale()` call: the variable itself.
+    if attr == "loss_scale" and not original.args and m.matches(
+        new_func, m.Call(func=m.Attribute(attr=m.Name("convert_to_tensor")))):
+      return new_func  # TF 2.3's `loss_scale()` call: the same tensor.
     return updated
 
   def _method_attribute(self, original: cst.Attribute,
@@ -237,9 +253,19 @@ class Migrator(cst.CSTTransformer):
     receiver = original.value
     if isinstance(receiver, cst.Name) and receiver.value in self.lso_names \
         or m.matches(receiver, m.Attribute(attr=m.Name("optimizer"))):
-      self._add(original, "LossScaleOptimizer." + attr, replacement, change,
+      renamed = updated.with_changes(attr=cst.Name(str(replacement)))
+      if attr == "dynamic_counter":
+        self._add(original, "LossScaleOptimizer." + attr, replacement,
+                  change, "rewrite")
+        return renamed
+      # TF 2.3's `loss_scale()` and TF 2.4's `loss_scale` gave a tensor
+      # (also of a mirrored variable, which `float()` cannot take).
+      self._add(original, "LossScaleOptimizer." + attr,
+                "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
                 "rewrite")
-      return updated.with_changes(attr=cst.Name(str(replacement)))
+      self.needs_tf = True
+      return cst.Call(func=_expr("tf.convert_to_tensor"),
+                      args=[cst.Arg(value=renamed)])
     self._add(original, "LossScaleOptimizer." + attr, replacement,
               "not rewritten: not known to be a loss-scale optimizer (a "
               "TF 2.3 Policy has `loss_scale` too). " + change, "manual")
@@ -258,42 +284,74 @@ class Migrator(cst.CSTTransformer):
   def leave_Module(self, original: cst.Module, updated: cst.Module
                    ) -> cst.Module:
     manual = any(f.status == "manual" for f in self.findings)
-    body: list = []
-    assigned: set[str] = set()
-    for before, statement in zip(original.body, updated.body):
-      line = self.get_metadata(PositionProvider, before).start.line
+    for statement in original.body:
       if _imports_package(statement):
         self.findings.append(Finding(
-            line, 1, "import tf_mixed_precision_compat",
+            self.get_metadata(PositionProvider, statement).start.line, 1,
+            "import tf_mixed_precision_compat",
             "(kept: some uses need manual work)" if manual else "(removed)",
             "the package is no longer needed",
             "manual" if manual else "rewrite"))
-        if not manual:
-          continue
-      body.append(statement)
-      names = _assigned_names(statement)
-      assigned |= names
-      for name in sorted(n for n in names if (n, line) in self.lso_lines):
-        build = self._build_statement(name, assigned, line)
-        if build is not None:
-          body.append(build)
-    return updated.with_changes(body=body)
+    if manual:
+      return updated
+    # Statements only get added around others, never replace an import.
+    return updated.with_changes(body=[
+        s for s in updated.body if not _imports_package(s)])
 
-  def _build_statement(self, name: str, assigned: set[str], line: int
-                       ) -> Optional[cst.SimpleStatementLine]:
+  def leave_SimpleStatementLine(
+      self, original: cst.SimpleStatementLine,
+      updated: cst.SimpleStatementLine) -> Any:
+    """Builds Keras 3 optimizers where TF 2.x had their variables already."""
+    line = self.get_metadata(PositionProvider, original).start.line
+    found = [self._build_for_checkpoint(call, line) for call in m.findall(
+        original, m.Call(func=m.Attribute(attr=m.Name("Checkpoint"))))]
+    before = [statement for statement in found if statement is not None]
+    found = [self._build_after(name, line) for name, at in
+             sorted(self.lso_lines) if at == line]
+    after = [statement for statement in found if statement is not None]
+    if not before and not after:
+      return updated
+    if before:  # Blank lines and comments above the statement go first.
+      before[0] = before[0].with_changes(leading_lines=updated.leading_lines)
+      updated = updated.with_changes(leading_lines=())
+    return cst.FlattenSentinel([*before, updated, *after])
+
+  def _build_after(self, name: str, line: int) -> Optional[cst.BaseStatement]:
     """`opt.build(model.trainable_variables)` right after the optimizer."""
-    var_list = self.apply_vars.get(name)
-    if var_list is None or var_list.split(".")[0] not in assigned:
+    var_list = self.prepass.apply_vars.get(name)
+    if var_list is None or self.prepass.assigned.get(
+        var_list.split(".")[0], line) >= line:
       return None
     self.findings.append(Finding(
         line, 1, f"{name} = LossScaleOptimizer(...)",
         f"{name}.build({var_list}) inserted after it",
         "Keras 3 creates the scale variable when the optimizer is built; "
         "built here, scale_loss in a tf.function reads the (restored) "
-        "variable instead of baking in initial_scale", "rewrite"))
-    statement = cst.parse_statement(f"{name}.build({var_list})\n")
-    assert isinstance(statement, cst.SimpleStatementLine)
-    return statement
+        "variable instead of baking in initial_scale, and `dynamic_scale` "
+        "exists before the first step", "rewrite"))
+    return cst.parse_statement(f"{name}.build({var_list})\n")
+
+  def _build_for_checkpoint(self, call: Any, line: int
+                            ) -> Optional[cst.BaseStatement]:
+    """A compiled model's optimizer, built before a checkpoint names it."""
+    if not any(n in ("tf.train.Checkpoint", "tf.compat.v2.train.Checkpoint")
+               for n in self._names(call.func)):
+      return None
+    for arg in call.args:
+      if arg.keyword is not None and arg.keyword.value == "optimizer" and \
+          m.matches(arg.value, m.Attribute(value=m.Name(),
+                                           attr=m.Name("optimizer"))):
+        model = arg.value.value.value
+        self.findings.append(Finding(
+            line, 1, f"tf.train.Checkpoint(optimizer={model}.optimizer)",
+            f"{model}.optimizer built before it (if not yet)",
+            "Keras 3 creates a compiled model's optimizer variables at its "
+            "first step; built first, the checkpoint restores (or saves) "
+            "them as TF 2.x's did", "rewrite"))
+        return cst.parse_statement(
+            f"if not {model}.optimizer.built: {model}.optimizer.build("
+            f"{model}.trainable_variables)\n")
+    return None
 
 
 def _special(name: str) -> bool:
@@ -315,18 +373,6 @@ def _imports_package(statement: cst.CSTNode) -> bool:
             "tf_mixed_precision_compat")):
       return True
   return False
-
-
-def _assigned_names(statement: cst.CSTNode) -> set[str]:
-  names: set[str] = set()
-  if isinstance(statement, cst.SimpleStatementLine):
-    for small in statement.body:
-      if isinstance(small, cst.Assign):
-        names |= {t.target.value for t in small.targets
-                  if isinstance(t.target, cst.Name)}
-  elif isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-    names.add(statement.name.value)
-  return names
 
 
 def migrate_source(source: str) -> tuple[str, list[Finding]]:
@@ -356,12 +402,17 @@ def migrate_source(source: str) -> tuple[str, list[Finding]]:
   from libcst.codemod import CodemodContext
   from libcst.codemod.visitors import AddImportsVisitor
   from libcst.metadata import MetadataWrapper
-  module = cst.parse_module(source)
-  migrator = Migrator()
-  new = MetadataWrapper(module).visit(migrator)
+  wrapper = MetadataWrapper(cst.parse_module(source))
+  prepass = Prepass()
+  wrapper.visit(prepass)
+  migrator = Migrator(prepass)
+  new = wrapper.visit(migrator)
   context = CodemodContext()
   if migrator.needs_keras:
     AddImportsVisitor.add_needed_import(context, "keras")
+  if migrator.needs_tf:
+    AddImportsVisitor.add_needed_import(context, "tensorflow", asname="tf")
+  if migrator.needs_keras or migrator.needs_tf:
     new = AddImportsVisitor(context).transform_module(new)
   new = _remove_unused_experimental(new, context)
   return new.code, sorted(migrator.findings,
