@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 # Exit codes every command keeps (its --help repeats them).
 OK = 0
@@ -23,7 +23,7 @@ EXIT_CODES = ("exit codes: 0 done; 1 refused (does not restore, conversion "
               "error; 3 input unreadable or missing")
 
 
-def _inspect_parser(sub: argparse._SubParsersAction) -> None:
+def _inspect_parser(sub: Any) -> None:
   p = sub.add_parser(
       "inspect", epilog=EXIT_CODES,
       help="what a checkpoint, H5 file or SavedModel holds",
@@ -32,7 +32,8 @@ def _inspect_parser(sub: argparse._SubParsersAction) -> None:
       "checkpoint / .keras / .weights.h5: which layout and TF/Keras wrote "
       "it, weights, optimizer (class, hyperparameters, slots, iterations), "
       "loss scale and other entries. Nothing from the file is executed.")
-  p.add_argument("path")
+  p.add_argument("path", help="checkpoint prefix or directory, H5 file, "
+                 "SavedModel directory, .keras or .weights.h5 file")
   p.add_argument("--model", metavar="MODULE:FUNCTION",
                  help="dry-run the restore into the model FUNCTION builds "
                  "(a fresh, throwaway model): what matches, what not, why; "
@@ -53,7 +54,7 @@ def _optimizer_args(p: argparse.ArgumentParser) -> None:
                  "mixed_float16")
 
 
-def _convert_parser(sub: argparse._SubParsersAction) -> None:
+def _convert_parser(sub: Any) -> None:
   p = sub.add_parser(
       "convert", epilog=EXIT_CODES,
       help="write a TF 2.x checkpoint as a native Keras 3 checkpoint",
@@ -65,11 +66,15 @@ def _convert_parser(sub: argparse._SubParsersAction) -> None:
       "optimizer (scale, counter and iterations carried over). NEW is "
       "read back in a fresh interpreter without the package; on any "
       "difference it is deleted and the exit code is 1.")
-  p.add_argument("old")
-  p.add_argument("new")
-  p.add_argument("--model", metavar="MODULE:FUNCTION", required=True)
+  p.add_argument("old", help="TF 2.2-2.4 checkpoint: a prefix, or a "
+                 "directory with a `checkpoint` file (its latest)")
+  p.add_argument("new", help="output directory (new or empty)")
+  p.add_argument("--model", metavar="MODULE:FUNCTION", required=True,
+                 help="your function building the Keras 3 model (a dotted "
+                 "module or a .py path); its module must not import this "
+                 "package")
   _optimizer_args(p)
-  p.add_argument("--growth-steps", type=int, default=2000,
+  p.add_argument("--growth-steps", type=int, default=2000, metavar="N",
                  help="dynamic_growth_steps of the written optimizer "
                  "(TF 2.x did not store it; default 2000, TF's default)")
   p.add_argument("--keras", metavar="FILE.keras",
@@ -78,7 +83,7 @@ def _convert_parser(sub: argparse._SubParsersAction) -> None:
                  help="also save the model's weights as .weights.h5")
 
 
-def _migrate_parser(sub: argparse._SubParsersAction) -> None:
+def _migrate_parser(sub: Any) -> None:
   p = sub.add_parser(
       "migrate", epilog=EXIT_CODES,
       help="report (and rewrite) TF 2.3/2.4 mixed-precision API uses",
@@ -87,7 +92,8 @@ def _migrate_parser(sub: argparse._SubParsersAction) -> None:
       "the rewrites that keep behaviour (formatting and comments kept) and "
       "leaves the others as report entries. Needs libcst (the `migrate` "
       "extra).")
-  p.add_argument("files", nargs="+", metavar="FILE")
+  p.add_argument("files", nargs="+", metavar="FILE",
+                 help="Python files to report on (and rewrite)")
   p.add_argument("--write", action="store_true",
                  help="rewrite the files in place")
   p.add_argument("--json", action="store_true", help="machine-readable")
