@@ -155,3 +155,15 @@ def test_nested_jobs_are_refused(capsys, tmp_path):
 def _record_resume(name):
   with open(testing.fixture_path("resume", name + ".json")) as f:
     return json.load(f)
+
+
+def test_keras3_checkpoints_are_not_converted(capsys, tmp_path):
+  model = models.seq_model()
+  opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+  opt.build(model.trainable_variables)
+  tf.train.CheckpointManager(tf.train.Checkpoint(model=model, optimizer=opt),
+                             str(tmp_path / "k3"), 1).save()
+  assert main(["convert", str(tmp_path / "k3"), str(tmp_path / "new"),
+               "--model", "tests.cli.models:seq_model"]) == 1
+  assert "was written on Keras 3" in capsys.readouterr().err
+  assert not os.path.exists(tmp_path / "new")

@@ -196,3 +196,29 @@ def test_rewritten_example_runs_without_the_package_and_matches(tmp_path):
     first, last = map(float, re.search(r"loss: (\S+) -> (\S+)",
                                        out).groups())
     assert steps == 32 and skipped >= 1 and last < first / 4
+
+
+def test_tf1_session_job_runs_on_tf_own_v1_class(tmp_path):
+  # Rewritten to tf.compat.v1.mixed_precision's names: TF 2.21's own class,
+  # which makes the package's decisions (tests/test_examples.py).
+  original = os.path.join(EXAMPLES, "tf1_session.py")
+  path = tmp_path / "tf1_session.py"
+  shutil.copy(original, path)
+  assert main(["migrate", str(path), "--write"]) == 0
+  keras3, package = _run(path, False), _run(original, True)
+  pattern = (r"steps run: (\d+), applied: (\d+), skipped: (\d+)\n"
+             r"loss scale: (\d+) -> (\d+)")
+  assert re.search(pattern, keras3).groups() == re.search(
+      pattern, package).groups()
+
+
+def test_keras3_code_has_nothing_to_migrate(capsys, tmp_path):
+  path = tmp_path / "k3.py"
+  source = ("import keras\n"
+            "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+            "opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())"
+            "\n")
+  path.write_text(source)
+  assert main(["migrate", str(path), "--write"]) == 0
+  assert path.read_text() == source
+  assert "need manual work" in capsys.readouterr().out
