@@ -191,3 +191,18 @@ def test_exit_codes(capsys, args, code):
 def test_help_documents_exit_codes(capsys, command):
   assert main([command, "--help"]) == 0
   assert "exit codes: 0 done; 1 refused" in capsys.readouterr().out
+
+
+def test_python_dash_m_entry_point(tmp_path):
+  # What scripts run: the exit code of the process itself.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2")
+  result = subprocess.run(
+      [sys.executable, "-m", "tf_mixed_precision_compat", "inspect",
+       str(tmp_path / "missing"), "--json"],
+      capture_output=True, text=True, env=env, check=False)
+  assert result.returncode == 3
+  assert "error: cannot read input: No checkpoint at" in result.stderr
