@@ -101,6 +101,8 @@ def test_keras3_checkpoint(capsys, tmp_path):
   assert (info["layout"], info["iterations"], info["loss_scale"]["value"],
           info["loss_scale"]["counter"]) == ("keras3", 9, 64.0, 5)
   assert info["hyperparameters"]["learning_rate"] == 0.5
+  assert info["class_name"] == "Adam"
+  assert sorted(info["slots"].values()) == [["momentum", "velocity"]] * 2
   assert sorted(w["shape"] for w in got["weights"]) == [[2], [3, 2]]
   assert all(w["name"].startswith("model/") for w in got["weights"])
 

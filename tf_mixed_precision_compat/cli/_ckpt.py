@@ -26,6 +26,14 @@ _SLOT_CLASSES = (
 # Same slots, other class: named so a user can correct the guess.
 _LOOKALIKES = {"Adam": "Adamax and Nadam keep the same m and v slots"}
 _SGD_HYPERS = {"learning_rate", "decay", "momentum"}
+# Keras 3 slot names (longest first: `velocity_hat` before `velocity`) and
+# the classes whose default names prefix their variables.
+_KERAS3_SLOTS = ("velocity_hat", "average_gradient", "accumulated_grad",
+                 "accumulated_delta", "accumulator", "momentum", "velocity",
+                 "linear", "norm")
+_KERAS3_CLASSES = {c.lower(): c for c in (
+    "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad",
+    "Adadelta", "Ftrl", "Lion")}
 
 
 @dataclasses.dataclass
@@ -147,7 +155,7 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
       info.hyperparameters[leaf.lstrip("_")] = _scalar(reader, var)
   _slots(variables, info)
   if layout == "keras3":
-    _keras3_slots(variables, info)
+    _keras3_slots(reader, variables, info)
   scale, counter = ((path + "/loss_scale/current_loss_scale",
                      path + "/loss_scale/good_steps") if layout == "keras2"
                     else (path + "/dynamic_scale", path + "/step_counter"))
@@ -166,20 +174,50 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
         "growth_steps": None if layout == "keras2" else "not stored"}
   if layout == "keras2":
     _guess_class(info)
-  else:
-    info.class_note = ("Keras 3 stores no class name in checkpoints; "
-                       f"{sum(len(v) for v in info.slots.values())} slot "
-                       "variables")
   return info
 
 
-def _keras3_slots(variables: dict, info: OptimizerInfo) -> None:
-  """Keras 3 keeps slots in `_variables/N`, not per variable."""
-  for var, (shape, _) in variables.items():
+def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
+  """Keras 3 keeps slots in `_variables/N`; their names say whose and what.
+
+  Each slot variable's name is `<optimizer name>/<variable>_<slot>`, and an
+  optimizer's default name is its class's, lowercased.
+  """
+  names = full_names(reader)
+  owners = set()
+  for var in sorted(variables):
     head, _, index = var.rpartition("/")
-    if head == info.inner_path + "/_variables":
-      info.slots.setdefault("(by position)", []).append(
-          f"_variables/{index} {shape}")
+    if head != info.inner_path + "/_variables":
+      continue
+    owner, _, rest = names.get(var, "").partition("/")
+    slot = next((s for s in _KERAS3_SLOTS if rest.endswith("_" + s)), None)
+    if slot is None:
+      info.slots.setdefault("(unnamed)", []).append(f"_variables/{index}")
+      continue
+    owners.add(re.sub(r"_\d+$", "", owner))
+    info.slots.setdefault(rest[:-len(slot) - 1], []).append(slot)
+  for slots in info.slots.values():
+    slots.sort()
+  kinds = sorted(set().union(*info.slots.values())) if info.slots else []
+  if len(owners) == 1 and owners <= set(_KERAS3_CLASSES):
+    info.class_name = _KERAS3_CLASSES[owners.pop()]
+    info.class_note = ("from its variables' names (Keras names an optimizer "
+                       "after its class unless the job named it); slots "
+                       f"{', '.join(kinds) or 'none'}")
+  else:
+    info.class_note = (f"Keras 3 stores no class name; slots "
+                       f"{', '.join(kinds) or 'none'}")
+
+
+def full_names(reader: Any) -> dict:
+  """`{checkpoint key prefix: the variable's name when it was saved}`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.core.protobuf import trackable_object_graph_pb2
+  graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+      reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  return {a.checkpoint_key[:-len(_VALUE)]: a.full_name
+          for node in graph.nodes for a in node.attributes
+          if a.name == "VARIABLE_VALUE"}
 
 
 def _generation(optimizers: list, variables: dict) -> str:
