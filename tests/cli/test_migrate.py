@@ -222,3 +222,20 @@ def test_keras3_code_has_nothing_to_migrate(capsys, tmp_path):
   assert main(["migrate", str(path), "--write"]) == 0
   assert path.read_text() == source
   assert "need manual work" in capsys.readouterr().out
+
+
+def test_imported_names_and_their_imports():
+  code, findings = _migrate(
+      "import tensorflow as tf\n"
+      "from tensorflow.keras.mixed_precision.experimental import (\n"
+      "    LossScaleOptimizer, Policy, set_policy)\n"
+      "from tensorflow.keras.mixed_precision import experimental as mp\n"
+      "set_policy(Policy('mixed_float16'))\n"
+      "opt = LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')\n")
+  assert code == (
+      "import tensorflow as tf\n"
+      "import keras\n\n"
+      "keras.mixed_precision.set_global_policy("
+      "keras.mixed_precision.Policy('mixed_float16'))\n"
+      "opt = keras.optimizers.LossScaleOptimizer(tf.keras.optimizers.SGD())\n")
+  assert len(findings) == 3

@@ -431,10 +431,13 @@ def _remove_unused_experimental(module: cst.Module, context: Any
           not isinstance(small.names, cst.ImportStar):
         mod = cst.Module([]).code_for_node(small.module)
         for alias in small.names:
+          # Names the rewrites replaced leave their imports unused; unused
+          # imports of the old API are removed (it no longer exists).
           asname = alias.asname.name if alias.asname else None
-          if alias.name.value == "experimental" and "mixed_precision" in mod \
-              and (asname is None or isinstance(asname, cst.Name)):
+          if ("mixed_precision" in mod or "experimental" in mod) and \
+              isinstance(alias.name, cst.Name) and (
+                  asname is None or isinstance(asname, cst.Name)):
             RemoveImportsVisitor.remove_unused_import(
-                context, mod, "experimental",
+                context, mod, alias.name.value,
                 asname.value if isinstance(asname, cst.Name) else None)
   return RemoveImportsVisitor(context).transform_module(module)
