@@ -75,8 +75,21 @@ def test_saved_model(capsys):
   assert "TensorFlow 2.4.4" in got["generation"]
   (opt,) = got["optimizers"]
   assert (opt["iterations"], opt["loss_scale"]["value"],
-          opt["loss_scale"]["counter"]) == (
-              record["iterations"], record["loss_scale"], record["counter"])
+          opt["loss_scale"]["counter"], opt["loss_scale"]["growth_steps"],
+          opt["class_name"]) == (
+              record["iterations"], record["loss_scale"], record["counter"],
+              record["growth_steps"], "Adam")
+  assert got["layers"] == ["x", "d1", "bn", "relu", "d2", "out"]
+
+
+def test_tf23_saved_model_growth_steps_from_its_config(capsys):
+  record = _record("sm_tf23_seq_sgd")
+  got = _json(capsys, testing.fixture_path("legacy", "sm_tf23_seq_sgd"))
+  (opt,) = got["optimizers"]
+  assert "TensorFlow 2.3.4" in got["generation"]
+  assert (opt["class_name"], opt["loss_scale"]["growth_steps"],
+          opt["iterations"]) == ("SGD", record["growth_steps"],
+                                 record["iterations"])
 
 
 def _keras3_job(tmp_path):

@@ -131,9 +131,46 @@ def describe_saved_model(path: str) -> dict:
   out["generation"] = (f"SavedModel written by TensorFlow "
                        f"{meta.tensorflow_version}; variables: "
                        + out["generation"])
-  out["notes"].append("keras_metadata.pb present" if os.path.exists(
-      os.path.join(path, "keras_metadata.pb")) else "no keras_metadata.pb")
+  _saved_keras_metadata(proto, out)
   return out
+
+
+def _saved_keras_metadata(proto: Any, out: dict) -> None:
+  """Layers and the optimizer's config from the SavedModel's Keras metadata.
+
+  TF 2.x kept each Keras object's config as JSON in its object-graph node
+  (`user_object.metadata`); read as data, like an H5 file's configs.
+  """
+  nodes = proto.meta_graphs[0].object_graph_def.nodes
+  if not nodes or nodes[0].WhichOneof("kind") != "user_object":
+    return
+  try:
+    root = json.loads(nodes[0].user_object.metadata or "{}")
+  except ValueError:
+    return
+  out["model_class"] = root.get("class_name")
+  out["layers"] = [json.loads(n.user_object.metadata).get("name") for n in
+                   nodes[1:] if n.WhichOneof("kind") == "user_object" and
+                   n.user_object.identifier.endswith("layer")]
+  config = (root.get("training_config") or {}).get("optimizer_config")
+  if not config or not out["optimizers"]:
+    return
+  opt = out["optimizers"][0]
+  opt["saved_config"] = config
+  fields = config.get("config", {})
+  # TF 2.4 names the inner optimizer `inner_optimizer`, TF 2.3 `optimizer`
+  # (with the loss scale's own config under `loss_scale`).
+  inner = fields.get("inner_optimizer") or fields.get("optimizer") or {}
+  if isinstance(inner, dict) and inner.get("class_name"):
+    opt["class_name"] = inner["class_name"]
+    opt["class_note"] = (f"from the saved config ({config.get('class_name')}"
+                         " around it)")
+  scale = fields.get("loss_scale")
+  growth = fields.get("dynamic_growth_steps", (
+      scale.get("config", {}).get("increment_period")
+      if isinstance(scale, dict) else None))
+  if opt.get("loss_scale") and growth is not None:
+    opt["loss_scale"]["growth_steps"] = growth
 
 
 def describe(path: str) -> dict:
