@@ -1,0 +1,63 @@
+"""Keras 3 model functions for the CLI tests (`--model tests.cli.models:...`).
+
+Plain Keras 3 code, no package import: the convert verification imports
+them in an interpreter where the package cannot be imported.
+"""
+
+import keras
+
+
+def demo_model():
+  """The TF 2.3.4 demo job's model (tests/fixtures/legacy/demo_tf23)."""
+  policy = "mixed_float16"
+  return keras.Sequential([
+      keras.Input((8,)),
+      keras.layers.Dense(32, activation="relu", dtype=policy, name="dense"),
+      keras.layers.Dense(16, activation="relu", dtype=policy, name="dense_1"),
+      keras.layers.Dense(1, dtype=policy, name="dense_2"),
+      keras.layers.Activation("linear", dtype="float32", name="predictions"),
+  ], name="regression")
+
+
+def demo_model_narrow():
+  """The demo model with its middle layer 8 wide instead of 16."""
+  policy = "mixed_float16"
+  return keras.Sequential([
+      keras.Input((8,)),
+      keras.layers.Dense(32, activation="relu", dtype=policy, name="dense"),
+      keras.layers.Dense(8, activation="relu", dtype=policy, name="dense_1"),
+      keras.layers.Dense(1, dtype=policy, name="dense_2"),
+  ], name="narrow")
+
+
+def seq_model():
+  """The `seq` fixtures' model (ckpt_tf2X_seq_*): Dense 6, Dense 1."""
+  policy = "mixed_float16"
+  return keras.Sequential([
+      keras.Input((4,)),
+      keras.layers.Dense(6, activation="relu", dtype=policy, name="hidden"),
+      keras.layers.Dense(1, dtype=policy, name="logits"),
+      keras.layers.Activation("linear", dtype="float32", name="out"),
+  ], name="seq")
+
+
+def func_model():
+  """The `func` fixtures' model (ckpt_tf2X_func_*): Dense, BatchNorm, Dense."""
+  policy = "mixed_float16"
+  x = keras.Input((4,), name="x")
+  h = keras.layers.Dense(6, dtype=policy, name="d1")(x)
+  h = keras.layers.BatchNormalization(dtype=policy, name="bn")(h)
+  h = keras.layers.Activation("relu", dtype=policy, name="relu")(h)
+  h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
+  out = keras.layers.Activation("linear", dtype="float32", name="out")(h)
+  return keras.Model(x, out)
+
+
+def func_model_swapped():
+  """`func_model` with BatchNorm after the second Dense: another structure."""
+  policy = "mixed_float16"
+  x = keras.Input((4,), name="x")
+  h = keras.layers.Dense(6, dtype=policy, name="d1")(x)
+  h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
+  h = keras.layers.BatchNormalization(dtype=policy, name="bn")(h)
+  return keras.Model(x, h)

@@ -1,0 +1,330 @@
+"""What a TF checkpoint holds, read from its keys alone (nothing executed).
+
+Works on TF 2.2-2.4 Keras checkpoints (OptimizerV2: `iter`, slot variables
+under `.OPTIMIZER_SLOT`, `loss_scale/current_loss_scale`) and on checkpoints
+Keras 3 writes (`_iterations`, `dynamic_scale`, `step_counter`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Optional
+
+from tf_mixed_precision_compat import legacy
+
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_SLOT = "/.OPTIMIZER_SLOT/"
+# Keras 2 (OptimizerV2) slot names -> the optimizer class that creates them.
+_SLOT_CLASSES = (
+    ({"m", "v", "vhat"}, "Adam"), ({"m", "v"}, "Adam"),
+    ({"momentum"}, "SGD"), ({"rms", "momentum", "mg"}, "RMSprop"),
+    ({"rms", "mg"}, "RMSprop"), ({"rms", "momentum"}, "RMSprop"),
+    ({"rms"}, "RMSprop"), ({"accumulator", "linear"}, "Ftrl"),
+    ({"accumulator"}, "Adagrad"), ({"accum_grad", "accum_var"}, "Adadelta"),
+)
+# Same slots, other class: named so a user can correct the guess.
+_LOOKALIKES = {"Adam": "Adamax and Nadam keep the same m and v slots"}
+_SGD_HYPERS = {"learning_rate", "decay", "momentum"}
+# Keras 3 slot names (longest first: `velocity_hat` before `velocity`) and
+# the classes whose default names prefix their variables.
+_KERAS3_SLOTS = ("velocity_hat", "average_gradient", "accumulated_grad",
+                 "accumulated_delta", "accumulator", "momentum", "velocity",
+                 "linear", "norm")
+_KERAS3_CLASSES = {c.lower(): c for c in (
+    "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad",
+    "Adadelta", "Ftrl", "Lion")}
+
+
+@dataclasses.dataclass
+class OptimizerInfo:
+  """One optimizer found in a checkpoint.
+
+  Attributes:
+    path: Its object path (`optimizer`, `trainer/optimizer`).
+    layout: "keras2" (TF 2.x OptimizerV2) or "keras3".
+    inner_path: Where the inner optimizer's own variables are.
+    class_name: The class its slots and hyperparameters point to, or None.
+    class_note: Why, and what else it could be.
+    hyperparameters: Stored hyperparameter values by name.
+    iterations: The stored step, or None.
+    slots: `{variable path: [slot names]}`.
+    loss_scale: `{"type", "value", "counter", "growth_steps"}` or None.
+  """
+  path: str
+  layout: str
+  inner_path: str
+  class_name: Optional[str] = None
+  class_note: str = ""
+  hyperparameters: dict = dataclasses.field(default_factory=dict)
+  iterations: Optional[int] = None
+  slots: dict = dataclasses.field(default_factory=dict)
+  loss_scale: Optional[dict] = None
+
+
+@dataclasses.dataclass
+class CheckpointInfo:
+  """A checkpoint's contents, grouped for people.
+
+  Attributes:
+    prefix: The checkpoint prefix read.
+    generation: Which TensorFlow / Keras wrote it, in words.
+    weights: `{variable path: (shape, dtype)}` of model-like variables.
+    optimizers: The optimizers found.
+    other: `{key: value or (shape, dtype)}` of everything else.
+  """
+  prefix: str
+  generation: str
+  weights: dict = dataclasses.field(default_factory=dict)
+  optimizers: list = dataclasses.field(default_factory=list)
+  other: dict = dataclasses.field(default_factory=dict)
+
+
+def _variables(reader: Any) -> dict:
+  shapes = reader.get_variable_to_shape_map()
+  dtypes = reader.get_variable_to_dtype_map()
+  return {key[:-len(_VALUE)]: (list(shapes[key]), dtypes[key].name)
+          for key in shapes if key.endswith(_VALUE)}
+
+
+def _scalar(reader: Any, path: str) -> Any:
+  value = reader.get_tensor(path + _VALUE)
+  value = value.item() if hasattr(value, "item") else value
+  return value.decode() if isinstance(value, bytes) else value
+
+
+def _optimizer_roots(variables: dict) -> list[tuple[str, str, str]]:
+  """`(path, layout, inner path)` of each optimizer, outermost first."""
+  roots = []
+  for path in variables:
+    head, _, leaf = path.rpartition("/")
+    if _SLOT in path or not head:
+      continue
+    if leaf == "iter":
+      outer = head[:-len("/base_optimizer")] if head.endswith(
+          "/base_optimizer") else head
+      roots.append((outer, "keras2", head))
+    elif leaf == "dynamic_scale":
+      roots.append((head, "keras3", head + "/inner_optimizer"))
+    elif leaf == "_iterations" and not head.endswith("/inner_optimizer") and (
+        head + "/dynamic_scale") not in variables:
+      roots.append((head, "keras3", head))
+  return sorted(set(roots))
+
+
+def _slots(variables: dict, info: OptimizerInfo) -> None:
+  for path in variables:
+    if _SLOT not in path:
+      continue
+    var, _, rest = path.partition(_SLOT)
+    owner, _, slot = rest.rpartition("/")
+    if owner in (info.path, info.inner_path):
+      info.slots.setdefault(var, []).append(slot)
+      info.slots[var].sort()
+
+
+def _guess_class(info: OptimizerInfo) -> None:
+  names = set().union(*info.slots.values()) if info.slots else set()
+  for slots, name in _SLOT_CLASSES:
+    if names == slots:
+      info.class_name = name
+      info.class_note = (f"from its slots ({', '.join(sorted(names))})"
+                         + (f"; {_LOOKALIKES[name]}" if name in _LOOKALIKES
+                            else ""))
+      return
+  if not names and set(info.hyperparameters) <= _SGD_HYPERS:
+    info.class_name = "SGD"
+    info.class_note = ("no slots and only SGD's hyperparameters "
+                       f"({', '.join(sorted(info.hyperparameters))}): "
+                       "SGD without momentum (or no step taken yet)")
+    return
+  info.class_note = (f"slots {sorted(names)} and hyperparameters "
+                     f"{sorted(info.hyperparameters)} name no single class")
+
+
+def _optimizer(reader: Any, variables: dict, path: str, layout: str,
+               inner: str) -> OptimizerInfo:
+  info = OptimizerInfo(path=path, layout=layout, inner_path=inner)
+  step = "iter" if layout == "keras2" else "_iterations"
+  if inner + "/" + step in variables:
+    info.iterations = int(_scalar(reader, inner + "/" + step))
+  for var, (shape, dtype) in variables.items():
+    head, _, leaf = var.rpartition("/")
+    if head == inner and not shape and leaf != step and dtype.startswith(
+        "float"):
+      info.hyperparameters[leaf.lstrip("_")] = _scalar(reader, var)
+  _slots(variables, info)
+  if layout == "keras3":
+    _keras3_slots(reader, variables, info)
+  scale, counter = ((path + "/loss_scale/current_loss_scale",
+                     path + "/loss_scale/good_steps") if layout == "keras2"
+                    else (path + "/dynamic_scale", path + "/step_counter"))
+  if layout == "keras3" and scale not in variables and (
+      path + "/loss_scale/current_loss_scale") in variables:
+    # This package's LossScaleOptimizer on TF 2.16+: TF 2.4's loss-scale
+    # entries beside Keras 3 optimizer state.
+    info.layout = "keras3 (this package)"
+    scale, counter = (path + "/loss_scale/current_loss_scale",
+                      path + "/loss_scale/good_steps")
+  if scale in variables:
+    info.loss_scale = {
+        "type": "dynamic", "value": _scalar(reader, scale),
+        "counter": int(_scalar(reader, counter)) if counter in variables
+        else None,
+        "growth_steps": None if layout == "keras2" else "not stored"}
+  if layout == "keras2":
+    _guess_class(info)
+  return info
+
+
+def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
+  """Keras 3 keeps slots in `_variables/N`; their names say whose and what.
+
+  Each slot variable's name is `<optimizer name>/<variable>_<slot>`, and an
+  optimizer's default name is its class's, lowercased.
+  """
+  names = full_names(reader)
+  owners = set()
+  for var in sorted(variables):
+    head, _, index = var.rpartition("/")
+    if head != info.inner_path + "/_variables":
+      continue
+    owner, _, rest = names.get(var, "").partition("/")
+    slot = next((s for s in _KERAS3_SLOTS if rest.endswith("_" + s)), None)
+    if slot is None:
+      info.slots.setdefault("(unnamed)", []).append(f"_variables/{index}")
+      continue
+    owners.add(re.sub(r"_\d+$", "", owner))
+    info.slots.setdefault(rest[:-len(slot) - 1], []).append(slot)
+  for slots in info.slots.values():
+    slots.sort()
+  kinds = sorted(set().union(*info.slots.values())) if info.slots else []
+  if len(owners) == 1 and owners <= set(_KERAS3_CLASSES):
+    info.class_name = _KERAS3_CLASSES[owners.pop()]
+    info.class_note = ("from its variables' names (Keras names an optimizer "
+                       "after its class unless the job named it); slots "
+                       f"{', '.join(kinds) or 'none'}")
+  else:
+    info.class_note = (f"Keras 3 stores no class name; slots "
+                       f"{', '.join(kinds) or 'none'}")
+
+
+def full_names(reader: Any) -> dict:
+  """`{checkpoint key prefix: the variable's name when it was saved}`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.core.protobuf import trackable_object_graph_pb2
+  graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+      reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  return {a.checkpoint_key[:-len(_VALUE)]: a.full_name
+          for node in graph.nodes for a in node.attributes
+          if a.name == "VARIABLE_VALUE"}
+
+
+def _generation(optimizers: list, variables: dict) -> str:
+  """Which TensorFlow / Keras wrote the checkpoint, in words."""
+  if any(o.layout == "keras3 (this package)" for o in optimizers):
+    return ("this package on TF 2.16 or later: Keras 3 optimizer state "
+            "(`_iterations`, `_variables`) with TF 2.4's `loss_scale/` "
+            "entries")
+  if any(o.layout == "keras3" for o in optimizers):
+    return ("Keras 3 (TF 2.16 or later): optimizer state as `_iterations` "
+            "and `_variables`")
+  if not optimizers:
+    if any(re.search(r"(^|/)layer_with_weights-\d+/", v) for v in variables):
+      return ("TF 2.x Keras (tf.keras before Keras 3; `layer_with_weights-N`"
+              " names), no optimizer")
+    return "a TF 2.x object-based checkpoint without any Keras optimizer"
+  opt = optimizers[0]
+  if opt.inner_path.endswith("/base_optimizer"):
+    return ("TF 2.2 Keras: the experimental LossScaleOptimizer's inner "
+            "optimizer under `base_optimizer`" + (
+                "" if opt.loss_scale else "; no loss-scale variables (a "
+                "fixed loss scale, whose value TF never stored)"))
+  if opt.loss_scale is not None:
+    return ("TF 2.3 or 2.4 Keras: OptimizerV2 state (`iter`, slots) with a "
+            "dynamic loss scale under `loss_scale/` (the experimental or "
+            "TF 2.4 LossScaleOptimizer)")
+  return ("TF 2.2-2.4 Keras: OptimizerV2 state (`iter`, slots) and no "
+          "loss-scale variables (a fixed loss scale, whose value TF never "
+          "stored, or no loss-scale optimizer)")
+
+
+def describe(path: str) -> CheckpointInfo:
+  """Reads the checkpoint at `path` (a prefix or a manager directory).
+
+  Args:
+    path: A checkpoint prefix or a directory with a `checkpoint` file.
+
+  Returns:
+    A `CheckpointInfo`.
+
+  Raises:
+    FileNotFoundError: If there is no checkpoint there.
+    ValueError: If it cannot be read.
+
+  Example:
+
+  >>> describe("/no/such/ckpt")
+  Traceback (most recent call last):
+  ...
+  FileNotFoundError: No checkpoint at '/no/such/ckpt': ...
+  """
+  prefix = legacy.checkpoint_prefix(path)
+  reader = legacy.open_checkpoint(prefix)
+  variables = _variables(reader)
+  optimizers = [_optimizer(reader, variables, *root)
+                for root in _optimizer_roots(variables)]
+  info = CheckpointInfo(prefix=prefix,
+                        generation=_generation(optimizers, variables),
+                        optimizers=optimizers)
+  owned = [o.path + "/" for o in optimizers]
+  for var, spec in variables.items():
+    if _SLOT in var or any(var.startswith(p) for p in owned):
+      continue
+    if spec[0]:
+      info.weights[var] = spec
+    else:  # Scalars: counters and flags beside the model (step, epoch).
+      info.other[var] = _scalar(reader, var)
+  if any(o.layout.startswith("keras3") for o in optimizers):
+    _keras3_model_paths(reader, info, variables)
+  return info
+
+
+def node_paths(reader: Any) -> dict:
+  """`{checkpoint key prefix: [every object path to that variable]}`."""
+  # pylint: disable-next=g-import-not-at-top
+  from tensorflow.core.protobuf import trackable_object_graph_pb2
+  graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
+      reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
+  primary = {0: ""}
+  alternatives: dict = {0: [""]}
+  queue = [0]
+  while queue:
+    node = queue.pop(0)
+    for child in graph.nodes[node].children:
+      path = (primary[node] + "/" + child.local_name).lstrip("/")
+      alternatives.setdefault(child.node_id, []).append(path)
+      if child.node_id not in primary:
+        primary[child.node_id] = path
+        queue.append(child.node_id)
+  out = {}
+  for node_id, node in enumerate(graph.nodes):
+    for attribute in node.attributes:
+      if attribute.name == "VARIABLE_VALUE":
+        key = attribute.checkpoint_key[:-len(_VALUE)]
+        out[key] = alternatives.get(node_id, [key])
+  return out
+
+
+def _keras3_model_paths(reader: Any, info: CheckpointInfo,
+                        variables: dict) -> None:
+  """Names Keras 3 model weights by their model path, not the optimizer's."""
+  paths = node_paths(reader)
+  for opt in info.optimizers:
+    for key, spec in variables.items():
+      # Keras 3.7 keeps them under the inner optimizer, later under the
+      # wrapper: the first path TF's checkpoint found to each variable.
+      if key.startswith(opt.path + "/") and "/_trainable_variables/" in key:
+        names = [p for p in paths.get(key, [key])
+                 if not p.startswith(opt.path + "/")]
+        info.weights[names[0] if names else key] = spec

@@ -1,0 +1,90 @@
+"""Reads a converted checkpoint back as a Keras 3 job would, package-free.
+
+Run as a script in a fresh interpreter by `convert` (never imported by the
+package): `python _verify.py SPEC.json`. Importing `tf_mixed_precision_compat`
+is blocked, so the restore below is TensorFlow's and Keras 3's own. SPEC
+names the model function, the optimizer, the checkpoint directory and an
+`.npz` of the values every variable must hold; exit code 0 when all are
+exact, 1 (with the differences on stdout) otherwise.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import json
+import os
+import sys
+
+
+class _NoPackage(importlib.abc.MetaPathFinder):
+  """Makes `import tf_mixed_precision_compat` fail in this process."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    del path, target
+    if fullname.split(".")[0] == "tf_mixed_precision_compat":
+      raise ImportError(
+          f"{fullname} imported during verification: the converted "
+          "checkpoint must restore without the package, so --model must "
+          "name a module that does not import it")
+    return None
+
+
+def _function(spec):
+  module_name, _, function = spec.rpartition(":")
+  if module_name.endswith(".py") or os.sep in module_name:
+    name = os.path.splitext(os.path.basename(module_name))[0]
+    loader = importlib.util.spec_from_file_location(name, module_name)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[name] = module
+    loader.loader.exec_module(module)
+  else:
+    sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+  return getattr(module, function)
+
+
+def _restore(spec):
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if spec["policy"]:
+    keras.mixed_precision.set_global_policy(spec["policy"])
+  model = _function(spec["model"])()
+  inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
+  opt = keras.optimizers.LossScaleOptimizer(
+      inner, dynamic_growth_steps=spec["growth_steps"])
+  extra = {name: tf.Variable(tf.zeros([], dtype)) for name, dtype in
+           spec["extra"].items()}
+  ckpt = tf.train.Checkpoint(model=model, optimizer=opt, **extra)
+  status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
+  opt.build(model.trainable_variables)
+  status.assert_consumed()
+  return model, opt, extra
+
+
+def main(spec_path):
+  """Restores and compares; returns the exit code."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  with open(spec_path) as f:
+    spec = json.load(f)
+  model, opt, extra = _restore(spec)
+  expected = np.load(spec["expected"])
+  got = {f"weight/{i}": v for i, v in enumerate(model.weights)}
+  got.update({f"optimizer/{i}": v for i, v in enumerate(opt.variables)})
+  got.update({f"extra/{k}": v for k, v in extra.items()})
+  wrong = [key for key in expected.files if key not in got or not
+           np.array_equal(np.asarray(got[key].numpy()), expected[key])]
+  wrong += [key for key in got if key not in expected.files]
+  print(json.dumps({"wrong": wrong, "iterations": int(
+                        opt.inner_optimizer.iterations.numpy()),
+                    "loss_scale": float(opt.dynamic_scale.numpy()),
+                    "counter": int(opt.step_counter.numpy())}))
+  return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+  # Not this script's directory (the package's cli/) on the path; the
+  # package itself cannot be imported at all.
+  sys.path = [p for p in sys.path if os.path.abspath(p or ".") !=
+              os.path.dirname(os.path.abspath(__file__))]
+  sys.meta_path.insert(0, _NoPackage())
+  sys.exit(main(sys.argv[1]))
