@@ -9,6 +9,12 @@ import pytest
 import tf_mixed_precision_compat as mp
 
 MODULES = [
+    "cli",
+    "cli._api_table",
+    "cli._ckpt",
+    "cli._files",
+    "cli._plan",
+    "cli._rewrite",
     "endpoints",
     "graph_rewrite",
     "install",
