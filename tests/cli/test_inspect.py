@@ -137,7 +137,7 @@ def test_text_output_names_everything(capsys):
   code, out, _ = _inspect(capsys, testing.fixture_path("legacy", "demo_tf23"))
   assert code == 0
   for text in ("ckpt-40", "TF 2.3 or 2.4", "class: SGD", "iterations: 40",
-               "momentum: 0.89", "loss scale: dynamic, value 1024.0, counter "
+               "momentum: 0.9\n", "loss scale: dynamic, value 1024.0, counter "
                "19", "model/layer_with_weights-2/kernel: float32[16, 1]",
                "save_counter = 2"):
     assert text in out, text

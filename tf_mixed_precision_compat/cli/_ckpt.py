@@ -11,6 +11,8 @@ import dataclasses
 import re
 from typing import Any, Optional
 
+import numpy as np
+
 from tf_mixed_precision_compat import legacy
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
@@ -89,6 +91,10 @@ def _variables(reader: Any) -> dict:
 
 def _scalar(reader: Any, path: str) -> Any:
   value = reader.get_tensor(path + _VALUE)
+  if getattr(value, "dtype", None) == np.float32:
+    # The shortest decimal that reads back as this float32 (0.9, not
+    # 0.8999999761581421), which is how the job's author wrote it.
+    return float(str(np.float32(value)))
   value = value.item() if hasattr(value, "item") else value
   return value.decode() if isinstance(value, bytes) else value
 
