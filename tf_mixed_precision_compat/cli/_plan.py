@@ -148,11 +148,18 @@ def package_optimizer(info: Optional[_ckpt.OptimizerInfo], inner: Any) -> Any:
   return inner
 
 
-def dry_run(path: str, model: Any, optimizer: Any) -> tuple[Any, Any]:
-  """Restores `path` into throwaway objects: `(report or None, error)`."""
+def dry_run(path: str, model: Any, optimizer: Any,
+            assign: bool = True) -> tuple[Any, Any]:
+  """Matches `path` to fresh objects: `(report or None, error)`.
+
+  `convert` restores (`assign`), then writes what it restored; `inspect`
+  only asks the pipeline what would be matched (`legacy.restore_checkpoint`'s
+  `dry_run`), so no value is assigned.
+  """
   try:
     return legacy.restore_checkpoint(path, model, optimizer,
-                                     allow_partial=True), None
+                                     allow_partial=True,
+                                     dry_run=not assign), None
   except legacy.RestoreError as e:
     return None, e
   except ValueError as e:  # Not built, malformed: explained as it is.
