@@ -202,49 +202,11 @@ def _tf24_weights_arguments(args, kwargs):
   return bool(by_name), bool(skip_mismatch), options
 
 
-class LegacyWeightsStatus:
-  """What `load_weights` returns for TF-format weights, as TF 2.x did.
-
-  The restore already happened, exactly; the assertions only report what was
-  left out (the checkpoint's optimizer state when the model has no optimizer,
-  also logged as a warning at load time).
-
-  Attributes:
-    report: The `legacy.RestoreReport` of the restore.
-    unrestored: Checkpoint keys left unrestored.
-  """
-
-  def __init__(self, report, unrestored):
-    self.report = report
-    self.unrestored = list(unrestored)
-
-  def assert_consumed(self):
-    """Raises AssertionError if any checkpoint value was left unrestored."""
-    if self.unrestored:
-      raise AssertionError(
-          f"Unresolved values in {self.report.source!r} (the model has no "
-          f"optimizer to restore them into): {self.unrestored}")
-    return self
-
-  def expect_partial(self):
-    """Always true, as is that every variable and something was restored
-    (`assert_existing_objects_matched`, `assert_nontrivial_match`)."""
-    return self
-
-  assert_existing_objects_matched = assert_nontrivial_match = expect_partial
-
-  def run_restore_ops(self, session=None):
-    """Nothing to run (also `initialize_or_restore`): values are assigned."""
-    del session
-
-  initialize_or_restore = run_restore_ops
-
-
 def load_tf_format_weights(model, path):
   """Restores TF 2.x TF-format weights (rooted at the model) into `model`.
 
   Its optimizer (if compiled) gets the checkpoint's optimizer state, loss
-  scale included. Returns a `LegacyWeightsStatus`; raises `RestoreError` on
+  scale included. Returns a `_gate.LoadStatus`; raises `RestoreError` on
   any mismatch (nothing assigned), `ValueError` for an unbuilt model or an
   unreadable checkpoint.
   """
@@ -263,7 +225,7 @@ def load_tf_format_weights(model, path):
         "(%d values, e.g. %s) was not restored: the model has no optimizer. "
         "Compile the model before load_weights to restore it too.",
         model.name, prefix, len(unrestored), unrestored[:3])
-  return LegacyWeightsStatus(report, unrestored)
+  return _gate.LoadStatus(_gate.Restored(report), unrestored=unrestored)
 
 
 # --------------------------------------------------------------------------

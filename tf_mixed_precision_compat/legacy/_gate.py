@@ -2,13 +2,15 @@
 
 `check` raises `RestoreError` naming the file and every problem before
 anything is assigned; `assign` writes every value through `assign_exact`,
-the one distribution-aware assign, and returns the `RestoreReport`.
+the one distribution-aware assign, and returns the `RestoreReport`;
+`LoadStatus` is what the `Checkpoint` hook and `load_weights` return.
 """
 
 import dataclasses
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
@@ -159,3 +161,116 @@ def assign_exact(target, value):
     components = (variable,)
   for component in components:
     component.assign(value)
+
+
+def failure(source, error):
+  """What a failed restore's status assertions raise."""
+  return AssertionError(f"Restoring {source!r} failed, nothing of it is "
+                        f"restored: {error}")
+
+
+class Restored:
+  """A restore done at once (`load_weights`): nothing waits, nothing failed."""
+
+  error = None
+  pending = ()
+
+  def __init__(self, report):
+    self.report, self.source = report, report.source
+
+  def unconsumed(self):
+    return []
+
+  def matched_any(self):
+    return True
+
+
+class LoadStatus:
+  """The status a legacy restore returns, as TF's load status.
+
+  It offers `assert_consumed()`, `assert_existing_objects_matched()`,
+  `assert_nontrivial_match()`, `expect_partial()`, `run_restore_ops()` and
+  `initialize_or_restore()`, over both the legacy Keras part and the part TF
+  restored (`native`, or None).
+
+  Attributes:
+    legacy: The legacy part (`_deferred.LegacyRestore`, or `Restored`).
+    report: The `RestoreReport` of what it assigned (None until then).
+    unrestored: Checkpoint keys `load_weights` left out (an optimizer state
+      for a model without optimizer, also logged at load time).
+  """
+
+  def __init__(self, legacy, native=None, native_keys=(), unrestored=()):
+    self.legacy = legacy
+    self.unrestored = list(unrestored)
+    self._native = native
+    self._native_keys = list(native_keys)  # [(variable node, key)] of TF's
+
+  @property
+  def report(self):
+    return self.legacy.report
+
+  def _raise_if_failed(self):
+    if self.legacy.error is not None:
+      raise failure(self.legacy.source, self.legacy.error) from (
+          self.legacy.error)
+
+  def _assert_none(self, lines, what):
+    if lines:
+      raise AssertionError(f"Checkpoint {self.legacy.source!r} {what}:\n  "
+                           + "\n  ".join(lines))
+    if self._native is not None:
+      self._native.assert_existing_objects_matched()
+    return self
+
+  def assert_consumed(self):
+    """Raises `AssertionError` unless everything was restored; or self."""
+    self._raise_if_failed()
+    if self.unrestored:
+      raise AssertionError(
+          f"Unresolved values in {self.legacy.source!r} (the model has no "
+          f"optimizer to restore them into): {self.unrestored}")
+    resolved = (set() if self._native is None else
+                _private_api.resolved_node_ids(self._native))
+    return self._assert_none(
+        self.legacy.unconsumed() + [f"checkpoint value not restored: {k}"
+                                    for node, k in self._native_keys
+                                    if node not in resolved],
+        "was not fully restored")
+
+  def assert_existing_objects_matched(self):
+    """Raises `AssertionError` if a variable got no value; or self."""
+    self._raise_if_failed()
+    return self._assert_none(
+        [line for line in self.legacy.unconsumed()
+         if line.startswith("not restored from the checkpoint")],
+        "has no value for")
+
+  def assert_nontrivial_match(self):
+    """Raises `AssertionError` if nothing but the root matched; or self."""
+    self._raise_if_failed()
+    if self.legacy.matched_any():
+      return self
+    if self._native is not None:
+      self._native.assert_nontrivial_match()
+      return self
+    raise AssertionError(
+        f"Nothing was restored from {self.legacy.source!r}.")
+
+  def expect_partial(self):
+    """Silences TF's warnings at exit about unrestored values; self."""
+    if self._native is not None:
+      self._native.expect_partial()
+    return self
+
+  def run_restore_ops(self, session=None):
+    """Runs TF's restore ops when graph building (the legacy part is eager)."""
+    self._raise_if_failed()
+    if self._native is not None:
+      self._native.run_restore_ops(session)
+
+  def initialize_or_restore(self, session=None):
+    """As TF's: restores (the legacy part is already restored eagerly)."""
+    self._raise_if_failed()
+    if self._native is not None:
+      self._native.initialize_or_restore(session)

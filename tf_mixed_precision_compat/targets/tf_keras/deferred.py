@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _deferred
+from tf_mixed_precision_compat.legacy import _gate
 
 
 def _unbuilt_layers(root, layer_class):
@@ -118,7 +119,7 @@ class _DeferredPart:
   def _refusal(self, name):
 
     def refuse():
-      raise _deferred.failure(self.source, self.error) from self.error
+      raise _gate.failure(self.source, self.error) from self.error
 
     refuse.__name__ = name
     return refuse
