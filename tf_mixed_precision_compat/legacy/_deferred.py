@@ -33,13 +33,8 @@ def _children(obj):
 
 
 def reachable(roots, skip=frozenset(), stop=lambda obj: False):
-  """(variables, other trackables) reachable from `roots`, each once.
-
-  Args:
-    roots: The objects to start from.
-    skip: Ids of objects neither collected nor entered.
-    stop: Whether a trackable is collected but not entered.
-  """
+  """(variables, other trackables) reachable from `roots`, each once; `skip`:
+  ids neither collected nor entered; `stop(obj)`: collected, not entered."""
   variables, trackables, seen = [], [], set(skip)
   stack = list(roots)
   while stack:
@@ -70,13 +65,8 @@ class Snapshot:
   """
 
   def __init__(self, roots, skip=frozenset()):
-    """Reads the values now.
-
-    Args:
-      roots: The objects whose variables (and their dependencies') are kept.
-      skip: Ids of objects left out (the models the deferred part builds,
-        whose waiting restorations must stay).
-    """
+    """Reads the values of `roots`' variables now, but those of `skip`
+    (the models the deferred part builds: their restorations must wait)."""
     variables, self._trackables = reachable(roots, skip)
     # Read outside any function being traced, as a copy the restore's
     # assignments cannot change.
@@ -97,11 +87,8 @@ class Snapshot:
 
 
 def on_build(obj, callback):
-  """Calls `callback()` right after `obj.build(...)` (once).
-
-  Wraps the instance's own `build` attribute, put back when it fires (see
-  docs/architecture.md, "Waiting for a build").
-  """
+  """Calls `callback()` right after `obj.build(...)` (once), through the
+  instance's own `build` attribute (docs/architecture.md: "Waiting")."""
   had_own = "build" in vars(obj)
   original = obj.build
 

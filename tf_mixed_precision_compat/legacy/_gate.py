@@ -91,11 +91,7 @@ class RestoreReport:
 
 def check(plan, expected=None, allow_partial=False, problems=()):
   """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
-  `allow_partial`, for what it leaves out.
-
-  What of `expected` (`_match.expected_objects`) the plan does not bind
-  becomes its `unmatched_objects`.
-  """
+  `allow_partial`, what it leaves out of `expected` (`expected_objects`)."""
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
                               if id(obj) not in plan.targets]
@@ -107,13 +103,8 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 
 
 def assign(plan, optimizers=(), dry_run=False):
-  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`.
-
-  Args:
-    plan: A `_match.Plan` that passed `check`.
-    optimizers: The optimizers it restores (for the report's numbers).
-    dry_run: Only report what would be assigned (the numbers stay None).
-  """
+  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`
+  (its numbers read from `optimizers`, None for a dry run)."""
   report = RestoreReport(source=plan.source)
   # Lifted out of any function being traced: a restore fired while a model
   # is first called inside `tf.function` must assign now, not in the graph.
@@ -141,12 +132,9 @@ def assign(plan, optimizers=(), dry_run=False):
 
 
 def assign_exact(target, value):
-  """Assigns `value` to every copy of `target`, in any distribution context.
-
-  Outside a replica context `assign` writes every replica's copy. Inside one
-  (a model first built in `strategy.run`), a mirrored variable refuses a plain
-  assign, so each component is written directly: the same value everywhere.
-  """
+  """Assigns `value` to every copy of `target`, in any distribution context."""
+  # In a replica context (a model first built in `strategy.run`) a mirrored
+  # variable refuses a plain assign: each component is written directly.
   context = tf.distribute.get_replica_context()
   in_replica = (context is not None and tf.distribute.has_strategy() and
                 not tf.distribute.in_cross_replica_context())

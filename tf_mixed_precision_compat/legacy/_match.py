@@ -60,10 +60,7 @@ class Plan:
     self.hyper_keys = []
 
   def check(self, key, like, value, description):
-    """Whether `value` fits a variable shaped and typed like `like`.
-
-    A mismatch is added to `problems`.
-    """
+    """Whether `value` fits a variable like `like` (else a problem)."""
     value = np.asarray(value)
     want_dtype = tf.as_dtype(like.dtype).as_numpy_dtype
     if tuple(value.shape) != tuple(like.shape):
@@ -214,12 +211,11 @@ class _Reading:
 
 def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
                  scope=None):
-  """The `Plan` binding the values of `reader` (whose `ObjectGraph` is
-  `graph`) to `models` / `optimizers`, `(node id, object)` pairs.
+  """The `Plan` binding `reader`'s values (`graph`: its `ObjectGraph`) to
+  `models` / `optimizers`, `(node id, object)` pairs.
 
   `ignored_nodes`: nodes whose variables are bookkeeping; `scope`: nodes
-  whose variables count when listing unmatched values (None: all). Raises
-  `ValueError` naming `source` if a model is not built or data unreadable.
+  whose variables count when listing unmatched values (None: all).
   """
   for _, model in models:
     check_built(model, source)
@@ -418,8 +414,7 @@ def _plan_loss_scale(reading, optimizer, loss_scale_node, plan):
 
 
 def _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan):
-  """Binds the variables of a user `LossScale` (TF 2.3's experimental class
-  took any), by their checkpoint names, shapes checked."""
+  """Binds a user `LossScale`'s variables (TF 2.3 took any) by name."""
   loss_scale = _private_api.lookup_dependency(optimizer, "loss_scale")
   children = _private_api.trackable_children(loss_scale, "checkpoint")
   for name, variable in sorted(children.items()):

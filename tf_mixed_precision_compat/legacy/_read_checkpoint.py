@@ -113,12 +113,10 @@ class ObjectGraph:
     return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
 
   def paths(self, start, skip=frozenset(), limit=16):
-    """node id -> child-name paths from `start` (acyclic), not via `skip`.
-
-    At most `limit` paths per node and `_MAX_PATH_LENGTH` names per path:
-    a hostile graph (a chain of thousands of nodes, a dense lattice) costs
-    bounded work, and what only such paths reach stays unmatched.
-    """
+    """node id -> child-name paths from `start` (acyclic), not via `skip`."""
+    # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
+    # hostile graph costs bounded work (what only such paths reach stays
+    # unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.
