@@ -72,9 +72,7 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
 
 def _native_keys(graph, parts):
   """[(variable node, key)] of the root entries TF's part restores."""
-  legacy = set()
-  for node_id in parts.legacy_nodes:
-    legacy.update(graph.variable_nodes_under(node_id))
+  legacy = graph.variable_node_set(parts.legacy_nodes)
   entries = dict(graph.children(0))
   return [(node, graph.variable(node)[0])
           for name in parts.others if name in entries

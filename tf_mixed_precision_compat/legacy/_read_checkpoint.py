@@ -108,6 +108,11 @@ class ObjectGraph:
                    for s in self.nodes[current].slot_variables)
     return found
 
+  def variable_node_set(self, node_ids, skip=frozenset()):
+    """The variable nodes under any of `node_ids`, as a set."""
+    return {n for node_id in node_ids
+            for n in self.variable_nodes_under(node_id, skip)}
+
   def keys_under(self, node_id):
     """The checkpoint keys of `variable_nodes_under(node_id)`."""
     return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
