@@ -91,13 +91,11 @@ def _module_is_safe(module):
 def _code_in(node, custom):
   """Why building config dict `node` would run code from the file, or None."""
   class_name = node.get("class_name")
-  if not isinstance(class_name, str):
-    class_name = None
+  class_name = class_name if isinstance(class_name, str) else None
   registered = node.get("registered_name")
-  if class_name == "__lambda__":
-    return "it holds a serialized Python function (bytecode)"
-  if any(node.get(key) in ("lambda", "raw")
-         for key in ("function_type", "output_shape_type")):
+  if class_name == "__lambda__" or any(
+      node.get(key) in ("lambda", "raw")
+      for key in ("function_type", "output_shape_type")):
     return "it holds a serialized Python function (bytecode)"
   if class_name in custom or (isinstance(registered, str) and
                               registered in custom):

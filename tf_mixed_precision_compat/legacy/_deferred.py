@@ -140,6 +140,7 @@ class LegacyRestore:
 
   def __init__(self, reader, graph, source, parts):
     self.source, self.report, self.error = source, None, None
+    self.pending, self.roll_back, self._checked_plan = set(), None, None
     self._reader, self._graph, self._parts = reader, graph, parts
     self._slot_keys = {  # The slots' values, restored as the optimizer builds.
         graph.variable(slot.slot_variable_node_id)[0]
@@ -147,9 +148,6 @@ class LegacyRestore:
         for slot in graph.nodes[_match.inner_optimizer_node(
             graph, node_id)].slot_variables
         if graph.variable(slot.slot_variable_node_id) is not None}
-    self._checked_plan = None
-    self.pending = set()
-    self.roll_back = None
     self._models = [m for _, m in parts.models]
     self._optimizers = [o for _, o in parts.optimizers]
 

@@ -161,7 +161,6 @@ class Restored:
   """A restore done at once (`load_weights`): nothing waits, nothing failed."""
 
   error = None
-  pending = ()
 
   def __init__(self, report):
     self.report, self.source = report, report.source

@@ -33,19 +33,8 @@ def model_built(model):
 
 def _has_name(graph, node_id, predicate):
   """Whether a child name below `node_id` satisfies `predicate`."""
-  seen, stack = set(), [node_id]
-  while stack:
-    current = stack.pop()
-    if current in seen:
-      continue
-    seen.add(current)
-    for name, child in graph.children(current):
-      if name in _match.MODEL_ALIASES:
-        continue
-      if predicate(name):
-        return True
-      stack.append(child)
-  return False
+  return any(predicate(name) for name in graph.names_under(
+      node_id, skip=_match.MODEL_ALIASES))
 
 
 def _is_layer_index(name):
@@ -100,9 +89,9 @@ class _Evidence:
   @property
   def only(self):
     """The one layout the whole checkpoint shows, or None."""
-    if self.any_keras2 != self.any_keras3:
-      return "keras2" if self.any_keras2 else "keras3"
-    return None
+    if self.any_keras2 == self.any_keras3:
+      return None
+    return "keras2" if self.any_keras2 else "keras3"
 
 
 def describe(reader, graph):

@@ -92,21 +92,30 @@ class ObjectGraph:
     info = None if child is None else self.variable(child)
     return None if info is None else info[0]
 
-  def variable_nodes_under(self, node_id, skip=frozenset()):
-    """Variable node ids reachable from `node_id` (slots included)."""
-    seen, stack, found = set(), [node_id], []
+  def _walk(self, node_id, skip):
+    """(node, names of its children not in `skip`) of each node reachable
+    from `node_id` (slot variables included), once."""
+    seen, stack = set(), [node_id]
     while stack:
       current = stack.pop()
       if current in seen:
         continue
       seen.add(current)
-      if self.variable(current) is not None:
-        found.append(current)
-      stack.extend(ref.node_id for ref in self.nodes[current].children
-                   if ref.local_name not in skip)
+      refs = [r for r in self.nodes[current].children
+              if r.local_name not in skip]
+      yield current, [r.local_name for r in refs]
+      stack.extend(r.node_id for r in refs)
       stack.extend(s.slot_variable_node_id
                    for s in self.nodes[current].slot_variables)
-    return found
+
+  def variable_nodes_under(self, node_id, skip=frozenset()):
+    """Variable node ids reachable from `node_id` (slots included)."""
+    return [n for n, _ in self._walk(node_id, skip)
+            if self.variable(n) is not None]
+
+  def names_under(self, node_id, skip=frozenset()):
+    """The child names met below `node_id`, not via `skip`."""
+    return (name for _, names in self._walk(node_id, skip) for name in names)
 
   def variable_node_set(self, node_ids, skip=frozenset()):
     """The variable nodes under any of `node_ids`, as a set."""

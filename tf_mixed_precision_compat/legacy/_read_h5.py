@@ -143,7 +143,7 @@ def _bytecode(function_config):
 
 def _writer_python(code, keras_version):
   """A readable name of the Python(s) that wrote `code`, or None."""
-  layout = _layout_pythons(code) if code is not None else None
+  layout = _layout_pythons(code)
   tf_pythons = _KERAS_PYTHONS.get(keras_version)
   if layout and tf_pythons:
     low = max(layout[0], tf_pythons[0])
@@ -161,7 +161,7 @@ def _readable_here(code, keras_version):
   """Whether this Python can read `code` (never unmarshals untrusted data)."""
   if keras_version in _KERAS_PYTHONS:
     return False  # TF 2.2-2.4 ran on no Python TF 2.18+ supports.
-  layout = _layout_pythons(code) if code is not None else None
+  layout = _layout_pythons(code)
   here = sys.version_info[:2]
   return layout is None or layout[0] <= here <= layout[1]
 
