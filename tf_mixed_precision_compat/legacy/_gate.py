@@ -105,7 +105,8 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 def assign(plan, optimizers=(), dry_run=False):
   """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`
   (its numbers read from `optimizers`, None for a dry run)."""
-  report = RestoreReport(source=plan.source)
+  report = RestoreReport(plan.source, [], list(plan.unmatched_checkpoint),
+                         list(plan.unmatched_objects), list(plan.ignored))
   # Lifted out of any function being traced: a restore fired while a model
   # is first called inside `tf.function` must assign now, not in the graph.
   with tf.init_scope():
@@ -117,9 +118,6 @@ def assign(plan, optimizers=(), dry_run=False):
     if not dry_run:
       setattr(owner, attribute, value)
     report.hyperparameters[attribute] = value
-  report.unmatched_checkpoint = list(plan.unmatched_checkpoint)
-  report.unmatched_objects = list(plan.unmatched_objects)
-  report.ignored = list(plan.ignored)
   for optimizer in () if dry_run else optimizers:
     inner = _match.inner_optimizer_of(optimizer)
     with tf.init_scope():
