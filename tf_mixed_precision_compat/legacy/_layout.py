@@ -104,12 +104,13 @@ def describe(reader, graph):
   Returns:
     `{entry name: "keras2" | "keras3" | None}` for the root's entries but
     `save_counter`: "keras2" for TF 2.2-2.4's Keras, "keras3" for Keras 3,
-    None when nothing in the checkpoint tells.
+    None for a plain variable (a step counter) or when nothing tells.
   """
   del reader  # Everything needed is in the object graph.
   evidence = _Evidence(graph)
   return {name: (evidence.optimizer_layout(node_id) or
-                 evidence.model_layout(node_id) or evidence.only)
+                 evidence.model_layout(node_id) or
+                 (None if graph.variable(node_id) else evidence.only))
           for name, node_id in graph.children(0) if name != SAVE_COUNTER}
 
 
