@@ -213,8 +213,8 @@ def build_optimizer(optimizer_config, source, custom_objects):
     if class_name in LSO_CLASSES:
       # TF 2.3's experimental class was saved as "LossScaleOptimizer" with
       # TF 2.3's keys; our `from_config` reads both formats.
-      cls = LSO_CLASSES[class_name]
-      return cls.from_config(options, custom_objects=custom_objects)
+      return LSO_CLASSES[class_name].from_config(
+          options, custom_objects=custom_objects)
     return _inner.deserialize(optimizer_config, custom_objects)
   except (TypeError, ValueError) as e:
     # TF 2.4's exception type (TypeError for unknown keys), with the source.

@@ -81,10 +81,9 @@ class RestoreReport:
       lines.append(f"  iterations: {self.iterations}")
     if self.loss_scale is not None:
       lines.append(f"  loss scale: {self.loss_scale}, counter: {self.counter}")
-    for key in self.unmatched_checkpoint:
-      lines.append(f"  not restored (checkpoint): {key}")
-    for key in self.unmatched_objects:
-      lines.append(f"  not restored (Keras 3): {key}")
+    lines += [f"  not restored (checkpoint): {k}"
+              for k in self.unmatched_checkpoint]
+    lines += [f"  not restored (Keras 3): {k}" for k in self.unmatched_objects]
     lines += [f"  note: {n}" for n in self.notes]
     return "\n".join(lines)
 

@@ -15,10 +15,6 @@ from tf_mixed_precision_compat.legacy import _match
 SAVE_COUNTER = "save_counter"
 
 
-def is_model(obj):
-  return isinstance(obj, keras.layers.Layer)
-
-
 def is_optimizer(obj):
   """A Keras 3 optimizer, or our wrapper of one (not of a tf_keras one)."""
   # A wrapped tf_keras OptimizerV2 is TF 2.4's own: TF restores it itself.
@@ -190,7 +186,8 @@ def _walk(obj, node_id, graph, parts, native, seen, judge, known=frozenset()):
       continue  # Restored apart, or the same object reached twice.
     if child_id is not None:
       parts.faced.add(id(child))
-    keras_object = is_optimizer(child) or is_model(child)
+    keras_object = is_optimizer(child) or isinstance(child,
+                                                     keras.layers.Layer)
     if child_id is not None and keras_object and judge(child, child_id):
       (parts.optimizers if is_optimizer(child) else parts.models).append(
           (child_id, child))

@@ -126,9 +126,20 @@ def own_variable(layer, name):
   return own[0] if len(own) == 1 else None
 
 
+def _model_weights(model):
+  """`model.weights`, and those of layers set as its attributes (Keras < 3.14
+  leaves a functional model's out)."""
+  weights = {id(v): v for v in model.weights}
+  for child in _private_api.trackable_children(model).values():
+    if isinstance(child, keras.layers.Layer):
+      weights.update((id(v), v) for v in child.weights)
+  return list(weights.values())
+
+
 def expected_objects(models=(), optimizers=()):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = [(v, target_name(v)) for model in models for v in model.weights]
+  expected = [(v, target_name(v)) for model in models
+              for v in _model_weights(model)]
   for optimizer in optimizers:
     expected += [(v, f"optimizer/{v.name}")
                  for v in inner_optimizer_of(optimizer).variables]

@@ -70,10 +70,7 @@ class ObjectGraph:
     _check_node_ids(self.nodes, source)
 
   def child(self, node_id, name):
-    for ref in self.nodes[node_id].children:
-      if ref.local_name == name:
-        return ref.node_id
-    return None
+    return next((c for n, c in self.children(node_id) if n == name), None)
 
   def children(self, node_id):
     return [(ref.local_name, ref.node_id)
