@@ -357,7 +357,10 @@ def test_get_slot_accepts_tf2x_slot_names(class_name, kwargs, names, mode,
   for tf2_name, keras3_name in names.items():
     slot = opt.get_slot(var, tf2_name)
     assert slot is opt.get_slot(var, keras3_name)
-    assert slot.name.endswith("_" + keras3_name)
+    # Keras < 3.8 names Adagrad's and Ftrl's accumulators without the
+    # variable's prefix.
+    assert slot.name == keras3_name or slot.name.endswith("_" + keras3_name)
+    assert any(slot is v for v in opt.inner_optimizer.variables)
   assert set(opt.get_slot_names()) == set(names.values()) | (
       {"momentum"} if class_name == "RMSprop" else set())
   with pytest.raises(KeyError, match="No slot 'nope'"):

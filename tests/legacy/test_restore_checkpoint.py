@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from tests import testing
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.legacy import _layout
+from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
 
@@ -404,3 +406,27 @@ class BadInputTest(parameterized.TestCase):
     with self.assertRaisesRegex(legacy.RestoreError, "not finite"):
       legacy.restore_checkpoint(prefix, model2, opt2)
     self.assertEqual(float(opt2.loss_scale.numpy()), 2.0**15)
+
+
+def _describe(path):
+  prefix = legacy.checkpoint_prefix(path)
+  reader = legacy.open_checkpoint(prefix)
+  return _layout.describe(
+      reader, _read_checkpoint.read_object_graph(reader, prefix))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_layout_describe_names_tf2x_entries(case):
+  # `_layout.describe` is what the command-line `inspect` reports.
+  assert _describe(testing.fixture_path("legacy", case)) == {
+      "model": "keras2", "optimizer": "keras2"}
+
+
+def test_layout_describe_names_keras3_entries(tmp_path):
+  model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+  opt = LossScaleOptimizer(keras.optimizers.SGD(0.1))
+  opt.build(model.trainable_variables)
+  path = tf.train.Checkpoint(model=model, optimizer=opt,
+                             step=tf.Variable(3)).save(str(tmp_path / "c"))
+  assert _describe(path) == {"model": "keras3", "optimizer": "keras3",
+                             "step": None}

@@ -12,19 +12,7 @@ import tensorflow as tf
 
 
 def path_arg(path: Any, name: str = "path") -> str:
-  """`path` as a `str`: `os.PathLike` and UTF-8 `bytes` (as TF 2.4) accepted.
-
-  Args:
-    path: The caller's value.
-    name: The argument's name, for messages.
-
-  Returns:
-    The path as a `str`.
-
-  Raises:
-    TypeError: If `path` is not a str, bytes or os.PathLike.
-    ValueError: If bytes are not UTF-8.
-  """
+  """Argument `name` as a `str` path (also PathLike, UTF-8 bytes: TF 2.4)."""
   try:
     path = os.fspath(path)
   except TypeError:
@@ -40,11 +28,7 @@ def path_arg(path: Any, name: str = "path") -> str:
 
 
 def path_or_none(value):
-  """`value` as a `str` path if it is one (str, bytes, PathLike), else None.
-
-  For the hooks, which hand anything else (file-like objects) to the
-  function they wrap.
-  """
+  """`value` as a `str` path if it is one, else None (a file-like object)."""
   try:
     return os.fsdecode(os.fspath(value))
   except (TypeError, UnicodeDecodeError):

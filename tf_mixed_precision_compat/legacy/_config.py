@@ -40,11 +40,7 @@ MAX_DEPTH = 100
 
 
 def parse_json(text, what, source):
-  """The JSON value of `text` (str or bytes), nested at most `MAX_DEPTH`.
-
-  Raises:
-    ValueError: Naming `source` and `what`, for anything else.
-  """
+  """The JSON value of `text` (str or bytes), nested at most `MAX_DEPTH`."""
   too_deep = False
   try:
     if isinstance(text, bytes):
@@ -95,13 +91,11 @@ def _module_is_safe(module):
 def _code_in(node, custom):
   """Why building config dict `node` would run code from the file, or None."""
   class_name = node.get("class_name")
-  if not isinstance(class_name, str):
-    class_name = None
+  class_name = class_name if isinstance(class_name, str) else None
   registered = node.get("registered_name")
-  if class_name == "__lambda__":
-    return "it holds a serialized Python function (bytecode)"
-  if any(node.get(key) in ("lambda", "raw")
-         for key in ("function_type", "output_shape_type")):
+  if class_name == "__lambda__" or any(
+      node.get(key) in ("lambda", "raw")
+      for key in ("function_type", "output_shape_type")):
     return "it holds a serialized Python function (bytecode)"
   if class_name in custom or (isinstance(registered, str) and
                               registered in custom):
@@ -119,17 +113,9 @@ def _code_in(node, custom):
 def check_config(config, source, safe_mode, custom_objects, what="model"):
   """Refuses configs whose loading would run code from the file.
 
-  The whole tree is walked (wrapped, nested and RNN-cell layers, and every
-  other value). In safe mode, refused anywhere: serialized Python functions,
-  `Lambda` and the other code-running layers, and `module`s outside Keras
-  and this package, unless the class is in `custom_objects` (the names the
-  caller vouches for). Always refused: layer classes neither built-in nor in
-  `custom_objects`, and malformed layer configs. `config` is a model config
-  or, with `what="training_config"`, any JSON value (no layers expected).
-
-  Raises:
-    ValueError: Naming the file (`source`), where in the config, and
-      `safe_mode`.
+  The whole tree is walked; what is refused: docs/architecture.md
+  ("Configs"). `config`: a model config or, with `what="training_config"`,
+  any JSON value (no layers expected).
   """
   custom = set(custom_objects or ())
   if _depth_exceeds(config, MAX_DEPTH):
@@ -194,13 +180,8 @@ def _check_layer(node, where, source):
 
 
 def keras_safe_mode(safe_mode):
-  """Keras 3's own safe mode, forced on while a safe load builds objects.
-
-  A process-wide `keras.config.enable_unsafe_deserialization()` would
-  otherwise let Keras 3 run a lambda our check somehow missed: in safe mode
-  the file cannot inherit the process's opt-in. With `safe_mode=False`
-  Keras' own setting still decides.
-  """
+  """Keras 3's own safe mode, forced on while a safe load builds objects."""
+  # A process-wide `enable_unsafe_deserialization()` must not reach the file.
   if not safe_mode:
     return contextlib.nullcontext()
   return _private_api.SafeModeScope(True)
@@ -232,8 +213,8 @@ def build_optimizer(optimizer_config, source, custom_objects):
     if class_name in LSO_CLASSES:
       # TF 2.3's experimental class was saved as "LossScaleOptimizer" with
       # TF 2.3's keys; our `from_config` reads both formats.
-      cls = LSO_CLASSES[class_name]
-      return cls.from_config(options, custom_objects=custom_objects)
+      return LSO_CLASSES[class_name].from_config(
+          options, custom_objects=custom_objects)
     return _inner.deserialize(optimizer_config, custom_objects)
   except (TypeError, ValueError) as e:
     # TF 2.4's exception type (TypeError for unknown keys), with the source.
@@ -245,12 +226,8 @@ def build_optimizer(optimizer_config, source, custom_objects):
 
 
 def compile_model(model, training_config, source, custom_objects, safe_mode):
-  """Compiles `model` as `training_config` says; returns the optimizer.
-
-  The config is checked as `check_config` checks a model config (losses,
-  metrics and optimizer settings can carry serialized functions too) and
-  built under `keras_safe_mode`.
-  """
+  """Compiles `model` as `training_config` says, checked and built as a
+  model config is (it can hold functions too); returns the optimizer."""
   expect_dict(training_config, "training_config", source)
   check_config(training_config, source, safe_mode, custom_objects,
                what="training_config")

@@ -1,7 +1,9 @@
-"""A restore's part that waits for a build: the hook, the rollback, refusal.
+"""Wait stage: a restore's part that waits for a build, and its failure.
 
-Shared by the `Checkpoint` hook (`_checkpoint_restore`) and the tf_keras
-target (`targets/tf_keras/`); docs/architecture.md says why each exists.
+`LegacyRestore` restores the `Checkpoint` hook's Keras objects now or when
+they build (`on_build`); if a waiting part fails, `Snapshot` puts back what
+was assigned and `refuse_use` stops the objects. The tf_keras target shares
+these; docs/architecture.md says why each exists.
 """
 
 import functools
@@ -11,6 +13,9 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _gate
+from tf_mixed_precision_compat.legacy import _layout
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.optimizers import _inner
 
 _KERAS_VARIABLE = getattr(keras, "Variable", None)
 
@@ -28,13 +33,8 @@ def _children(obj):
 
 
 def reachable(roots, skip=frozenset(), stop=lambda obj: False):
-  """(variables, other trackables) reachable from `roots`, each once.
-
-  Args:
-    roots: The objects to start from.
-    skip: Ids of objects neither collected nor entered.
-    stop: Whether a trackable is collected but not entered.
-  """
+  """(variables, other trackables) reachable from `roots`, each once; `skip`:
+  ids neither collected nor entered; `stop(obj)`: collected, not entered."""
   variables, trackables, seen = [], [], set(skip)
   stack = list(roots)
   while stack:
@@ -65,13 +65,8 @@ class Snapshot:
   """
 
   def __init__(self, roots, skip=frozenset()):
-    """Reads the values now.
-
-    Args:
-      roots: The objects whose variables (and their dependencies') are kept.
-      skip: Ids of objects left out (the models the deferred part builds,
-        whose waiting restorations must stay).
-    """
+    """Reads the values of `roots`' variables now, but those of `skip`
+    (the models the deferred part builds: their restorations must wait)."""
     variables, self._trackables = reachable(roots, skip)
     # Read outside any function being traced, as a copy the restore's
     # assignments cannot change.
@@ -92,11 +87,8 @@ class Snapshot:
 
 
 def on_build(obj, callback):
-  """Calls `callback()` right after `obj.build(...)` (once).
-
-  Wraps the instance's own `build` attribute, put back when it fires (see
-  docs/architecture.md, "Waiting for a build").
-  """
+  """Calls `callback()` right after `obj.build(...)` (once), through the
+  instance's own `build` attribute (docs/architecture.md: "Waiting")."""
   had_own = "build" in vars(obj)
   original = obj.build
 
@@ -113,12 +105,6 @@ def on_build(obj, callback):
   object.__setattr__(obj, "build", build)
 
 
-def failure(source, error):
-  """What a failed restore's status assertions raise."""
-  return AssertionError(f"Restoring {source!r} failed, nothing of it is "
-                        f"restored: {error}")
-
-
 def refuse_use(targets, error):
   """Makes each `(object, method names)` of `targets` raise `error()`."""
   for obj, names in targets:
@@ -133,3 +119,163 @@ def refuse_use(targets, error):
 
       # Not through Keras' `__setattr__`: the wrapper is no tracked state.
       object.__setattr__(obj, name, refuse)
+
+
+def _log(message):
+  tf.get_logger().warning(message)
+
+
+class LegacyRestore:
+  """The `Checkpoint` hook's legacy part: assigned now, or as objects build.
+
+  Attributes:
+    source: The checkpoint prefix.
+    report: The latest `RestoreReport` (None until something was assigned).
+    pending: What still waits: "model" (an unbuilt model) and/or "slots"
+      (an optimizer that has not built its slots).
+    error: The failure of a part that waited, or None.
+    roll_back: Puts back what TF's part assigned at once, should a waiting
+      part fail; None when nothing can fail any more.
+  """
+
+  def __init__(self, reader, graph, source, parts):
+    self.source, self.report, self.error = source, None, None
+    self.pending, self.roll_back, self._checked_plan = set(), None, None
+    self._reader, self._graph, self._parts = reader, graph, parts
+    self._slot_keys = {  # The slots' values, restored as the optimizer builds.
+        graph.variable(slot.slot_variable_node_id)[0]
+        for node_id, _ in parts.optimizers
+        for slot in graph.nodes[_match.inner_optimizer_node(
+            graph, node_id)].slot_variables
+        if graph.variable(slot.slot_variable_node_id) is not None}
+    self._models = [m for _, m in parts.models]
+    self._optimizers = [o for _, o in parts.optimizers]
+
+  def _plan(self):
+    """The checked plan, and whether slots wait for an optimizer's build."""
+    plan = _match.plan_restore(
+        self._reader, self._graph, self.source, self._parts.models,
+        self._parts.optimizers, scope=self._parts.legacy_nodes)
+    waiting_slots = not all(_match.is_built(o) for o in self._optimizers)
+    if waiting_slots:
+      plan.unmatched_checkpoint = [k for k in plan.unmatched_checkpoint
+                                   if k not in self._slot_keys]
+    # Unmatched values are named in a warning; mismatches and a model whose
+    # weights would all stay fresh raise.
+    bound = {id(target) for _, target, _, _ in plan.assignments}
+    fresh = [f"none of model '{model.name}''s weights matches the "
+             "checkpoint's entries for it, so nothing (not even the "
+             "optimizer's step or loss scale) is restored; is it the same "
+             "architecture?" for node_id, model in self._parts.models
+             if self._graph.variable_nodes_under(node_id) and
+             not any(id(v) in bound for v in model.weights)]
+    _gate.check(plan, _match.expected_objects(self._models, self._optimizers),
+                allow_partial=True, problems=fresh)
+    return plan, waiting_slots
+
+  def check(self):
+    """Plans now if the models are built (raising on mismatches)."""
+    if all(_layout.model_built(m) for m in self._models):
+      self._checked_plan = self._plan()
+
+  def start(self):
+    """Restores now, or arranges to when the models are built."""
+    if self._parts.orphans:
+      _log(f"Restoring the TF 2.x Keras checkpoint {self.source!r}: no "
+           "object of the tf.train.Checkpoint stands for these values, "
+           "which stay unrestored:\n  " + "\n  ".join(self._parts.orphans))
+    unbuilt = [m for m in self._models if not _layout.model_built(m)]
+    if not unbuilt:
+      self._restore_all()
+      return
+    self.pending.add("model")
+    for model in unbuilt:
+      on_build(model, functools.partial(self._built, "model",
+                                        self._restore_all))
+
+  def _built(self, what, part):
+    """Runs `part` once every object `what` waits for is built."""
+    if what == "model" and not all(_layout.model_built(m)
+                                   for m in self._models):
+      return
+    if what == "slots" and not all(_match.is_built(o)
+                                   for o in self._optimizers):
+      return
+    self._run_waiting(part)
+    self.pending.discard(what)
+    if not self.pending:
+      self.roll_back = None  # Nothing can fail any more: let the values go.
+
+  def _run_waiting(self, part):
+    """Runs a part that waited; its failure stays (docs/architecture.md)."""
+    if self.error is not None:
+      raise self.error.with_traceback(None)
+    try:
+      part()
+    except Exception as e:  # pylint: disable=broad-except
+      self.error = _private_api.keep_error_as_raised(e)
+      refuse_use(self._refused(), lambda: self.error.with_traceback(None))
+      if self.roll_back is not None:
+        self.roll_back()
+      raise
+
+  def _refused(self):
+    """The models' forward pass (Keras calls the instance's `call`) and the
+    optimizers' updates: what refuses use after a failure."""
+    targets = [(m, ("call",)) for m in self._models]
+    for optimizer in self._optimizers:
+      inner = _match.inner_optimizer_of(optimizer)
+      targets += [(o, ("apply_gradients", "apply")) for o in {
+          id(optimizer): optimizer, id(inner): inner}.values()]
+    return targets
+
+  def _restore_all(self):
+    plan, waiting_slots = self._checked_plan or self._plan()
+    self._checked_plan = None
+    self._apply(plan)
+    if not waiting_slots:
+      return
+    self.pending.add("slots")
+    for optimizer in self._optimizers:
+      if not _match.is_built(optimizer):
+        inner = _match.inner_optimizer_of(optimizer)
+        on_build(inner, functools.partial(self._built, "slots",
+                                          self._restore_slots))
+        # TF 2.x made a slot when `get_slot` asked for it.
+        _inner.build_before_get_slot(inner, functools.partial(
+            self._build_for_slots, optimizer))
+
+  def _build_for_slots(self, optimizer):
+    """Builds `optimizer` for the models' weights (their slots restore)."""
+    if any(model.trainable_variables for model in self._models):
+      _match.build_optimizer(optimizer, self._models)
+
+  def _restore_slots(self):
+    plan, _ = self._plan()
+    plan.assignments = [a for a in plan.assignments
+                        if a[0] in self._slot_keys]
+    plan.hyper = {}
+    self._apply(plan)
+
+  def _apply(self, plan):
+    self.report = _gate.assign(plan, self._optimizers)
+    if plan.unmatched_checkpoint or plan.unmatched_objects:
+      _log("\n".join(
+          [f"Restoring the TF 2.x Keras checkpoint {self.source!r} left "
+           "values unrestored:"] +
+          [f"  in the checkpoint, nothing to restore into: {k}"
+           for k in plan.unmatched_checkpoint] +
+          [f"  kept its current value: {d}" for d in plan.unmatched_objects]))
+
+  def unconsumed(self):
+    """Lines naming what is not restored (yet), for `assert_consumed`."""
+    lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
+    report = self.report or _gate.RestoreReport(self.source)
+    lines += [f"checkpoint value not restored: {k}"
+              for k in self._parts.orphans + report.unmatched_checkpoint]
+    lines += [f"not restored from the checkpoint: {d}"
+              for d in report.unmatched_objects]
+    return lines
+
+  def matched_any(self):
+    return bool(self.pending) or bool(self.report and self.report.matched)

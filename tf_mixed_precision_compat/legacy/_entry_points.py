@@ -41,10 +41,8 @@ _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
 def is_tf2x_optimizer_config(config):
   """Whether `config` (given to `deserialize` / `get`) is TF 2.x's.
 
-  A `{"class_name", "config"}` dict without Keras 3's `module` /
-  `registered_name` that is a TF 2.3 (`optimizer`, `loss_scale`) or TF 2.4
-  (`inner_optimizer`, `dynamic`) loss-scale optimizer config, or a Keras 2
-  built-in optimizer config (it has `decay` or `lr`).
+  Without Keras 3's keys: a TF 2.3 / 2.4 loss-scale optimizer config, or a
+  Keras 2 built-in optimizer's (it has `decay` or `lr`).
   """
   if not isinstance(config, dict) or any(k in config for k in _KERAS3_KEYS):
     return False
@@ -59,11 +57,7 @@ def is_tf2x_optimizer_config(config):
 
 
 def deserialize_tf2x_optimizer(config, custom_objects=None):
-  """The optimizer `legacy.load_model` builds from a TF 2.x `config`.
-
-  `custom_objects` (by name) are looked up before Keras' global ones. Raises
-  `ValueError` for unknown classes or options Keras 3 cannot honour.
-  """
+  """The optimizer `legacy.load_model` builds from a TF 2.x `config`."""
   objects = dict(keras.saving.get_custom_objects())
   objects.update(custom_objects or {})
   return _config.build_optimizer(config, "the optimizer config", objects)
@@ -202,52 +196,8 @@ def _tf24_weights_arguments(args, kwargs):
   return bool(by_name), bool(skip_mismatch), options
 
 
-class LegacyWeightsStatus:
-  """What `load_weights` returns for TF-format weights, as TF 2.x did.
-
-  The restore already happened, exactly; the assertions only report what was
-  left out (the checkpoint's optimizer state when the model has no optimizer,
-  also logged as a warning at load time).
-
-  Attributes:
-    report: The `legacy.RestoreReport` of the restore.
-    unrestored: Checkpoint keys left unrestored.
-  """
-
-  def __init__(self, report, unrestored):
-    self.report = report
-    self.unrestored = list(unrestored)
-
-  def assert_consumed(self):
-    """Raises AssertionError if any checkpoint value was left unrestored."""
-    if self.unrestored:
-      raise AssertionError(
-          f"Unresolved values in {self.report.source!r} (the model has no "
-          f"optimizer to restore them into): {self.unrestored}")
-    return self
-
-  def expect_partial(self):
-    """Always true, as is that every variable and something was restored
-    (`assert_existing_objects_matched`, `assert_nontrivial_match`)."""
-    return self
-
-  assert_existing_objects_matched = assert_nontrivial_match = expect_partial
-
-  def run_restore_ops(self, session=None):
-    """Nothing to run (also `initialize_or_restore`): values are assigned."""
-    del session
-
-  initialize_or_restore = run_restore_ops
-
-
 def load_tf_format_weights(model, path):
-  """Restores TF 2.x TF-format weights (rooted at the model) into `model`.
-
-  Its optimizer (if compiled) gets the checkpoint's optimizer state, loss
-  scale included. Returns a `LegacyWeightsStatus`; raises `RestoreError` on
-  any mismatch (nothing assigned), `ValueError` for an unbuilt model or an
-  unreadable checkpoint.
-  """
+  """Restores TF 2.x TF-format weights (and optimizer state) into `model`."""
   prefix = _read_checkpoint.checkpoint_prefix(path)
   reader = _read_checkpoint.open_checkpoint(prefix)
   graph = _read_checkpoint.read_object_graph(reader, prefix)
@@ -263,7 +213,7 @@ def load_tf_format_weights(model, path):
         "(%d values, e.g. %s) was not restored: the model has no optimizer. "
         "Compile the model before load_weights to restore it too.",
         model.name, prefix, len(unrestored), unrestored[:3])
-  return LegacyWeightsStatus(report, unrestored)
+  return _gate.LoadStatus(_gate.Restored(report), unrestored=unrestored)
 
 
 # --------------------------------------------------------------------------
@@ -271,13 +221,7 @@ def load_tf_format_weights(model, path):
 
 
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
-  """Loads a TF 2.x H5 weight file (or whole-model H5) into built `model`.
-
-  By topological order or `by_name`, as TF 2.4 did; `skip_mismatch` (with
-  `by_name`) skips and logs layers that do not fit. Raises `ValueError` if
-  the model is not built, the file unreadable, or anything does not match
-  (nothing is assigned).
-  """
+  """Loads a TF 2.x H5 weight (or whole-model) file into built `model`."""
   if not model.built or not model.weights:
     raise ValueError(
         "Unable to load weights saved in HDF5 format into a model which has "
@@ -303,12 +247,10 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
 
 
 def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
-  """Adds a whole-model H5 file's optimizer state to `weights_plan`, if it
-  all fits the model's optimizer (else a warning says why); returns whether.
-
-  TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
-  bytecode unreadable here) and compiled resumes `fit` as after `load_model`.
-  """
+  """Adds a whole-model file's optimizer state to `weights_plan` if it all
+  fits the model's optimizer (else warns why); returns whether."""
+  # TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
+  # bytecode unreadable here) and compiled resumes `fit` as after load_model.
   optimizer = getattr(model, "optimizer", None)
   group = _read_h5.optimizer_weights(f)
   if optimizer is None or group is None:
@@ -316,16 +258,16 @@ def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
   _match.build_optimizer(optimizer, [model])
   plan = _match.Plan(path)
   _match_h5.plan_optimizer(group, path, optimizer, by_tf_name, plan)
-  missing = [d for obj, d in _match_h5.expected_objects(optimizers=[optimizer])
-             if id(obj) not in plan.targets]
-  if plan.problems or plan.unmatched_checkpoint or missing:
+  try:
+    _gate.check(plan, _match_h5.expected_objects(optimizers=[optimizer]))
+  except _gate.RestoreError as e:
     tf.get_logger().warning(
         "Loaded the weights of model '%s' from %s; its optimizer state was "
         "not restored, as it does not fit the model's optimizer (%s).",
         model.name, path, "; ".join(
-            plan.problems + [f"{k} has no counterpart"
-                             for k in plan.unmatched_checkpoint] +
-            [f"nothing restores {d}" for d in missing])[:500])
+            e.problems + [f"{k} has no counterpart"
+                          for k in e.unmatched_checkpoint] +
+            [f"nothing restores {d}" for d in e.unmatched_objects])[:500])
     return False
   weights_plan.assignments += plan.assignments
   return True

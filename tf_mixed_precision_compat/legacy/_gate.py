@@ -2,13 +2,15 @@
 
 `check` raises `RestoreError` naming the file and every problem before
 anything is assigned; `assign` writes every value through `assign_exact`,
-the one distribution-aware assign, and returns the `RestoreReport`.
+the one distribution-aware assign, and returns the `RestoreReport`;
+`LoadStatus` is what the `Checkpoint` hook and `load_weights` return.
 """
 
 import dataclasses
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
@@ -79,21 +81,16 @@ class RestoreReport:
       lines.append(f"  iterations: {self.iterations}")
     if self.loss_scale is not None:
       lines.append(f"  loss scale: {self.loss_scale}, counter: {self.counter}")
-    for key in self.unmatched_checkpoint:
-      lines.append(f"  not restored (checkpoint): {key}")
-    for key in self.unmatched_objects:
-      lines.append(f"  not restored (Keras 3): {key}")
+    lines += [f"  not restored (checkpoint): {k}"
+              for k in self.unmatched_checkpoint]
+    lines += [f"  not restored (Keras 3): {k}" for k in self.unmatched_objects]
     lines += [f"  note: {n}" for n in self.notes]
     return "\n".join(lines)
 
 
 def check(plan, expected=None, allow_partial=False, problems=()):
   """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
-  `allow_partial`, for what it leaves out.
-
-  What of `expected` (`_match.expected_objects`) the plan does not bind
-  becomes its `unmatched_objects`.
-  """
+  `allow_partial`, what it leaves out of `expected` (`expected_objects`)."""
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
                               if id(obj) not in plan.targets]
@@ -105,14 +102,10 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 
 
 def assign(plan, optimizers=(), dry_run=False):
-  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`.
-
-  Args:
-    plan: A `_match.Plan` that passed `check`.
-    optimizers: The optimizers it restores (for the report's numbers).
-    dry_run: Only report what would be assigned (the numbers stay None).
-  """
-  report = RestoreReport(source=plan.source)
+  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`
+  (its numbers read from `optimizers`, None for a dry run)."""
+  report = RestoreReport(plan.source, [], list(plan.unmatched_checkpoint),
+                         list(plan.unmatched_objects), list(plan.ignored))
   # Lifted out of any function being traced: a restore fired while a model
   # is first called inside `tf.function` must assign now, not in the graph.
   with tf.init_scope():
@@ -124,9 +117,6 @@ def assign(plan, optimizers=(), dry_run=False):
     if not dry_run:
       setattr(owner, attribute, value)
     report.hyperparameters[attribute] = value
-  report.unmatched_checkpoint = list(plan.unmatched_checkpoint)
-  report.unmatched_objects = list(plan.unmatched_objects)
-  report.ignored = list(plan.ignored)
   for optimizer in () if dry_run else optimizers:
     inner = _match.inner_optimizer_of(optimizer)
     with tf.init_scope():
@@ -139,12 +129,9 @@ def assign(plan, optimizers=(), dry_run=False):
 
 
 def assign_exact(target, value):
-  """Assigns `value` to every copy of `target`, in any distribution context.
-
-  Outside a replica context `assign` writes every replica's copy. Inside one
-  (a model first built in `strategy.run`), a mirrored variable refuses a plain
-  assign, so each component is written directly: the same value everywhere.
-  """
+  """Assigns `value` to every copy of `target`, in any distribution context."""
+  # In a replica context (a model first built in `strategy.run`) a mirrored
+  # variable refuses a plain assign: each component is written directly.
   context = tf.distribute.get_replica_context()
   in_replica = (context is not None and tf.distribute.has_strategy() and
                 not tf.distribute.in_cross_replica_context())
@@ -159,3 +146,115 @@ def assign_exact(target, value):
     components = (variable,)
   for component in components:
     component.assign(value)
+
+
+def failure(source, error):
+  """What a failed restore's status assertions raise."""
+  return AssertionError(f"Restoring {source!r} failed, nothing of it is "
+                        f"restored: {error}")
+
+
+class Restored:
+  """A restore done at once (`load_weights`): nothing waits, nothing failed."""
+
+  error = None
+
+  def __init__(self, report):
+    self.report, self.source = report, report.source
+
+  def unconsumed(self):
+    return []
+
+  def matched_any(self):
+    return True
+
+
+class LoadStatus:
+  """The status a legacy restore returns, as TF's load status.
+
+  It offers `assert_consumed()`, `assert_existing_objects_matched()`,
+  `assert_nontrivial_match()`, `expect_partial()`, `run_restore_ops()` and
+  `initialize_or_restore()`, over both the legacy Keras part and the part TF
+  restored (`native`, or None).
+
+  Attributes:
+    legacy: The legacy part (`_deferred.LegacyRestore`, or `Restored`).
+    report: The `RestoreReport` of what it assigned (None until then).
+    unrestored: Checkpoint keys `load_weights` left out (an optimizer state
+      for a model without optimizer, also logged at load time).
+  """
+
+  def __init__(self, legacy, native=None, native_keys=(), unrestored=()):
+    self.legacy = legacy
+    self.unrestored = list(unrestored)
+    self._native = native
+    self._native_keys = list(native_keys)  # [(variable node, key)] of TF's
+
+  @property
+  def report(self):
+    return self.legacy.report
+
+  def _raise_if_failed(self):
+    if self.legacy.error is not None:
+      raise failure(self.legacy.source, self.legacy.error) from (
+          self.legacy.error)
+
+  def _assert_none(self, lines, what):
+    if lines:
+      raise AssertionError(f"Checkpoint {self.legacy.source!r} {what}:\n  "
+                           + "\n  ".join(lines))
+    if self._native is not None:
+      self._native.assert_existing_objects_matched()
+    return self
+
+  def assert_consumed(self):
+    """Raises `AssertionError` unless everything was restored; or self."""
+    self._raise_if_failed()
+    if self.unrestored:
+      raise AssertionError(
+          f"Unresolved values in {self.legacy.source!r} (the model has no "
+          f"optimizer to restore them into): {self.unrestored}")
+    resolved = (set() if self._native is None else
+                _private_api.resolved_node_ids(self._native))
+    return self._assert_none(
+        self.legacy.unconsumed() + [f"checkpoint value not restored: {k}"
+                                    for node, k in self._native_keys
+                                    if node not in resolved],
+        "was not fully restored")
+
+  def assert_existing_objects_matched(self):
+    """Raises `AssertionError` if a variable got no value; or self."""
+    self._raise_if_failed()
+    return self._assert_none(
+        [line for line in self.legacy.unconsumed()
+         if line.startswith("not restored from the checkpoint")],
+        "has no value for")
+
+  def assert_nontrivial_match(self):
+    """Raises `AssertionError` if nothing but the root matched; or self."""
+    self._raise_if_failed()
+    if self.legacy.matched_any():
+      return self
+    if self._native is not None:
+      self._native.assert_nontrivial_match()
+      return self
+    raise AssertionError(
+        f"Nothing was restored from {self.legacy.source!r}.")
+
+  def expect_partial(self):
+    """Silences TF's warnings at exit about unrestored values; self."""
+    if self._native is not None:
+      self._native.expect_partial()
+    return self
+
+  def run_restore_ops(self, session=None):
+    """Runs TF's restore ops when graph building (the legacy part is eager)."""
+    self._raise_if_failed()
+    if self._native is not None:
+      self._native.run_restore_ops(session)
+
+  def initialize_or_restore(self, session=None):
+    """As TF's: restores (the legacy part is already restored eagerly)."""
+    self._raise_if_failed()
+    if self._native is not None:
+      self._native.initialize_or_restore(session)

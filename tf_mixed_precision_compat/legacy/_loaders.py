@@ -28,11 +28,7 @@ _PathLike = Union[str, bytes, "os.PathLike[str]"]
 
 
 def model_and_optimizer_nodes(graph, source):
-  """The root's `model` and `optimizer` nodes (either may be None).
-
-  Raises:
-    ValueError: If the root has neither, naming `source` and its children.
-  """
+  """The root's `model` and `optimizer` nodes (one may be None), or raises."""
   model_node = graph.child(0, "model")
   optimizer_node = graph.child(0, "optimizer")
   if model_node is None and optimizer_node is None:
@@ -47,11 +43,9 @@ def restore_graph(reader, graph, source, model, optimizer, model_node,
                   allow_partial, keep_optimizer_node=False, dry_run=False):
   """The object-graph restore: match, gate, assign; returns the report.
 
-  `model_node` is the model's node (0: the root is the model) or None. The
-  root's `optimizer` entry is left aside when `optimizer` is None unless
-  `keep_optimizer_node` (`restore_checkpoint`: its values then count as
-  unmatched). Raises `RestoreError` on mismatches (nothing assigned), and
-  `ValueError` naming `source` for an unbuilt model or unreadable data.
+  `model_node`: the model's node (0: the root) or None. Without `optimizer`
+  the root's `optimizer` entry is left aside, unless `keep_optimizer_node`
+  (`restore_checkpoint`: its values then count as unmatched).
   """
   optimizer_node = graph.child(0, "optimizer")
   ignored = [node for name, node in graph.children(0) if name == "save_counter"]
@@ -270,6 +264,7 @@ def _load_h5(path, safe_mode, custom_objects, compile, allow_partial):  # pylint
 
 def _load_h5_file(f, path, safe_mode, custom_objects, compile,  # pylint: disable=redefined-builtin
                   allow_partial):
+  """`load_model` of an open H5 file."""
   if "model_config" not in f.attrs:
     raise ValueError(f"{path!r} has no model_config: it holds weights only "
                      "(use model.load_weights) or is not a Keras H5 file.")

@@ -48,8 +48,8 @@ def target_name(variable):
 class Plan:
   """Checkpoint values bound to Keras 3 targets, checked before assignment."""
 
-  def __init__(self, source):
-    self.source = source
+  def __init__(self, source, reader=None, graph=None):
+    self.source, self.reader, self.graph = source, reader, graph
     self.assignments = []  # (key, target, value, description)
     self.targets = {}  # id(target) -> key
     self.problems = []
@@ -58,12 +58,14 @@ class Plan:
     self.ignored = []
     self.hyper = {}
     self.hyper_keys = []
+    self.bound_nodes = {}  # model variable node -> its Keras 3 variable
+
+  def value(self, key):
+    """The checkpoint value of `key`, errors naming the source."""
+    return _read_checkpoint.read_value(self.reader, key, self.source)
 
   def check(self, key, like, value, description):
-    """Whether `value` fits a variable shaped and typed like `like`.
-
-    A mismatch is added to `problems`.
-    """
+    """Whether `value` fits a variable like `like` (else a problem)."""
     value = np.asarray(value)
     want_dtype = tf.as_dtype(like.dtype).as_numpy_dtype
     if tuple(value.shape) != tuple(like.shape):
@@ -124,9 +126,20 @@ def own_variable(layer, name):
   return own[0] if len(own) == 1 else None
 
 
+def _model_weights(model):
+  """`model.weights`, and those of layers set as its attributes (Keras < 3.14
+  leaves a functional model's out)."""
+  weights = {id(v): v for v in model.weights}
+  for child in _private_api.trackable_children(model).values():
+    if isinstance(child, keras.layers.Layer):
+      weights.update((id(v), v) for v in child.weights)
+  return list(weights.values())
+
+
 def expected_objects(models=(), optimizers=()):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = [(v, target_name(v)) for model in models for v in model.weights]
+  expected = [(v, target_name(v)) for model in models
+              for v in _model_weights(model)]
   for optimizer in optimizers:
     expected += [(v, f"optimizer/{v.name}")
                  for v in inner_optimizer_of(optimizer).variables]
@@ -202,54 +215,36 @@ def _follow(model, path):
 # The plan of an object-graph checkpoint.
 
 
-class _Reading:
-  """What every planning step reads from: the reader, graph and source."""
-
-  def __init__(self, reader, graph, source):
-    self.reader, self.graph, self.source = reader, graph, source
-
-  def value(self, key):
-    return _read_checkpoint.read_value(self.reader, key, self.source)
-
-
 def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
                  scope=None):
-  """The `Plan` binding the values of `reader` (whose `ObjectGraph` is
-  `graph`) to `models` / `optimizers`, `(node id, object)` pairs.
+  """The `Plan` binding `reader`'s values (`graph`: its `ObjectGraph`) to
+  `models` / `optimizers`, `(node id, object)` pairs.
 
   `ignored_nodes`: nodes whose variables are bookkeeping; `scope`: nodes
-  whose variables count when listing unmatched values (None: all). Raises
-  `ValueError` naming `source` if a model is not built or data unreadable.
+  whose variables count when listing unmatched values (None: all).
   """
   for _, model in models:
     check_built(model, source)
-  plan, reading = Plan(source), _Reading(reader, graph, source)
-  ignored = set()
-  for node_id in ignored_nodes:
-    ignored.update(graph.variable_nodes_under(node_id))
+  plan = Plan(source, reader, graph)
+  ignored = graph.variable_node_set(ignored_nodes)
   # Variables only reachable through `keras_api` are SavedModel bookkeeping
   # (compiled metrics' totals and counts).
   ignored.update(set(graph.variable_nodes_under(0)) -
                  set(graph.variable_nodes_under(0, skip={"keras_api"})))
-  optimizer_vars = set()
-  for node_id, _ in optimizers:
-    optimizer_vars.update(graph.variable_nodes_under(node_id))
-  bound_model_nodes = {}
+  optimizer_vars = graph.variable_node_set(n for n, _ in optimizers)
   for node_id, model in models:
-    _plan_model(reading, model, node_id, optimizer_vars, bound_model_nodes,
-                plan)
+    _plan_model(plan, model, node_id, optimizer_vars)
   for node_id, optimizer in optimizers:
-    _plan_optimizer(reading, optimizer, node_id, bound_model_nodes, plan)
-  _list_leftovers(graph, plan, ignored, scope)
+    _plan_optimizer(plan, optimizer, node_id)
+  _list_leftovers(plan, ignored, scope)
   return plan
 
 
-def _plan_model(reading, model, model_node, optimizer_vars, bound_model_nodes,
-                plan):
+def _plan_model(plan, model, model_node, optimizer_vars):
   """Binds the model's weights, following each variable's paths."""
   layers_by_name = {layer.name for layer in
                     _private_api.keras_nested_layers(model)}
-  graph = reading.graph
+  graph = plan.graph
   for node_id, paths in sorted(
       graph.paths(model_node, skip=MODEL_ALIASES).items()):
     var_info = graph.variable(node_id)
@@ -277,17 +272,14 @@ def _plan_model(reading, model, model_node, optimizer_vars, bound_model_nodes,
           f"into Keras 3 layer '{layer.name}', while the model also has a "
           f"layer named '{recorded_layer}'; the models differ in structure.")
       continue
-    bound_model_nodes[node_id] = target
-    plan.bind(key, target, reading.value(key))
+    plan.bound_nodes[node_id] = target
+    plan.bind(key, target, plan.value(key))
 
 
-def _list_leftovers(graph, plan, ignored, scope):
+def _list_leftovers(plan, ignored, scope):
   """Fills `plan.unmatched_checkpoint` / `plan.ignored` from what is left."""
-  in_scope = None
-  if scope is not None:
-    in_scope = set()
-    for node_id in scope:
-      in_scope.update(graph.variable_nodes_under(node_id))
+  graph = plan.graph
+  in_scope = None if scope is None else graph.variable_node_set(scope)
   assigned_keys = {key for key, _, _, _ in plan.assignments}
   hyper_keys = set(plan.hyper_keys)
   for node_id in range(len(graph.nodes)):
@@ -313,27 +305,27 @@ def inner_optimizer_node(graph, optimizer_node):
   return optimizer_node
 
 
-def _plan_optimizer(reading, optimizer, optimizer_node, bound_model_nodes,
-                    plan):
+def _plan_optimizer(plan, optimizer, optimizer_node):
   """Binds the optimizer's entries (iterations, hypers, slots, loss scale)."""
-  graph = reading.graph
+  graph = plan.graph
   inner = inner_optimizer_of(optimizer)
   inner_node = inner_optimizer_node(graph, optimizer_node)
   for name, child in graph.children(inner_node):
     info = graph.variable(child)
     if info is not None:
-      _plan_inner_variable(inner, name, info[0], reading.value(info[0]), plan)
-  _plan_slots(reading, inner, inner_node, bound_model_nodes, plan)
+      _plan_inner_variable(plan, inner, name, info[0], plan.value(info[0]))
+  _plan_slots(plan, inner, inner_node)
   loss_scale_node = graph.child(optimizer_node, "loss_scale")
   if loss_scale_node is not None:
-    _plan_loss_scale(reading, optimizer, loss_scale_node, plan)
+    _plan_loss_scale(plan, optimizer, loss_scale_node)
 
 
-def _plan_inner_variable(inner, name, key, value, plan):
+def _plan_inner_variable(plan, inner, name, key, value):
   """Binds (or refuses) the inner optimizer's `iter`, rate or hyperparameter."""
   if name == "iter":
     plan.bind(key, inner.iterations, value, "optimizer/iterations")
-  elif name == "learning_rate":
+    return
+  if name == "learning_rate":
     lr = inner.learning_rate
     if is_variable(lr):
       plan.bind(key, lr, value, "optimizer/learning_rate")
@@ -341,36 +333,37 @@ def _plan_inner_variable(inner, name, key, value, plan):
       plan.problems.append(
           f"{key}: the checkpoint has a constant learning rate ({value}); "
           f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
-  elif name in ("decay",) + _HYPER_ATTRIBUTES and _number(value) is None:
-    plan.problems.append(f"{key}: {_describe(value)} where the checkpoint "
-                         "should hold one number")
+    return
+  if name not in ("decay",) + _HYPER_ATTRIBUTES:
+    return
+  number = _number(plan, key, value)
+  if number is None:
+    return
+  if name == "decay" and number == 0.0:
+    plan.ignored.append(key)
   elif name == "decay":
-    if _number(value) == 0.0:
-      plan.ignored.append(key)
-    else:
-      plan.problems.append(
-          f"{key}: decay={_number(value)} has no Keras 3 counterpart; use "
-          "an InverseTimeDecay learning-rate schedule and "
-          "allow_partial=True.")
-  elif name in _HYPER_ATTRIBUTES and hasattr(inner, name):
+    plan.problems.append(
+        f"{key}: decay={number} has no Keras 3 counterpart; use an "
+        "InverseTimeDecay learning-rate schedule and allow_partial=True.")
+  elif hasattr(inner, name):
     current = getattr(inner, name)
     if is_variable(current) or callable(current):
       plan.problems.append(f"{key}: Keras 3's {name} is not a number")
-    elif np.float32(current) == np.float32(_number(value)):
+    elif np.float32(current) == np.float32(number):
       plan.ignored.append(key)
     else:
-      plan.hyper[name] = (inner, _number(value))
+      plan.hyper[name] = (inner, number)
       plan.hyper_keys.append(key)
 
 
-def _plan_slots(reading, inner, inner_node, bound_model_nodes, plan):
+def _plan_slots(plan, inner, inner_node):
   """Binds the slots of the model variables bound so far, by TF 2.x name."""
-  graph = reading.graph
+  graph = plan.graph
   slot_names = _keras2_config.TF2_SLOT_NAMES.get(
       _keras2_config.keras_class_name(inner), {})
   for slot in graph.nodes[inner_node].slot_variables:
     info = graph.variable(slot.slot_variable_node_id)
-    variable = bound_model_nodes.get(slot.original_variable_node_id)
+    variable = plan.bound_nodes.get(slot.original_variable_node_id)
     if info is None or variable is None or slot.slot_name not in slot_names:
       continue  # Reported as unmatched.
     key = info[0]
@@ -379,54 +372,49 @@ def _plan_slots(reading, inner, inner_node, bound_model_nodes, plan):
       if not getattr(inner, "built", True):
         # The slot is made when the optimizer builds, like its variable:
         # a value that cannot land there is refused now, not then.
-        plan.check(key, variable, reading.value(key),
+        plan.check(key, variable, plan.value(key),
                    f"the {slot_names[slot.slot_name]} slot of "
                    f"{target_name(variable)}")
       continue
-    plan.bind(key, target, reading.value(key), f"optimizer/{target.name}")
+    plan.bind(key, target, plan.value(key), f"optimizer/{target.name}")
 
 
-def _plan_loss_scale(reading, optimizer, loss_scale_node, plan):
+def _plan_loss_scale(plan, optimizer, loss_scale_node):
   """Binds a dynamic optimizer's loss scale and counter, once checked."""
-  dynamic = (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
-             optimizer.dynamic)
-  if not dynamic:
+  if not (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
+          optimizer.dynamic):
     return
   state = loss_scale_optimizer.loss_scale_state(optimizer)
-  for name, attr in (("current_loss_scale", "current_loss_scale"),
-                     ("good_steps", "counter")):
-    key = reading.graph.variable_child(loss_scale_node, name)
-    if key is None:
-      continue
-    value = reading.value(key)
-    number = _number(value)
+  if state is None:
+    _plan_user_loss_scale(plan, optimizer, loss_scale_node)
+    return
+  for name, attr, description in (
+      ("current_loss_scale", "current_loss_scale", "optimizer/loss_scale"),
+      ("good_steps", "counter", "optimizer/loss_scale counter")):
+    key = plan.graph.variable_child(loss_scale_node, name)
+    value = None if key is None else plan.value(key)
+    number = None if key is None else _number(plan, key, value)
     if number is None:
-      plan.problems.append(f"{key}: {_describe(value)} where the "
-                           "checkpoint should hold one number")
-    elif attr == "current_loss_scale" and not (np.isfinite(number) and
-                                               number >= 1):
+      continue
+    if attr == "current_loss_scale" and not (np.isfinite(number) and
+                                             number >= 1):
       plan.problems.append(f"{key}: loss scale {number} is not finite and "
                            "at least 1")
     elif attr == "counter" and number < 0:
       plan.problems.append(f"{key}: negative counter {number}")
     else:
-      description = ("optimizer/loss_scale" if attr == "current_loss_scale"
-                     else "optimizer/loss_scale counter")
       plan.bind(key, getattr(state, attr), value, description)
-  if state is None:
-    _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan)
 
 
-def _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan):
-  """Binds the variables of a user `LossScale` (TF 2.3's experimental class
-  took any), by their checkpoint names, shapes checked."""
+def _plan_user_loss_scale(plan, optimizer, loss_scale_node):
+  """Binds a user `LossScale`'s variables (TF 2.3 took any) by name."""
   loss_scale = _private_api.lookup_dependency(optimizer, "loss_scale")
   children = _private_api.trackable_children(loss_scale, "checkpoint")
   for name, variable in sorted(children.items()):
-    key = reading.graph.variable_child(loss_scale_node, name)
+    key = plan.graph.variable_child(loss_scale_node, name)
     if key is None or not isinstance(variable, tf.Variable):
       continue
-    value = reading.value(key)
+    value = plan.value(key)
     if tuple(np.shape(value)) != tuple(variable.shape):
       plan.problems.append(f"{key}: shape {np.shape(value)} where the "
                            f"loss scale's {name} has {tuple(variable.shape)}")
@@ -434,17 +422,13 @@ def _plan_user_loss_scale(reading, optimizer, loss_scale_node, plan):
     plan.bind(key, variable, value, f"optimizer/loss_scale/{name}")
 
 
-def _number(value):
-  """`value` as a Python float if it is one real number, else None."""
+def _number(plan, key, value):
+  """`value` as a float if it is one real number, else None (a problem)."""
   array = np.asarray(value)
-  if array.size != 1 or not (np.issubdtype(array.dtype, np.number) or
-                             array.dtype == np.bool_):
-    return None
-  if np.issubdtype(array.dtype, np.complexfloating):
-    return None
-  return float(array.reshape(()))
-
-
-def _describe(value):
-  array = np.asarray(value)
-  return f"a {array.dtype} value of shape {tuple(array.shape)}"
+  if (array.size == 1 and not np.issubdtype(array.dtype, np.complexfloating)
+      and (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_)):
+    return float(array.reshape(()))
+  plan.problems.append(f"{key}: a {array.dtype} value of shape "
+                       f"{tuple(array.shape)} where the checkpoint should "
+                       "hold one number")
+  return None

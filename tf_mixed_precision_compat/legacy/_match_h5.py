@@ -13,11 +13,8 @@ from tf_mixed_precision_compat.legacy import _read_h5
 
 
 def expected_objects(models=(), optimizers=()):
-  """`_match.expected_objects` less what H5 files never hold.
-
-  TF 2.x never stored the loss scale in H5 files (documented and logged);
-  the learning rate comes from the optimizer config.
-  """
+  """`_match.expected_objects` less what H5 files never hold: the loss scale
+  (logged) and the learning rate (in the optimizer config)."""
   return [(obj, description) for obj, description in
           _match.expected_objects(models, optimizers)
           if not description.startswith("optimizer/loss_scale") and
@@ -25,12 +22,8 @@ def expected_objects(models=(), optimizers=()):
 
 
 def plan_by_layer_name(layers, path, model, plan):
-  """Binds a whole-model file's weights, by layer name then weight name.
-
-  Returns:
-    The bound variables by their TF 2.x name (without ":0"), for the
-    optimizer weights, which H5 files name after them.
-  """
+  """Binds a whole-model file's weights by layer then weight name; returns
+  the variables by TF 2.x name (no ":0"), as the optimizer weights name them."""
   by_tf_name = {}
   for layer_name, group, weight_names in layers:
     if not weight_names:

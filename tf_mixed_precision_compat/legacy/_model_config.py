@@ -100,13 +100,9 @@ def model_from_config(config: dict[str, Any],
 
 
 def _with_input_layer(sequential_config):
-  """A TF 2.2 Sequential config, given the InputLayer TF 2.3+ wrote.
-
-  TF 2.2 recorded a Sequential's input shape only as its first layer's
-  `batch_input_shape`; Keras 3 reads that key as the layer's *input* shape
-  and adds a batch dimension ((None, None, 4) for [None, 4]). TF 2.3+ wrote
-  an explicit InputLayer first, which Keras 3 reads correctly.
-  """
+  """A TF 2.2 Sequential config, given the InputLayer TF 2.3+ wrote."""
+  # TF 2.2 kept the input shape only as the first layer's
+  # `batch_input_shape`, which Keras 3 reads as its input shape.
   layers = sequential_config.get("layers")
   if not isinstance(layers, list) or not layers:
     return sequential_config

@@ -70,10 +70,7 @@ class ObjectGraph:
     _check_node_ids(self.nodes, source)
 
   def child(self, node_id, name):
-    for ref in self.nodes[node_id].children:
-      if ref.local_name == name:
-        return ref.node_id
-    return None
+    return next((c for n, c in self.children(node_id) if n == name), None)
 
   def children(self, node_id):
     return [(ref.local_name, ref.node_id)
@@ -92,33 +89,45 @@ class ObjectGraph:
     info = None if child is None else self.variable(child)
     return None if info is None else info[0]
 
-  def variable_nodes_under(self, node_id, skip=frozenset()):
-    """Variable node ids reachable from `node_id` (slots included)."""
-    seen, stack, found = set(), [node_id], []
+  def _walk(self, node_id, skip):
+    """(node, names of its children not in `skip`) of each node reachable
+    from `node_id` (slot variables included), once."""
+    seen, stack = set(), [node_id]
     while stack:
       current = stack.pop()
       if current in seen:
         continue
       seen.add(current)
-      if self.variable(current) is not None:
-        found.append(current)
-      stack.extend(ref.node_id for ref in self.nodes[current].children
-                   if ref.local_name not in skip)
+      refs = [r for r in self.nodes[current].children
+              if r.local_name not in skip]
+      yield current, [r.local_name for r in refs]
+      stack.extend(r.node_id for r in refs)
       stack.extend(s.slot_variable_node_id
                    for s in self.nodes[current].slot_variables)
-    return found
+
+  def variable_nodes_under(self, node_id, skip=frozenset()):
+    """Variable node ids reachable from `node_id` (slots included)."""
+    return [n for n, _ in self._walk(node_id, skip)
+            if self.variable(n) is not None]
+
+  def names_under(self, node_id, skip=frozenset()):
+    """The child names met below `node_id`, not via `skip`."""
+    return (name for _, names in self._walk(node_id, skip) for name in names)
+
+  def variable_node_set(self, node_ids, skip=frozenset()):
+    """The variable nodes under any of `node_ids`, as a set."""
+    return {n for node_id in node_ids
+            for n in self.variable_nodes_under(node_id, skip)}
 
   def keys_under(self, node_id):
     """The checkpoint keys of `variable_nodes_under(node_id)`."""
     return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
 
   def paths(self, start, skip=frozenset(), limit=16):
-    """node id -> child-name paths from `start` (acyclic), not via `skip`.
-
-    At most `limit` paths per node and `_MAX_PATH_LENGTH` names per path:
-    a hostile graph (a chain of thousands of nodes, a dense lattice) costs
-    bounded work, and what only such paths reach stays unmatched.
-    """
+    """node id -> child-name paths from `start` (acyclic), not via `skip`."""
+    # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
+    # hostile graph costs bounded work (what only such paths reach stays
+    # unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.

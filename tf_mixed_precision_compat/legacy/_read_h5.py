@@ -58,12 +58,9 @@ def strip(name):
 
 
 def read(group, name, source, like):
-  """The dataset `name` of `group`, read only if it has `like`'s shape.
-
-  A dataset of another shape is not read (a compressed dataset can claim any
-  size): a zero-strided stand-in of its shape lets `Plan.bind` report the
-  mismatch.
-  """
+  """The dataset `name` of `group`, read only if it has `like`'s shape."""
+  # A compressed dataset can claim any size: one of another shape is not
+  # read, a zero-strided stand-in lets `Plan.bind` report the mismatch.
   try:
     dataset = group[name]
     if not isinstance(dataset, h5py.Dataset):
@@ -77,13 +74,7 @@ def read(group, name, source, like):
 
 
 def layer_groups(f, source, required=False):
-  """[(layer name, its group, its weight names)] of the saved layers.
-
-  Args:
-    f: The open file (a whole model's, or `save_weights`').
-    source: The file, for messages.
-    required: Whether a file without `layer_names` is refused.
-  """
+  """[(layer name, group, weight names)] of an open file's saved layers."""
   top = f
   if "layer_names" not in f.attrs and "model_weights" in f:
     top = f["model_weights"]
@@ -152,7 +143,7 @@ def _bytecode(function_config):
 
 def _writer_python(code, keras_version):
   """A readable name of the Python(s) that wrote `code`, or None."""
-  layout = _layout_pythons(code) if code is not None else None
+  layout = _layout_pythons(code)
   tf_pythons = _KERAS_PYTHONS.get(keras_version)
   if layout and tf_pythons:
     low = max(layout[0], tf_pythons[0])
@@ -170,7 +161,7 @@ def _readable_here(code, keras_version):
   """Whether this Python can read `code` (never unmarshals untrusted data)."""
   if keras_version in _KERAS_PYTHONS:
     return False  # TF 2.2-2.4 ran on no Python TF 2.18+ supports.
-  layout = _layout_pythons(code) if code is not None else None
+  layout = _layout_pythons(code)
   here = sys.version_info[:2]
   return layout is None or layout[0] <= here <= layout[1]
 
@@ -190,15 +181,8 @@ def _lambda_configs(node):
 
 
 def check_lambda_bytecode(config, keras_version, source):
-  """Refuses a model whose Lambda layers hold bytecode this Python can't read.
-
-  The writer is told from the file's `keras_version` (or None) and the
-  code's layout; nothing is unmarshalled (docs/architecture.md).
-
-  Raises:
-    ValueError: Naming `source`, the layer, the Python that wrote it and the
-      way out: build the model in code, then `load_weights` the same file.
-  """
+  """Refuses a model whose Lambda layers hold bytecode this Python can't
+  read, telling the writer without unmarshalling (docs/architecture.md)."""
   for layer in _lambda_configs(config):
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):

@@ -19,10 +19,8 @@ from tf_mixed_precision_compat.legacy import _config
 class _RevivedOptimizer(tf.Module):
   """Stands in for a TF 2.x Keras optimizer inside a served SavedModel.
 
-  It only receives the optimizer's variables (`add_slot`, and its children
-  through the loader's setter); serving never uses them. The slots are kept
-  out of the object's own dependencies, where the checkpoint does not expect
-  them.
+  It only receives the optimizer's variables, which serving never uses; the
+  slots stay out of its dependencies, where the checkpoint expects none.
   """
 
   def __init__(self):
@@ -41,23 +39,16 @@ _OPTIMIZER_TYPE = "optimizer"
 
 
 def serving_enabled():
-  """Whether `tf.saved_model.load` can revive TF 2.x Keras optimizers.
-
-  True after `enable_serving()`, and also when another library registered
-  the type first (`tf_keras` does when imported).
-  """
+  """Whether `tf.saved_model.load` revives TF 2.x Keras optimizers (also
+  when another library, e.g. `tf_keras`, registered the type)."""
   load = tf.__internal__.saved_model.load
   return _OPTIMIZER_TYPE in load.registered_identifiers()
 
 
 def enable_serving():
-  """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once).
-
-  An existing registration (e.g. `tf_keras`'s) is left alone: it already
-  revives these objects, and replacing it would change `tf_keras`'s loads.
-  """
+  """Lets `tf.saved_model.load` revive TF 2.x Keras optimizers (once)."""
   if serving_enabled():
-    return
+    return  # e.g. tf_keras's, which replacing would change tf_keras's loads.
   load = tf.__internal__.saved_model.load
   load.register_revived_type(
       _OPTIMIZER_TYPE, lambda obj: False,  # Never used when saving.
@@ -77,11 +68,8 @@ def disable_serving():
 
 @contextlib.contextmanager
 def serving():
-  """`enable_serving()` for the duration of a load, unless already enabled.
-
-  Outside `install()` this package changes no global state of TF: the
-  registration made here is removed again afterwards.
-  """
+  """`enable_serving()` for the duration of a load, unless already enabled
+  (outside `install()` the package changes no global state of TF)."""
   registered_here = not serving_enabled()
   if registered_here:
     enable_serving()
@@ -138,19 +126,7 @@ def root_metadata(path):
 
 
 def load_time_code(path):
-  """What of the SavedModel's own graph code `tf.saved_model.load` runs.
-
-  A TF1-format MetaGraph's restore and init ops; in a TF2 object graph,
-  resources' `_create_resource` / `_initialize` functions (lookup tables)
-  and saveable objects' restore functions. Keras models without such
-  layers have none.
-
-  Returns:
-    A list of descriptions, empty when loading runs none of it.
-
-  Raises:
-    ValueError: If `saved_model.pb(txt)` is unreadable (names the file).
-  """
+  """Descriptions of the graph code the SavedModel's loading would run."""
   found = []
   for index, meta_graph in enumerate(_read_proto(path).meta_graphs):
     tags = list(meta_graph.meta_info_def.tags)
@@ -170,13 +146,8 @@ def load_time_code(path):
 
 
 def check_load_time_code(path):
-  """Refuses SavedModels whose loading runs graph code they store.
-
-  Raises:
-    ValueError: If loading would run such code (names the file).
-    OSError: If `saved_model.pb(txt)` cannot be parsed (as
-      `tf.saved_model.load` raises; names the file).
-  """
+  """Refuses (`ValueError`) SavedModels whose loading runs their graph code;
+  `OSError` for an unparsable `saved_model.pb`, as `tf.saved_model.load`."""
   try:
     found = load_time_code(path)
   except ValueError as e:

@@ -26,11 +26,7 @@ def _cosine_similarity(y_true, y_pred, axis=-1):
 
 
 def function(name, what, source, custom_objects):
-  """The metric or loss function TF 2.x saved as `name`.
-
-  Raises:
-    ValueError: Naming `source` and `what`, if no such function is known.
-  """
+  """The metric or loss function TF 2.x saved as `name`, or raises."""
   if callable(custom_objects.get(name)):
     return custom_objects[name]
   if name == "cosine_similarity":
@@ -105,38 +101,13 @@ def _walk(value, build, source, custom_objects):
 
 
 def losses(value, source, custom_objects=None):
-  """The `loss` of `compile` from a TF 2.x training config's `loss`.
-
-  Args:
-    value: A loss name, a loss config dict, or a list / dict of them.
-    source: The file, for messages.
-    custom_objects: The caller's functions and classes, by name.
-
-  Returns:
-    What Keras 3's `compile` takes as `loss`.
-  """
+  """The `loss` of `compile` from a TF 2.x training config's `loss`."""
   return _walk(value, _loss, source, dict(custom_objects or {}))
 
 
 def metrics(value, source, num_outputs, custom_objects=None):
-  """The `metrics` of `compile` from a TF 2.x training config's `metrics`.
-
-  TF 2.x saved a single-output model's metrics as a list holding one list;
-  for such a model the inner list is what `compile` takes.
-
-  Args:
-    value: Metric names and config dicts, in lists or dicts by output.
-    source: The file, for messages.
-    num_outputs: How many outputs the model has.
-    custom_objects: The caller's functions and classes, by name.
-
-  Returns:
-    What Keras 3's `compile` takes as `metrics`.
-
-  Raises:
-    ValueError: Naming the file and the metric, for a function or class
-      that cannot be found.
-  """
+  """The `metrics` of `compile` from a TF 2.x training config's `metrics`."""
+  # TF 2.x saved a single-output model's metrics as a list holding one list.
   if (num_outputs == 1 and isinstance(value, list) and len(value) == 1 and
       isinstance(value[0], list)):
     value = value[0]

@@ -251,21 +251,31 @@ class Keras3Inner(InnerOptimizer):
       return var.path.replace("/", "_") + "_"
     return str(var.name).replace("/", "_").replace(":", "_") + "_"
 
-  def find_slot(self, var, slot_name):
-    wanted = self._slot_prefix(var) + slot_name
-    for v in self.optimizer.variables:
-      if v.name == wanted:
-        return v
-    # Keras < 3.8's Adagrad and Ftrl name their accumulators without the
-    # variable's prefix; they are made one per variable, in build order.
-    bare = [v for v in self.optimizer.variables if v.name == slot_name]
+  def _slots(self):
+    """(variable, Keras 3 slot name, slot) of every slot, in creation order."""
     built = list(_private_api.keras_optimizer_built_variables(
         self.optimizer) or [])
-    if bare and len(bare) == len(built):
-      for slot, built_var in zip(bare, built):
-        if built_var is var:
-          return slot
-    return None
+    prefixes = sorted(((self._slot_prefix(v), v) for v in built),
+                      key=lambda p: len(p[0]), reverse=True)
+    known = set(_keras2_config.TF2_SLOT_NAMES.get(
+        _keras2_config.keras_class_name(self.optimizer), {}).values())
+    slots, bare = [], {}
+    for slot in self.optimizer.variables:
+      prefix = next((p for p in prefixes if slot.name.startswith(p[0])), None)
+      if prefix is not None:
+        slots.append((prefix[1], slot.name[len(prefix[0]):], slot))
+      elif slot.name in known:
+        bare.setdefault(slot.name, []).append(slot)
+    # Keras < 3.8's Adagrad and Ftrl name their accumulators without the
+    # variable's prefix; they are made one per variable, in build order.
+    for name, found in bare.items():
+      if len(found) == len(built):
+        slots += [(var, name, slot) for var, slot in zip(built, found)]
+    return slots
+
+  def find_slot(self, var, slot_name):
+    return next((slot for v, name, slot in self._slots()
+                 if v is var and name == slot_name), None)
 
   def get_slot(self, var, slot_name):
     """The slot, under its Keras 3 name or its TF 2.x one."""
@@ -286,20 +296,7 @@ class Keras3Inner(InnerOptimizer):
 
   def get_slot_names(self):
     """Keras 3's slot names, in the order the slots were created."""
-    prefixes = sorted(
-        (self._slot_prefix(v)
-         for v in (_private_api.keras_optimizer_built_variables(
-             self.optimizer) or [])),
-        key=len, reverse=True)
-    names = []
-    for v in self.optimizer.variables:
-      for prefix in prefixes:
-        if v.name.startswith(prefix):
-          suffix = v.name[len(prefix):]
-          if suffix not in names:
-            names.append(suffix)
-          break
-    return names
+    return list(dict.fromkeys(name for _, name, _ in self._slots()))
 
   def serialize(self):
     return keras.optimizers.serialize(self.optimizer)

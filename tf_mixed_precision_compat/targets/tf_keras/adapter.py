@@ -118,7 +118,7 @@ def _patch_loading(journal, replace, tf_keras):
     original = getattr(tf_keras.optimizers, name)
     replace(original, wrap(original, tf_keras))
   journal.set_attr(tf_keras.Model, "load_weights",
-                   h5.wrap_load_weights(tf_keras.Model.load_weights))
+                   h5.wrap_load_weights(tf_keras.Model.load_weights, tf_keras))
 
 
 ADAPTER = TfKerasTarget()

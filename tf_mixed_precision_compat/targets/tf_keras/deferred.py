@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _deferred
+from tf_mixed_precision_compat.legacy import _gate
 
 
 def _unbuilt_layers(root, layer_class):
@@ -49,13 +50,10 @@ class _DeferredPart:
   """The layers of one restore still waiting for values, and its undo."""
 
   def __init__(self, source, snapshot, status, targets, layer_class):
-    self.source = source
+    self.source, self.error, self._layers = source, None, []
     self._layer_class = layer_class
-    self.error = None
-    self._snapshot = snapshot
-    self._status = status
+    self._snapshot, self._status = snapshot, status
     self._targets = targets  # (object, method names refused on failure)
-    self._layers = []
 
   def watch(self, layer):
     """Makes a failure to hand `layer` a waiting value fail the restore.
@@ -118,7 +116,7 @@ class _DeferredPart:
   def _refusal(self, name):
 
     def refuse():
-      raise _deferred.failure(self.source, self.error) from self.error
+      raise _gate.failure(self.source, self.error) from self.error
 
     refuse.__name__ = name
     return refuse

@@ -23,7 +23,6 @@ import functools
 import h5py
 import tensorflow as tf
 
-from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
 from tf_mixed_precision_compat.legacy import _gate
@@ -31,6 +30,7 @@ from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _match_h5
 from tf_mixed_precision_compat.legacy import _read_h5
 from tf_mixed_precision_compat.targets.tf_keras import restore
+
 
 def _tf2x_h5(filepath):
   path = _args.path_or_none(filepath)
@@ -124,7 +124,7 @@ def _optimizer_plan(model, group, path, tf_keras):
   return plan, None
 
 
-def wrap_load_weights(original):
+def wrap_load_weights(original, tf_keras):
   """tf_keras `Model.load_weights`, with a whole-model H5's optimizer state."""
 
   @functools.wraps(original)
@@ -136,8 +136,7 @@ def wrap_load_weights(original):
       group = _read_h5.optimizer_weights(f)
       if group is None:
         return original(self, filepath, *args, **kwargs)
-      plan, why = _optimizer_plan(self, group, path,
-                                  targets.loaded_tf_keras())
+      plan, why = _optimizer_plan(self, group, path, tf_keras)
     result = original(self, filepath, *args, **kwargs)
     if plan is None:
       tf.get_logger().warning(
