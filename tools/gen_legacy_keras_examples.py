@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 _ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(_ROOT, "tests", "both_targets"))
+sys.path.insert(0, os.path.join(_ROOT, "tests", "targets", "both"))
 import example_state  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 

@@ -25,7 +25,7 @@ def main():
   cpu = tf.config.list_physical_devices("CPU")[0]
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-  sys.path.insert(0, os.path.join(_ROOT, "tests", "both_targets"))
+  sys.path.insert(0, os.path.join(_ROOT, "tests", "targets", "both"))
   import scenarios  # pylint: disable=g-import-not-at-top
   out = {"tensorflow_version": tf.__version__, "steps": scenarios.STEPS,
          "poisoned": list(scenarios.POISONED), "scenarios": {}}
