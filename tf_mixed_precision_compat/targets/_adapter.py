@@ -11,6 +11,8 @@ import sys
 import types
 from typing import Any, Callable, Optional
 
+from tf_mixed_precision_compat import _private_api
+
 # `install()`'s `replace(original, replacement)`: puts `replacement` wherever
 # this target's Keras holds `original` publicly, through the journal.
 ReplaceFunction = Callable[[Any, Any], None]
@@ -43,9 +45,9 @@ class KerasTarget(abc.ABC):
     except ImportError:
       return None
 
-  @abc.abstractmethod
   def keras_root(self) -> types.ModuleType:
     """The module `tf.keras` resolves to on this target (imported)."""
+    return importlib.import_module(_private_api.tf_keras_root_name(self.name))
 
   @abc.abstractmethod
   def symbol_for(self, spec: Any) -> Any:

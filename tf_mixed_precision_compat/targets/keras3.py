@@ -4,12 +4,9 @@ Its Keras classes are the package's own (`optimizers/`, `policy`); its hooks
 are Keras 3's config names and loading entry points (`legacy/`).
 """
 
-import importlib
 import sys
-import types
 from typing import Any
 
-from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.targets import _adapter
 
 # Modules of the package's own Keras loss-scale optimizers, looked up only
@@ -25,9 +22,6 @@ class Keras3Target(_adapter.KerasTarget):
 
   name = "keras3"
   package = "keras"
-
-  def keras_root(self) -> types.ModuleType:
-    return importlib.import_module(_private_api.tf_keras_root_name(self.name))
 
   def symbol_for(self, spec: Any) -> Any:
     return spec.symbol

@@ -6,7 +6,6 @@ tf_keras is imported only when the target is used.
 """
 
 import importlib
-import types
 from typing import Any, Callable
 
 from tf_mixed_precision_compat import _private_api
@@ -25,9 +24,6 @@ class TfKerasTarget(_adapter.KerasTarget):
 
   name = "tf_keras"
   package = "tf_keras"
-
-  def keras_root(self) -> types.ModuleType:
-    return importlib.import_module(_private_api.tf_keras_root_name(self.name))
 
   def symbol_for(self, spec: Any) -> Any:
     """`classes.REPLACEMENTS[spec.symbol]` for a Keras endpoint.
