@@ -1,9 +1,4 @@
-"""Front ends: `restore_checkpoint`, `load_model`, `load_saved_model`.
-
-Each opens a reader, hands the object graph or file to the matcher and the
-plan to the gate: `restore_graph` is the one object-graph restore sequence
-(also behind `load_weights` and the SavedModel loader).
-"""
+"""Front ends: `restore_checkpoint`, `load_model`, `load_saved_model`."""
 
 from __future__ import annotations
 
@@ -41,12 +36,7 @@ def model_and_optimizer_nodes(graph, source):
 
 def restore_graph(reader, graph, source, model, optimizer, model_node,
                   allow_partial, keep_optimizer_node=False, dry_run=False):
-  """The object-graph restore: match, gate, assign; returns the report.
-
-  `model_node`: the model's node (0: the root) or None. Without `optimizer`
-  the root's `optimizer` entry is left aside, unless `keep_optimizer_node`
-  (`restore_checkpoint`: its values then count as unmatched).
-  """
+  """Match, gate, assign; returns the report (docs/architecture.md)."""
   optimizer_node = graph.child(0, "optimizer")
   ignored = [node for name, node in graph.children(0) if name == "save_counter"]
   if optimizer is None and optimizer_node is not None:
@@ -72,11 +62,7 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
                        dry_run: bool = False) -> _gate.RestoreReport:
   """Restores a TF 2.2/2.3/2.4 Keras checkpoint into Keras 3 objects, exactly.
 
-  For a checkpoint of `tf.train.Checkpoint(model=..., optimizer=...)` (any
-  TF 2.x loss-scale optimizer or a plain Keras 2 one). Entries are matched by
-  the object graph the checkpoint stores, never by variable order (see
-  docs/architecture.md); nothing is assigned until every value has been
-  read and checked, so a failing restore changes nothing.
+  How: docs/migration.md, "Loading explicitly: `legacy`".
 
   Args:
     path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory.
@@ -132,13 +118,7 @@ def load_model(path: _PathLike,
                return_report: bool = False) -> Any:
   """Loads a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel into Keras 3.
 
-  The model is rebuilt from its config and, with `compile=True`, compiled as
-  saved with this package's `LossScaleOptimizer`, its state restored: from H5
-  files the weights, iterations and slots (TF 2.x never stored the loss scale
-  there: it restarts, and a warning says so); from SavedModels also the loss
-  scale and counter, which TF 2.3/2.4's own `load_model` lost. With
-  `safe_mode=True` nothing stored in the file is executed (see
-  docs/migration.md); values are checked before any is assigned.
+  What is restored, and safe mode: docs/migration.md, "Loading explicitly".
 
   Args:
     path: An H5 file or a SavedModel directory (str, bytes, PathLike).
@@ -190,31 +170,15 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
                      safe_mode: bool = True) -> Any:
   """`tf.saved_model.load` for TF 2.3/2.4 Keras SavedModels (serving).
 
-  On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
-  Keras SavedModel saved with its optimizer ("'_UserObject' object has no
-  attribute 'add_slot'"): nothing revives the saved optimizer object. This
-  function registers a stand-in for that object type with the SavedModel
-  loader for the duration of the load and removes it again; after
-  `install()`, which keeps it registered, plain `tf.saved_model.load` works
-  too.
-
-  What runs: no Python code from the file (nothing is unpickled or
-  unmarshalled). TensorFlow graph code from the file does run, as in
-  `tf.saved_model.load`: calling the returned object or its signatures
-  runs the saved graphs, and loading itself runs a TF1-format SavedModel's
-  saver restore op and init op, and in a TF2 SavedModel every resource's
-  `_create_resource` / `_initialize` function (lookup tables) and every
-  saveable object's restore function. Graph ops can read and write files.
-  With `safe_mode=True` SavedModels that would run any such function while
-  loading are refused; TF 2.3/2.4 Keras models without lookup tables have
-  none. The graphs you call are yours to trust.
+  Why, and what runs: docs/migration.md, "Loading explicitly" and "Untrusted
+  files".
 
   Args:
     path: The SavedModel directory (str, UTF-8 bytes or os.PathLike).
     tags: As `tf.saved_model.load`.
     options: As `tf.saved_model.load`.
     safe_mode: Refuse SavedModels whose loading runs graph functions stored
-      in the file (see above).
+      in the file.
 
   Returns:
     What `tf.saved_model.load` returns: the restored object, callable with
