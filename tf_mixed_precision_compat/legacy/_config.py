@@ -1,9 +1,4 @@
-"""Rebuild stage: compiled Keras 3 models from TF 2.x configs, safely.
-
-`check_config` refuses configs whose loading would run code from the file
-(safe mode); `build_model` / `compile_model` then build under Keras 3's own
-safe mode, forced on. Design: docs/architecture.md.
-"""
+"""Rebuild stage: compiled Keras 3 models from TF 2.x configs, safely."""
 
 import contextlib
 import json
@@ -111,12 +106,7 @@ def _code_in(node, custom):
 
 
 def check_config(config, source, safe_mode, custom_objects, what="model"):
-  """Refuses configs whose loading would run code from the file.
-
-  The whole tree is walked; what is refused: docs/architecture.md
-  ("Configs"). `config`: a model config or, with `what="training_config"`,
-  any JSON value (no layers expected).
-  """
+  """Refuses a model (or `what="training_config"`) config running code."""
   custom = set(custom_objects or ())
   if _depth_exceeds(config, MAX_DEPTH):
     raise ValueError(f"{source!r}: its {what} config nests deeper than "

@@ -1,10 +1,4 @@
-"""Front ends `install()` grafts onto Keras 3's own loading entry points.
-
-`keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
-`keras.Model.load_weights` taught TF 2.3/2.4's configs and files (which
-files, and with which arguments: docs/architecture.md); everything else goes
-to Keras 3 unchanged.
-"""
+"""Front ends `install()` grafts onto Keras 3's own loading entry points."""
 
 import functools
 import inspect
@@ -39,11 +33,7 @@ _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
 
 
 def is_tf2x_optimizer_config(config):
-  """Whether `config` (given to `deserialize` / `get`) is TF 2.x's.
-
-  Without Keras 3's keys: a TF 2.3 / 2.4 loss-scale optimizer config, or a
-  Keras 2 built-in optimizer's (it has `decay` or `lr`).
-  """
+  """Whether `config` (given to `deserialize` / `get`) is TF 2.x's."""
   if not isinstance(config, dict) or any(k in config for k in _KERAS3_KEYS):
     return False
   class_name, options = config.get("class_name"), config.get("config")

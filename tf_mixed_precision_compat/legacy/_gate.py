@@ -1,10 +1,4 @@
-"""Gate stage: a plan is checked whole, then refused or assigned exactly.
-
-`check` raises `RestoreError` naming the file and every problem before
-anything is assigned; `assign` writes every value through `assign_exact`,
-the one distribution-aware assign, and returns the `RestoreReport`;
-`LoadStatus` is what the `Checkpoint` hook and `load_weights` return.
-"""
+"""Gate stage: a plan is checked whole, then refused or assigned exactly."""
 
 import dataclasses
 
@@ -89,8 +83,7 @@ class RestoreReport:
 
 
 def check(plan, expected=None, allow_partial=False, problems=()):
-  """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
-  `allow_partial`, what it leaves out of `expected` (`expected_objects`)."""
+  """Raises `RestoreError` for `plan`'s (and further) problems or gaps."""
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
                               if id(obj) not in plan.targets]
@@ -102,8 +95,7 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 
 
 def assign(plan, optimizers=(), dry_run=False):
-  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`
-  (its numbers read from `optimizers`, None for a dry run)."""
+  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`."""
   report = RestoreReport(plan.source, [], list(plan.unmatched_checkpoint),
                          list(plan.unmatched_objects), list(plan.ignored))
   # Lifted out of any function being traced: a restore fired while a model
@@ -170,12 +162,7 @@ class Restored:
 
 
 class LoadStatus:
-  """The status a legacy restore returns, as TF's load status.
-
-  It offers `assert_consumed()`, `assert_existing_objects_matched()`,
-  `assert_nontrivial_match()`, `expect_partial()`, `run_restore_ops()` and
-  `initialize_or_restore()`, over both the legacy Keras part and the part TF
-  restored (`native`, or None).
+  """TF's load status over the legacy part and the part TF restored.
 
   Attributes:
     legacy: The legacy part (`_deferred.LegacyRestore`, or `Restored`).

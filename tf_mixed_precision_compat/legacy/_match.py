@@ -1,11 +1,4 @@
-"""Matcher stage: a checkpoint's object graph and values, as a `Plan`.
-
-Binds each saved value to the Keras 3 variable that plays its role (model
-weights by path, the inner optimizer's step, rate, hyperparameters and
-slots, the loss scale), checked but not assigned; also what a full restore
-must assign (`expected_objects`). H5 files: `_match_h5`. Rules:
-docs/architecture.md ("The restore pipeline").
-"""
+"""Matcher stage: a checkpoint's object graph and values, as a `Plan`."""
 
 import contextlib
 import re
@@ -217,12 +210,8 @@ def _follow(model, path):
 
 def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
                  scope=None):
-  """The `Plan` binding `reader`'s values (`graph`: its `ObjectGraph`) to
-  `models` / `optimizers`, `(node id, object)` pairs.
-
-  `ignored_nodes`: nodes whose variables are bookkeeping; `scope`: nodes
-  whose variables count when listing unmatched values (None: all).
-  """
+  """The `Plan` binding `reader`'s values to `(node id, object)` pairs;
+  `scope`: nodes whose unmatched variables are listed (None: all)."""
   for _, model in models:
     check_built(model, source)
   plan = Plan(source, reader, graph)

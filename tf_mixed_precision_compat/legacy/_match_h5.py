@@ -1,10 +1,4 @@
-"""Matcher stage for TF 2.x H5 files: their weights and optimizer as a `Plan`.
-
-`load_model` matches a layer's weights by layer and weight name;
-`load_weights` by TF 2.x's topological order or, with `by_name`, by layer
-name, as TF 2.4 did; optimizer weights by the model weight names they end
-with. Every value read through `_read_h5.read` (shape checked first).
-"""
+"""Matcher stage for TF 2.x H5 files: weights and optimizer as a `Plan`."""
 
 import tensorflow as tf
 

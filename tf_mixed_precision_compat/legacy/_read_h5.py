@@ -1,8 +1,4 @@
-"""Reader stage: TF 2.x Keras H5 files (`model.save("x.h5")`, `save_weights`).
-
-Their layout, `keras_version`, the weight datasets (read only when their
-shape fits) and the check of `Lambda` bytecode this Python cannot read.
-"""
+"""Reader stage: TF 2.x Keras H5 files (`model.save("x.h5")`, weights)."""
 
 import base64
 import os
