@@ -69,23 +69,17 @@ def _native_keys(graph, parts):
           if node not in legacy]
 
 
-def patched_read(original):
+def patched_read(original, make_checkpoint=tf.train.Checkpoint):
   """`tf.train.Checkpoint.read` that restores TF 2.x Keras checkpoints."""
 
   @functools.wraps(original)
   def read(self, save_path, *args, **kwargs):
     return read_or_restore(original, self, save_path, args, kwargs,
-                           tf.train.Checkpoint)
+                           make_checkpoint)
 
   return read
 
 
 def patched_restore_v1(original):
   """`tf.compat.v1.train.Checkpoint.restore`, idem."""
-
-  @functools.wraps(original)
-  def restore(self, save_path, *args, **kwargs):
-    return read_or_restore(original, self, save_path, args, kwargs,
-                           tf.compat.v1.train.Checkpoint)
-
-  return restore
+  return patched_read(original, tf.compat.v1.train.Checkpoint)

@@ -107,10 +107,7 @@ def _code_in(node, custom):
 
 def check_config(config, source, safe_mode, custom_objects, what="model"):
   """Refuses a model (or `what="training_config"`) config running code."""
-  custom = set(custom_objects or ())
-  if _depth_exceeds(config, MAX_DEPTH):
-    raise ValueError(f"{source!r}: its {what} config nests deeper than "
-                     f"{MAX_DEPTH} levels; the file is corrupted or hostile.")
+  custom = set(custom_objects or ())  # (`parse_json` bounded the depth.)
   # (value, where, kind): kind is _LAYER for a layer config, _LAYER_CONFIG
   # for a layer's own "config", None for anything else.
   stack = [(config, "" if what == "model" else what,

@@ -2,7 +2,6 @@
 
 import functools
 
-import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
@@ -10,13 +9,6 @@ from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.optimizers import _inner
-
-_KERAS_VARIABLE = getattr(keras, "Variable", None)
-
-
-def _is_variable(obj):
-  return isinstance(obj, tf.Variable) or (
-      _KERAS_VARIABLE is not None and isinstance(obj, _KERAS_VARIABLE))
 
 
 def _children(obj):
@@ -35,7 +27,7 @@ def reachable(roots, skip=frozenset(), stop=lambda obj: False):
     if id(obj) in seen:
       continue
     seen.add(id(obj))
-    if _is_variable(obj):
+    if _match.is_variable(obj):
       variables.append(obj)
     elif isinstance(obj, tf.__internal__.tracking.Trackable):
       trackables.append(obj)

@@ -139,7 +139,7 @@ def wrap_load_weights(original):
     kind = weights_format(filepath)
     if kind is None:
       return original(self, filepath, *args, **kwargs)
-    by_name, skip_mismatch, _ = _tf24_weights_arguments(args, kwargs)
+    by_name, skip_mismatch = _tf24_weights_arguments(args, kwargs)
     path = os.fspath(filepath)
     if kind == "tf":
       if by_name:
@@ -155,7 +155,8 @@ def wrap_load_weights(original):
 
 
 def _tf24_weights_arguments(args, kwargs):
-  """(by_name, skip_mismatch, options) as TF 2.4's `load_weights` took them."""
+  """(by_name, skip_mismatch) as TF 2.4's `load_weights` took them (and
+  `options`, checked, unused)."""
   names = ("by_name", "skip_mismatch", "options")
   if len(args) > len(names):
     raise TypeError(f"load_weights() takes at most {len(names) + 1} "
@@ -170,20 +171,19 @@ def _tf24_weights_arguments(args, kwargs):
     if key in values:
       raise TypeError(f"load_weights() got multiple values for {key!r}.")
     values[key] = value
-  by_name = values.get("by_name", False)
-  skip_mismatch = values.get("skip_mismatch", False)
-  options = values.get("options")
+  by_name, skip_mismatch, options = (values.get("by_name", False),
+                                     values.get("skip_mismatch", False),
+                                     values.get("options"))
   for key, value in (("by_name", by_name), ("skip_mismatch", skip_mismatch)):
     if not isinstance(value, (bool, np.bool_)):
       raise TypeError(f"load_weights(): {key} must be a bool, got {value!r}.")
-  if options is not None and not isinstance(options,
-                                            tf.train.CheckpointOptions):
+  if not isinstance(options, (tf.train.CheckpointOptions, type(None))):
     raise TypeError("load_weights(): options must be a "
                     f"tf.train.CheckpointOptions or None, got {options!r}.")
   if skip_mismatch and not by_name:
     raise ValueError("When calling model.load_weights, skip_mismatch can only "
                      "be set to True when by_name is True.")
-  return bool(by_name), bool(skip_mismatch), options
+  return bool(by_name), bool(skip_mismatch)
 
 
 def load_tf_format_weights(model, path):

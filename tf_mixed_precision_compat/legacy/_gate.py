@@ -25,15 +25,13 @@ class RestoreError(ValueError):
     self.unmatched_objects = list(unmatched_objects)
     self.problems = list(problems)
     lines = [f"Cannot restore {source!r} exactly; nothing was assigned."]
-    if self.problems:
-      lines.append("Problems:")
-      lines += [f"  {p}" for p in self.problems]
-    if self.unmatched_checkpoint:
-      lines.append("Values in the checkpoint with no Keras 3 counterpart:")
-      lines += [f"  {k}" for k in self.unmatched_checkpoint]
-    if self.unmatched_objects:
-      lines.append("Keras 3 state the checkpoint does not provide:")
-      lines += [f"  {k}" for k in self.unmatched_objects]
+    for title, items in (
+        ("Problems:", self.problems),
+        ("Values in the checkpoint with no Keras 3 counterpart:",
+         self.unmatched_checkpoint),
+        ("Keras 3 state the checkpoint does not provide:",
+         self.unmatched_objects)):
+      lines += [title] + [f"  {item}" for item in items] if items else []
     if self.unmatched_checkpoint or self.unmatched_objects:
       lines.append("Pass allow_partial=True to restore the matched part.")
     super().__init__("\n".join(lines))

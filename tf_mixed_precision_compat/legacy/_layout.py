@@ -115,10 +115,8 @@ def _judge(reader, graph, source):
   keras2_only = evidence.only == "keras2"
 
   def judge(obj, node_id):
-    if is_optimizer(obj):
-      layout = evidence.optimizer_layout(node_id)
-    else:
-      layout = evidence.model_layout(node_id)
+    layout = (evidence.optimizer_layout if is_optimizer(obj) else
+              evidence.model_layout)(node_id)
     if layout is not None:
       return layout == "keras2"
     if keras2_only or is_optimizer(obj) or evidence.any_keras3:

@@ -46,14 +46,12 @@ def restore_graph(reader, graph, source, model, optimizer, model_node,
   if model is not None:
     _match.check_built(model, source)
     _match.build_optimizer(optimizer, [model])
-  models = [] if model_node is None or model is None else [(model_node,
-                                                             model)]
+  models = [] if model is None or model_node is None else [(model_node, model)]
   optimizers = [] if optimizer_node is None else [(optimizer_node, optimizer)]
   plan = _match.plan_restore(reader, graph, source, models, optimizers,
                              ignored)
-  _gate.check(plan, _match.expected_objects(
-      [model] if model is not None else [],
-      [optimizer] if optimizer is not None else []), allow_partial)
+  _gate.check(plan, _match.expected_objects([model], [optimizer]),
+              allow_partial)
   return _gate.assign(plan, [o for _, o in optimizers], dry_run=dry_run)
 
 
@@ -248,8 +246,8 @@ def _load_h5_file(f, path, safe_mode, custom_objects, compile,  # pylint: disabl
     if "optimizer_weights" in f:
       _match_h5.plan_optimizer(f["optimizer_weights"], path, optimizer,
                                by_tf_name, plan)
-  _gate.check(plan, _match_h5.expected_objects(
-      [model], [optimizer] if optimizer is not None else []), allow_partial)
+  _gate.check(plan, _match_h5.expected_objects([model], [optimizer]),
+              allow_partial)
   _gate.assign(plan)
   if optimizer is not None:
     _config.log_no_loss_scale(path, optimizer)

@@ -131,9 +131,9 @@ def _model_weights(model):
 
 def expected_objects(models=(), optimizers=()):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = [(v, target_name(v)) for model in models
+  expected = [(v, target_name(v)) for model in models if model is not None
               for v in _model_weights(model)]
-  for optimizer in optimizers:
+  for optimizer in filter(None, optimizers):
     expected += [(v, f"optimizer/{v.name}")
                  for v in inner_optimizer_of(optimizer).variables]
     state = loss_scale_optimizer.loss_scale_state(optimizer)
