@@ -213,8 +213,7 @@ def build_optimizer(optimizer_config, source, custom_objects):
 
 
 def compile_model(model, training_config, source, custom_objects, safe_mode):
-  """Compiles `model` as `training_config` says, checked and built as a
-  model config is (it can hold functions too); returns the optimizer."""
+  """Compiles `model` as `training_config` says (checked); the optimizer."""
   expect_dict(training_config, "training_config", source)
   check_config(training_config, source, safe_mode, custom_objects,
                what="training_config")

@@ -173,11 +173,8 @@ class LegacyRestore:
 
   def _built(self, what, part):
     """Runs `part` once every object `what` waits for is built."""
-    if what == "model" and not all(_layout.model_built(m)
-                                   for m in self._models):
-      return
-    if what == "slots" and not all(_match.is_built(o)
-                                   for o in self._optimizers):
+    if not (all(map(_layout.model_built, self._models)) if what == "model"
+            else all(map(_match.is_built, self._optimizers))):
       return
     self._run_waiting(part)
     self.pending.discard(what)

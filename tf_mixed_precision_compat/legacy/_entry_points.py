@@ -28,9 +28,6 @@ _KERAS2_OPTIMIZER_KEYS = ("decay", "lr")
 _H5_SUFFIXES = (".h5", ".hdf5", ".keras")
 _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
 
-# --------------------------------------------------------------------------
-# Optimizer configs.
-
 
 def is_tf2x_optimizer_config(config):
   """Whether `config` (given to `deserialize` / `get`) is TF 2.x's."""
@@ -48,8 +45,7 @@ def is_tf2x_optimizer_config(config):
 
 def deserialize_tf2x_optimizer(config, custom_objects=None):
   """The optimizer `legacy.load_model` builds from a TF 2.x `config`."""
-  objects = dict(keras.saving.get_custom_objects())
-  objects.update(custom_objects or {})
+  objects = {**keras.saving.get_custom_objects(), **(custom_objects or {})}
   return _config.build_optimizer(config, "the optimizer config", objects)
 
 
@@ -77,19 +73,13 @@ def wrap_optimizers_get(original):
   return get
 
 
-# --------------------------------------------------------------------------
-# Model files.
-
-
 def is_tf2x_saved_model(path):
   """Whether `path` is a TF 2.3/2.4 Keras SavedModel directory."""
-  if not _saved_model.is_saved_model(path):
-    return False
   try:
-    _saved_model.root_metadata(path)
+    return (_saved_model.is_saved_model(path) and
+            _saved_model.root_metadata(path) is not None)
   except ValueError:
     return False
-  return True
 
 
 def wrap_load_model(original):
@@ -111,10 +101,6 @@ def wrap_load_model(original):
         safe_mode=options.get("safe_mode", True))
 
   return load_model
-
-
-# --------------------------------------------------------------------------
-# Model.load_weights.
 
 
 def weights_format(filepath):
@@ -155,8 +141,7 @@ def wrap_load_weights(original):
 
 
 def _tf24_weights_arguments(args, kwargs):
-  """(by_name, skip_mismatch) as TF 2.4's `load_weights` took them (and
-  `options`, checked, unused)."""
+  """(by_name, skip_mismatch): TF 2.4's `load_weights` arguments, checked."""
   names = ("by_name", "skip_mismatch", "options")
   if len(args) > len(names):
     raise TypeError(f"load_weights() takes at most {len(names) + 1} "
@@ -206,10 +191,6 @@ def load_tf_format_weights(model, path):
   return _gate.LoadStatus(_gate.Restored(report), unrestored=unrestored)
 
 
-# --------------------------------------------------------------------------
-# TF 2.x H5 weight files.
-
-
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
   """Loads a TF 2.x H5 weight (or whole-model) file into built `model`."""
   if not model.built or not model.weights:
@@ -237,8 +218,7 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
 
 
 def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
-  """Adds a whole-model file's optimizer state to `weights_plan` if it all
-  fits the model's optimizer (else warns why); returns whether."""
+  """Adds the file's optimizer state to `weights_plan` if all fits; whether."""
   # TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
   # bytecode unreadable here) and compiled resumes `fit` as after load_model.
   optimizer = getattr(model, "optimizer", None)

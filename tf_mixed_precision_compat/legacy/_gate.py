@@ -94,22 +94,21 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 
 def assign(plan, optimizers=(), dry_run=False):
   """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`."""
-  report = RestoreReport(plan.source, [], list(plan.unmatched_checkpoint),
-                         list(plan.unmatched_objects), list(plan.ignored))
+  report = RestoreReport(
+      plan.source, [(key, d) for key, _, _, d in plan.assignments],
+      list(plan.unmatched_checkpoint), list(plan.unmatched_objects),
+      list(plan.ignored), {a: v for a, (_, v) in plan.hyper.items()})
+  if dry_run:
+    return report
   # Lifted out of any function being traced: a restore fired while a model
   # is first called inside `tf.function` must assign now, not in the graph.
   with tf.init_scope():
-    for key, target, value, description in plan.assignments:
-      if not dry_run:
-        assign_exact(target, value)
-      report.matched.append((key, description))
-  for attribute, (owner, value) in plan.hyper.items():
-    if not dry_run:
+    for _, target, value, _ in plan.assignments:
+      assign_exact(target, value)
+    for attribute, (owner, value) in plan.hyper.items():
       setattr(owner, attribute, value)
-    report.hyperparameters[attribute] = value
-  for optimizer in () if dry_run else optimizers:
-    inner = _match.inner_optimizer_of(optimizer)
-    with tf.init_scope():
+    for optimizer in optimizers:
+      inner = _match.inner_optimizer_of(optimizer)
       report.iterations = int(inner.iterations.numpy())
       if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
           optimizer.dynamic_counter is not None):

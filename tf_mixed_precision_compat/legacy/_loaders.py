@@ -65,20 +65,16 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
   Args:
     path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory.
     model: The same architecture rebuilt in Keras 3 and built, or None (a
-      checkpoint without a `model` entry: its other root entries are left to
-      `tf.train.Checkpoint.restore` after `install()`).
+      checkpoint without a `model` entry).
     optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None; built
       for `model.trainable_variables` if it is not yet.
-    allow_partial: If False (default), a checkpoint value without a Keras 3
-      counterpart, or a variable the checkpoint lacks, raises `RestoreError`;
-      if True they are listed in the report and left alone.
-    dry_run: If True, match and check only: return the report of what would
-      be assigned (its iterations, loss scale and counter None) or raise the
-      error the restore would raise, assigning nothing.
+    allow_partial: If True, values without a counterpart (either way) are
+      listed in the report and left alone instead of raising `RestoreError`.
+    dry_run: If True, only match and check: the report (its numbers None) or
+      the error of the restore, assigning nothing.
 
   Returns:
-    A `RestoreReport`: the matched pairs, the restored iterations, loss scale
-    and counter, and what was left unmatched.
+    A `RestoreReport` of what was matched, restored and left unmatched.
 
   Raises:
     TypeError: If an argument has the wrong type (naming it).
@@ -215,39 +211,34 @@ def _load_h5(path, safe_mode, custom_objects, compile, allow_partial):  # pylint
   except OSError as e:
     raise OSError(f"Cannot open {path!r} as an HDF5 file (truncated or "
                   f"corrupted?): {e}") from None
-  with f:
-    try:
-      return _load_h5_file(f, path, safe_mode, custom_objects, compile,
-                           allow_partial)
-    except (KeyError, RuntimeError) as e:
-      raise ValueError(f"{path!r} is corrupted or not a TF 2.x Keras H5 "
-                       f"model: {type(e).__name__}: {e}") from None
-
-
-def _load_h5_file(f, path, safe_mode, custom_objects, compile,  # pylint: disable=redefined-builtin
-                  allow_partial):
-  """`load_model` of an open H5 file."""
-  if "model_config" not in f.attrs:
-    raise ValueError(f"{path!r} has no model_config: it holds weights only "
-                     "(use model.load_weights) or is not a Keras H5 file.")
-  config = _config.parse_json(f.attrs["model_config"], "model_config", path)
-  _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f), path)
-  model = _config.build_model(config, path, safe_mode, custom_objects)
-  plan = _match.Plan(path)
-  by_tf_name = _match_h5.plan_by_layer_name(
-      _read_h5.layer_groups(f, path), path, model, plan)
-  optimizer = None
-  if compile and "training_config" in f.attrs:
-    training_config = _config.parse_json(
-        f.attrs["training_config"], "training_config", path)
-    optimizer = _config.compile_model(model, training_config, path,
-                                      custom_objects, safe_mode)
-    _match.build_optimizer(optimizer, [model])
-    if "optimizer_weights" in f:
-      _match_h5.plan_optimizer(f["optimizer_weights"], path, optimizer,
-                               by_tf_name, plan)
-  _gate.check(plan, _match_h5.expected_objects([model], [optimizer]),
-              allow_partial)
+  try:
+    with f:
+      if "model_config" not in f.attrs:
+        raise ValueError(f"{path!r} has no model_config: it holds weights "
+                         "only (use model.load_weights) or is not a Keras H5 "
+                         "file.")
+      config = _config.parse_json(f.attrs["model_config"], "model_config",
+                                  path)
+      _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f), path)
+      model = _config.build_model(config, path, safe_mode, custom_objects)
+      plan = _match.Plan(path)
+      by_tf_name = _match_h5.plan_by_layer_name(
+          _read_h5.layer_groups(f, path), path, model, plan)
+      optimizer = None
+      if compile and "training_config" in f.attrs:
+        training_config = _config.parse_json(
+            f.attrs["training_config"], "training_config", path)
+        optimizer = _config.compile_model(model, training_config, path,
+                                          custom_objects, safe_mode)
+        _match.build_optimizer(optimizer, [model])
+        if "optimizer_weights" in f:
+          _match_h5.plan_optimizer(f["optimizer_weights"], path, optimizer,
+                                   by_tf_name, plan)
+      _gate.check(plan, _match_h5.expected_objects([model], [optimizer]),
+                  allow_partial)
+  except (KeyError, RuntimeError) as e:
+    raise ValueError(f"{path!r} is corrupted or not a TF 2.x Keras H5 "
+                     f"model: {type(e).__name__}: {e}") from None
   _gate.assign(plan)
   if optimizer is not None:
     _config.log_no_loss_scale(path, optimizer)

@@ -86,10 +86,6 @@ class Plan:
     self.assignments.append((key, target, value, description))
 
 
-# ---------------------------------------------------------------------------
-# Facts about the Keras 3 objects, computed here only.
-
-
 def inner_optimizer_of(optimizer):
   if isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer):
     return optimizer.inner_optimizer
@@ -162,10 +158,6 @@ def build_optimizer(optimizer, models):
     optimizer.build(variables)
 
 
-# ---------------------------------------------------------------------------
-# Following a checkpoint path on a Keras 3 model.
-
-
 def _step(obj, name):
   """One child-name step on a Keras 3 object; None when there is none."""
   if isinstance(obj, keras.Model):
@@ -202,10 +194,6 @@ def _follow(model, path):
     if isinstance(obj, keras.layers.Layer):
       layer = obj
   return (obj, layer) if is_variable(obj) else (None, None)
-
-
-# ---------------------------------------------------------------------------
-# The plan of an object-graph checkpoint.
 
 
 def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),

@@ -74,8 +74,7 @@ def model_from_config(config: dict[str, Any],
                                                     dict):
     raise ValueError("config must be a dict with keys 'class_name' and "
                      f"'config', got: {config!r}")
-  merged = dict(_POLICY_CLASSES)
-  merged.update(custom_objects or {})
+  merged = {**_POLICY_CLASSES, **(custom_objects or {})}
   class_name = config.get("class_name")
   if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
     if class_name == "Sequential":
@@ -90,9 +89,7 @@ def _with_input_layer(sequential_config):
   # TF 2.2 kept the input shape only as the first layer's
   # `batch_input_shape`, which Keras 3 reads as its input shape.
   layers = sequential_config.get("layers")
-  if not isinstance(layers, list) or not layers:
-    return sequential_config
-  first = layers[0]
+  first = layers[0] if isinstance(layers, list) and layers else None
   if (not isinstance(first, dict) or first.get("class_name") == "InputLayer"
       or not isinstance(first.get("config"), dict) or
       "batch_input_shape" not in first["config"]):

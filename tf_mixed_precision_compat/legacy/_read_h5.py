@@ -177,8 +177,7 @@ def _lambda_configs(node):
 
 
 def check_lambda_bytecode(config, keras_version, source):
-  """Refuses a model whose Lambda layers hold bytecode this Python can't
-  read, telling the writer without unmarshalling (docs/architecture.md)."""
+  """Refuses Lambda bytecode this Python cannot read (docs/architecture.md)."""
   for layer in _lambda_configs(config):
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):

@@ -29,8 +29,7 @@ _OPTIMIZER_TYPE = "optimizer"
 
 
 def serving_enabled():
-  """Whether `tf.saved_model.load` revives TF 2.x Keras optimizers (also
-  when another library, e.g. `tf_keras`, registered the type)."""
+  """Whether `tf.saved_model.load` revives TF 2.x optimizers (ours or not)."""
   load = tf.__internal__.saved_model.load
   return _OPTIMIZER_TYPE in load.registered_identifiers()
 
@@ -58,8 +57,7 @@ def disable_serving():
 
 @contextlib.contextmanager
 def serving():
-  """`enable_serving()` for the duration of a load, unless already enabled
-  (outside `install()` the package changes no global state of TF)."""
+  """`enable_serving()` for the duration of a load, unless already enabled."""
   registered_here = not serving_enabled()
   if registered_here:
     enable_serving()
