@@ -129,7 +129,7 @@ def expected_objects(models=(), optimizers=()):
   """Keras 3 state a full restore must assign: (object, description)."""
   expected = [(v, target_name(v)) for model in models if model is not None
               for v in _model_weights(model)]
-  for optimizer in filter(None, optimizers):
+  for optimizer in [o for o in optimizers if o is not None]:
     expected += [(v, f"optimizer/{v.name}")
                  for v in inner_optimizer_of(optimizer).variables]
     state = loss_scale_optimizer.loss_scale_state(optimizer)

@@ -71,9 +71,8 @@ def read(group, name, source, like):
 
 def layer_groups(f, source, required=False):
   """[(layer name, group, weight names)] of an open file's saved layers."""
-  top = f
-  if "layer_names" not in f.attrs and "model_weights" in f:
-    top = f["model_weights"]
+  top = (f["model_weights"] if "layer_names" not in f.attrs and
+         "model_weights" in f else f)
   if not isinstance(top, h5py.Group):
     raise ValueError(f"{source!r}: model_weights is not a group; the file is "
                      "corrupted.")
@@ -92,9 +91,8 @@ def layer_groups(f, source, required=False):
 def optimizer_weights(f):
   """The `optimizer_weights` group of a whole-model file, or None."""
   group = f.get("optimizer_weights")
-  if not isinstance(group, h5py.Group) or "weight_names" not in group.attrs:
-    return None
-  return group
+  has_names = isinstance(group, h5py.Group) and "weight_names" in group.attrs
+  return group if has_names else None
 
 
 # Lambda layers: Python bytecode of the writer's Python.
