@@ -1,8 +1,4 @@
-"""Front ends: argument checks of the `legacy` loaders, before any file opens.
-
-A string where an optimizer belongs, or the truthy `"False"` for a flag,
-fails here clearly instead of deep inside a restore (or silently).
-"""
+"""Front ends: argument checks of the `legacy` loaders, before files open."""
 
 import os
 from typing import Any

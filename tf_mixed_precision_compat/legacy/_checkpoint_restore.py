@@ -1,10 +1,4 @@
-"""Front end: `tf.train.Checkpoint.restore` of TF 2.2-2.4 Keras checkpoints.
-
-`install()` grafts `patched_read` / `patched_restore_v1`: the Keras objects
-whose entries TF 2.x wrote (`_layout.split`) are restored through the
-pipeline (now, or when they are built: `_deferred.LegacyRestore`), the rest
-by TF. Design: docs/architecture.md.
-"""
+"""Front end: `tf.train.Checkpoint.restore` of TF 2.2-2.4 Keras checkpoints."""
 
 import functools
 
@@ -25,13 +19,8 @@ def _prefix(save_path):
 
 def read_or_restore(original, checkpoint, save_path, args, kwargs,
                     make_checkpoint):
-  """`original(checkpoint, save_path, *args, **kwargs)` (TF's `read` or v1
-  `restore`), or the legacy restore, returning a `_gate.LoadStatus`.
-
-  `make_checkpoint(**objects)` builds a checkpoint of the same kind, for the
-  entries TF restores itself. Raises `RestoreError` if the legacy Keras part
-  does not match (nothing assigned).
-  """
+  """TF's `original` (`read` or v1 `restore`), or the legacy restore's
+  `LoadStatus`; `make_checkpoint(**objects)`: one for what TF restores."""
   prefix = _prefix(save_path)
   if prefix is None or not tf.executing_eagerly():
     return original(checkpoint, save_path, *args, **kwargs)
@@ -80,23 +69,17 @@ def _native_keys(graph, parts):
           if node not in legacy]
 
 
-def patched_read(original):
+def patched_read(original, make_checkpoint=tf.train.Checkpoint):
   """`tf.train.Checkpoint.read` that restores TF 2.x Keras checkpoints."""
 
   @functools.wraps(original)
   def read(self, save_path, *args, **kwargs):
     return read_or_restore(original, self, save_path, args, kwargs,
-                           tf.train.Checkpoint)
+                           make_checkpoint)
 
   return read
 
 
 def patched_restore_v1(original):
   """`tf.compat.v1.train.Checkpoint.restore`, idem."""
-
-  @functools.wraps(original)
-  def restore(self, save_path, *args, **kwargs):
-    return read_or_restore(original, self, save_path, args, kwargs,
-                           tf.compat.v1.train.Checkpoint)
-
-  return restore
+  return patched_read(original, tf.compat.v1.train.Checkpoint)

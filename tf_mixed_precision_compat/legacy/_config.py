@@ -1,9 +1,4 @@
-"""Rebuild stage: compiled Keras 3 models from TF 2.x configs, safely.
-
-`check_config` refuses configs whose loading would run code from the file
-(safe mode); `build_model` / `compile_model` then build under Keras 3's own
-safe mode, forced on. Design: docs/architecture.md.
-"""
+"""Rebuild stage: compiled Keras 3 models from TF 2.x configs, safely."""
 
 import contextlib
 import json
@@ -111,16 +106,8 @@ def _code_in(node, custom):
 
 
 def check_config(config, source, safe_mode, custom_objects, what="model"):
-  """Refuses configs whose loading would run code from the file.
-
-  The whole tree is walked; what is refused: docs/architecture.md
-  ("Configs"). `config`: a model config or, with `what="training_config"`,
-  any JSON value (no layers expected).
-  """
-  custom = set(custom_objects or ())
-  if _depth_exceeds(config, MAX_DEPTH):
-    raise ValueError(f"{source!r}: its {what} config nests deeper than "
-                     f"{MAX_DEPTH} levels; the file is corrupted or hostile.")
+  """Refuses a model (or `what="training_config"`) config running code."""
+  custom = set(custom_objects or ())  # (`parse_json` bounded the depth.)
   # (value, where, kind): kind is _LAYER for a layer config, _LAYER_CONFIG
   # for a layer's own "config", None for anything else.
   stack = [(config, "" if what == "model" else what,
@@ -226,8 +213,7 @@ def build_optimizer(optimizer_config, source, custom_objects):
 
 
 def compile_model(model, training_config, source, custom_objects, safe_mode):
-  """Compiles `model` as `training_config` says, checked and built as a
-  model config is (it can hold functions too); returns the optimizer."""
+  """Compiles `model` as `training_config` says (checked); the optimizer."""
   expect_dict(training_config, "training_config", source)
   check_config(training_config, source, safe_mode, custom_objects,
                what="training_config")

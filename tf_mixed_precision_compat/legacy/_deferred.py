@@ -1,14 +1,7 @@
-"""Wait stage: a restore's part that waits for a build, and its failure.
-
-`LegacyRestore` restores the `Checkpoint` hook's Keras objects now or when
-they build (`on_build`); if a waiting part fails, `Snapshot` puts back what
-was assigned and `refuse_use` stops the objects. The tf_keras target shares
-these; docs/architecture.md says why each exists.
-"""
+"""Wait stage: a restore's part that waits for a build, and its failure."""
 
 import functools
 
-import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
@@ -16,13 +9,6 @@ from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.optimizers import _inner
-
-_KERAS_VARIABLE = getattr(keras, "Variable", None)
-
-
-def _is_variable(obj):
-  return isinstance(obj, tf.Variable) or (
-      _KERAS_VARIABLE is not None and isinstance(obj, _KERAS_VARIABLE))
 
 
 def _children(obj):
@@ -33,8 +19,7 @@ def _children(obj):
 
 
 def reachable(roots, skip=frozenset(), stop=lambda obj: False):
-  """(variables, other trackables) reachable from `roots`, each once; `skip`:
-  ids neither collected nor entered; `stop(obj)`: collected, not entered."""
+  """(variables, other trackables) reachable from `roots` but `skip` (ids)."""
   variables, trackables, seen = [], [], set(skip)
   stack = list(roots)
   while stack:
@@ -42,7 +27,7 @@ def reachable(roots, skip=frozenset(), stop=lambda obj: False):
     if id(obj) in seen:
       continue
     seen.add(id(obj))
-    if _is_variable(obj):
+    if _match.is_variable(obj):
       variables.append(obj)
     elif isinstance(obj, tf.__internal__.tracking.Trackable):
       trackables.append(obj)
@@ -65,8 +50,7 @@ class Snapshot:
   """
 
   def __init__(self, roots, skip=frozenset()):
-    """Reads the values of `roots`' variables now, but those of `skip`
-    (the models the deferred part builds: their restorations must wait)."""
+    """Reads `roots`' variables now, but those of `skip` (waiting models)."""
     variables, self._trackables = reachable(roots, skip)
     # Read outside any function being traced, as a copy the restore's
     # assignments cannot change.
@@ -128,14 +112,8 @@ def _log(message):
 class LegacyRestore:
   """The `Checkpoint` hook's legacy part: assigned now, or as objects build.
 
-  Attributes:
-    source: The checkpoint prefix.
-    report: The latest `RestoreReport` (None until something was assigned).
-    pending: What still waits: "model" (an unbuilt model) and/or "slots"
-      (an optimizer that has not built its slots).
-    error: The failure of a part that waited, or None.
-    roll_back: Puts back what TF's part assigned at once, should a waiting
-      part fail; None when nothing can fail any more.
+  `pending`: "model" and/or "slots" still waiting; `roll_back`: puts back
+  TF's part should a waiting part fail (None once nothing can fail).
   """
 
   def __init__(self, reader, graph, source, parts):
@@ -195,11 +173,8 @@ class LegacyRestore:
 
   def _built(self, what, part):
     """Runs `part` once every object `what` waits for is built."""
-    if what == "model" and not all(_layout.model_built(m)
-                                   for m in self._models):
-      return
-    if what == "slots" and not all(_match.is_built(o)
-                                   for o in self._optimizers):
+    if not (all(map(_layout.model_built, self._models)) if what == "model"
+            else all(map(_match.is_built, self._optimizers))):
       return
     self._run_waiting(part)
     self.pending.discard(what)
@@ -220,8 +195,7 @@ class LegacyRestore:
       raise
 
   def _refused(self):
-    """The models' forward pass (Keras calls the instance's `call`) and the
-    optimizers' updates: what refuses use after a failure."""
+    """The models' `call` and optimizers' updates refused after a failure."""
     targets = [(m, ("call",)) for m in self._models]
     for optimizer in self._optimizers:
       inner = _match.inner_optimizer_of(optimizer)

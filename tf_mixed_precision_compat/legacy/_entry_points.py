@@ -1,10 +1,4 @@
-"""Front ends `install()` grafts onto Keras 3's own loading entry points.
-
-`keras.optimizers.deserialize` / `get`, `keras.models.load_model` and
-`keras.Model.load_weights` taught TF 2.3/2.4's configs and files (which
-files, and with which arguments: docs/architecture.md); everything else goes
-to Keras 3 unchanged.
-"""
+"""Front ends `install()` grafts onto Keras 3's own loading entry points."""
 
 import functools
 import inspect
@@ -34,16 +28,9 @@ _KERAS2_OPTIMIZER_KEYS = ("decay", "lr")
 _H5_SUFFIXES = (".h5", ".hdf5", ".keras")
 _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
 
-# --------------------------------------------------------------------------
-# Optimizer configs.
-
 
 def is_tf2x_optimizer_config(config):
-  """Whether `config` (given to `deserialize` / `get`) is TF 2.x's.
-
-  Without Keras 3's keys: a TF 2.3 / 2.4 loss-scale optimizer config, or a
-  Keras 2 built-in optimizer's (it has `decay` or `lr`).
-  """
+  """Whether `config` (given to `deserialize` / `get`) is TF 2.x's."""
   if not isinstance(config, dict) or any(k in config for k in _KERAS3_KEYS):
     return False
   class_name, options = config.get("class_name"), config.get("config")
@@ -58,8 +45,7 @@ def is_tf2x_optimizer_config(config):
 
 def deserialize_tf2x_optimizer(config, custom_objects=None):
   """The optimizer `legacy.load_model` builds from a TF 2.x `config`."""
-  objects = dict(keras.saving.get_custom_objects())
-  objects.update(custom_objects or {})
+  objects = {**keras.saving.get_custom_objects(), **(custom_objects or {})}
   return _config.build_optimizer(config, "the optimizer config", objects)
 
 
@@ -87,19 +73,13 @@ def wrap_optimizers_get(original):
   return get
 
 
-# --------------------------------------------------------------------------
-# Model files.
-
-
 def is_tf2x_saved_model(path):
   """Whether `path` is a TF 2.3/2.4 Keras SavedModel directory."""
-  if not _saved_model.is_saved_model(path):
-    return False
   try:
-    _saved_model.root_metadata(path)
+    return (_saved_model.is_saved_model(path) and
+            _saved_model.root_metadata(path) is not None)
   except ValueError:
     return False
-  return True
 
 
 def wrap_load_model(original):
@@ -121,10 +101,6 @@ def wrap_load_model(original):
         safe_mode=options.get("safe_mode", True))
 
   return load_model
-
-
-# --------------------------------------------------------------------------
-# Model.load_weights.
 
 
 def weights_format(filepath):
@@ -149,7 +125,7 @@ def wrap_load_weights(original):
     kind = weights_format(filepath)
     if kind is None:
       return original(self, filepath, *args, **kwargs)
-    by_name, skip_mismatch, _ = _tf24_weights_arguments(args, kwargs)
+    by_name, skip_mismatch = _tf24_weights_arguments(args, kwargs)
     path = os.fspath(filepath)
     if kind == "tf":
       if by_name:
@@ -165,7 +141,7 @@ def wrap_load_weights(original):
 
 
 def _tf24_weights_arguments(args, kwargs):
-  """(by_name, skip_mismatch, options) as TF 2.4's `load_weights` took them."""
+  """(by_name, skip_mismatch): TF 2.4's `load_weights` arguments, checked."""
   names = ("by_name", "skip_mismatch", "options")
   if len(args) > len(names):
     raise TypeError(f"load_weights() takes at most {len(names) + 1} "
@@ -180,20 +156,19 @@ def _tf24_weights_arguments(args, kwargs):
     if key in values:
       raise TypeError(f"load_weights() got multiple values for {key!r}.")
     values[key] = value
-  by_name = values.get("by_name", False)
-  skip_mismatch = values.get("skip_mismatch", False)
-  options = values.get("options")
+  by_name, skip_mismatch, options = (values.get("by_name", False),
+                                     values.get("skip_mismatch", False),
+                                     values.get("options"))
   for key, value in (("by_name", by_name), ("skip_mismatch", skip_mismatch)):
     if not isinstance(value, (bool, np.bool_)):
       raise TypeError(f"load_weights(): {key} must be a bool, got {value!r}.")
-  if options is not None and not isinstance(options,
-                                            tf.train.CheckpointOptions):
+  if not isinstance(options, (tf.train.CheckpointOptions, type(None))):
     raise TypeError("load_weights(): options must be a "
                     f"tf.train.CheckpointOptions or None, got {options!r}.")
   if skip_mismatch and not by_name:
     raise ValueError("When calling model.load_weights, skip_mismatch can only "
                      "be set to True when by_name is True.")
-  return bool(by_name), bool(skip_mismatch), options
+  return bool(by_name), bool(skip_mismatch)
 
 
 def load_tf_format_weights(model, path):
@@ -214,10 +189,6 @@ def load_tf_format_weights(model, path):
         "Compile the model before load_weights to restore it too.",
         model.name, prefix, len(unrestored), unrestored[:3])
   return _gate.LoadStatus(_gate.Restored(report), unrestored=unrestored)
-
-
-# --------------------------------------------------------------------------
-# TF 2.x H5 weight files.
 
 
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
@@ -247,8 +218,7 @@ def load_h5_weights(model, path, by_name=False, skip_mismatch=False):
 
 
 def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
-  """Adds a whole-model file's optimizer state to `weights_plan` if it all
-  fits the model's optimizer (else warns why); returns whether."""
+  """Adds the file's optimizer state to `weights_plan` if all fits; whether."""
   # TF 2.4 read only the weights; a model rebuilt in code (its `Lambda`
   # bytecode unreadable here) and compiled resumes `fit` as after load_model.
   optimizer = getattr(model, "optimizer", None)

@@ -1,10 +1,4 @@
-"""Gate stage: a plan is checked whole, then refused or assigned exactly.
-
-`check` raises `RestoreError` naming the file and every problem before
-anything is assigned; `assign` writes every value through `assign_exact`,
-the one distribution-aware assign, and returns the `RestoreReport`;
-`LoadStatus` is what the `Checkpoint` hook and `load_weights` return.
-"""
+"""Gate stage: a plan is checked whole, then refused or assigned exactly."""
 
 import dataclasses
 
@@ -31,15 +25,13 @@ class RestoreError(ValueError):
     self.unmatched_objects = list(unmatched_objects)
     self.problems = list(problems)
     lines = [f"Cannot restore {source!r} exactly; nothing was assigned."]
-    if self.problems:
-      lines.append("Problems:")
-      lines += [f"  {p}" for p in self.problems]
-    if self.unmatched_checkpoint:
-      lines.append("Values in the checkpoint with no Keras 3 counterpart:")
-      lines += [f"  {k}" for k in self.unmatched_checkpoint]
-    if self.unmatched_objects:
-      lines.append("Keras 3 state the checkpoint does not provide:")
-      lines += [f"  {k}" for k in self.unmatched_objects]
+    for title, items in (
+        ("Problems:", self.problems),
+        ("Values in the checkpoint with no Keras 3 counterpart:",
+         self.unmatched_checkpoint),
+        ("Keras 3 state the checkpoint does not provide:",
+         self.unmatched_objects)):
+      lines += [title] + [f"  {item}" for item in items] if items else []
     if self.unmatched_checkpoint or self.unmatched_objects:
       lines.append("Pass allow_partial=True to restore the matched part.")
     super().__init__("\n".join(lines))
@@ -89,8 +81,7 @@ class RestoreReport:
 
 
 def check(plan, expected=None, allow_partial=False, problems=()):
-  """Raises `RestoreError` for `plan`'s (and further) problems, or, unless
-  `allow_partial`, what it leaves out of `expected` (`expected_objects`)."""
+  """Raises `RestoreError` for `plan`'s (and further) problems or gaps."""
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
                               if id(obj) not in plan.targets]
@@ -102,24 +93,22 @@ def check(plan, expected=None, allow_partial=False, problems=()):
 
 
 def assign(plan, optimizers=(), dry_run=False):
-  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`
-  (its numbers read from `optimizers`, None for a dry run)."""
-  report = RestoreReport(plan.source, [], list(plan.unmatched_checkpoint),
-                         list(plan.unmatched_objects), list(plan.ignored))
+  """Assigns a checked plan (unless `dry_run`); returns the `RestoreReport`."""
+  report = RestoreReport(
+      plan.source, [(key, d) for key, _, _, d in plan.assignments],
+      list(plan.unmatched_checkpoint), list(plan.unmatched_objects),
+      list(plan.ignored), {a: v for a, (_, v) in plan.hyper.items()})
+  if dry_run:
+    return report
   # Lifted out of any function being traced: a restore fired while a model
   # is first called inside `tf.function` must assign now, not in the graph.
   with tf.init_scope():
-    for key, target, value, description in plan.assignments:
-      if not dry_run:
-        assign_exact(target, value)
-      report.matched.append((key, description))
-  for attribute, (owner, value) in plan.hyper.items():
-    if not dry_run:
+    for _, target, value, _ in plan.assignments:
+      assign_exact(target, value)
+    for attribute, (owner, value) in plan.hyper.items():
       setattr(owner, attribute, value)
-    report.hyperparameters[attribute] = value
-  for optimizer in () if dry_run else optimizers:
-    inner = _match.inner_optimizer_of(optimizer)
-    with tf.init_scope():
+    for optimizer in optimizers:
+      inner = _match.inner_optimizer_of(optimizer)
       report.iterations = int(inner.iterations.numpy())
       if (isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer) and
           optimizer.dynamic_counter is not None):
@@ -170,12 +159,7 @@ class Restored:
 
 
 class LoadStatus:
-  """The status a legacy restore returns, as TF's load status.
-
-  It offers `assert_consumed()`, `assert_existing_objects_matched()`,
-  `assert_nontrivial_match()`, `expect_partial()`, `run_restore_ops()` and
-  `initialize_or_restore()`, over both the legacy Keras part and the part TF
-  restored (`native`, or None).
+  """TF's load status over the legacy part and the part TF restored.
 
   Attributes:
     legacy: The legacy part (`_deferred.LegacyRestore`, or `Restored`).

@@ -1,10 +1,4 @@
-"""Matcher stage: which Keras wrote each part of an object-based checkpoint.
-
-`describe` names each root entry's writer ("keras2": TF 2.2-2.4's Keras,
-"keras3"); `split` sorts a `tf.train.Checkpoint`'s objects into the Keras
-objects whose entries TF 2.x wrote (restored by the pipeline) and the rest
-(restored by TF). Rules: docs/architecture.md ("Whose layout is an entry").
-"""
+"""Matcher stage: which Keras wrote each part of an object-based checkpoint."""
 
 import keras
 import tensorflow as tf
@@ -91,17 +85,8 @@ class _Evidence:
 
 
 def describe(reader, graph):
-  """Which Keras wrote each entry of a checkpoint's root (for `inspect`).
-
-  Args:
-    reader: The checkpoint's reader (the layout shows in `graph` alone).
-    graph: Its `_read_checkpoint.ObjectGraph`.
-
-  Returns:
-    `{entry name: "keras2" | "keras3" | None}` for the root's entries but
-    `save_counter`: "keras2" for TF 2.2-2.4's Keras, "keras3" for Keras 3,
-    None for a plain variable (a step counter) or when nothing tells.
-  """
+  """`{root entry but save_counter: "keras2" | "keras3" | None}`: its writer
+  (None: a plain variable, or nothing tells), for `inspect`."""
   del reader  # Everything needed is in the object graph.
   evidence = _Evidence(graph)
   return {name: (evidence.optimizer_layout(node_id) or
@@ -130,10 +115,8 @@ def _judge(reader, graph, source):
   keras2_only = evidence.only == "keras2"
 
   def judge(obj, node_id):
-    if is_optimizer(obj):
-      layout = evidence.optimizer_layout(node_id)
-    else:
-      layout = evidence.model_layout(node_id)
+    layout = (evidence.optimizer_layout if is_optimizer(obj) else
+              evidence.model_layout)(node_id)
     if layout is not None:
       return layout == "keras2"
     if keras2_only or is_optimizer(obj) or evidence.any_keras3:
@@ -168,13 +151,8 @@ def _stand_in(children):
 
 
 def _walk(obj, node_id, graph, parts, native, seen, judge, known=frozenset()):
-  """Sorts `obj`'s dependencies, facing node `node_id`, into `parts`/`native`.
-
-  `native` (name -> object) gets what TF restores, a container holding
-  legacy objects as a stand-in holding only the others; `seen`: containers
-  visited; `known`: objects facing an entry somewhere, left out where
-  reached without one (TF matches each object once).
-  """
+  """Sorts `obj`'s dependencies (node `node_id`) into `parts` / `native`
+  (name -> what TF restores); `known`: objects with an entry elsewhere."""
   found_before = len(parts.legacy_nodes)
   entries = dict(graph.children(node_id))
   children = _private_api.trackable_children(obj)

@@ -1,9 +1,4 @@
-"""Front ends: `restore_checkpoint`, `load_model`, `load_saved_model`.
-
-Each opens a reader, hands the object graph or file to the matcher and the
-plan to the gate: `restore_graph` is the one object-graph restore sequence
-(also behind `load_weights` and the SavedModel loader).
-"""
+"""Front ends: `restore_checkpoint`, `load_model`, `load_saved_model`."""
 
 from __future__ import annotations
 
@@ -41,12 +36,7 @@ def model_and_optimizer_nodes(graph, source):
 
 def restore_graph(reader, graph, source, model, optimizer, model_node,
                   allow_partial, keep_optimizer_node=False, dry_run=False):
-  """The object-graph restore: match, gate, assign; returns the report.
-
-  `model_node`: the model's node (0: the root) or None. Without `optimizer`
-  the root's `optimizer` entry is left aside, unless `keep_optimizer_node`
-  (`restore_checkpoint`: its values then count as unmatched).
-  """
+  """Match, gate, assign; returns the report (docs/architecture.md)."""
   optimizer_node = graph.child(0, "optimizer")
   ignored = [node for name, node in graph.children(0) if name == "save_counter"]
   if optimizer is None and optimizer_node is not None:
@@ -56,14 +46,12 @@ def restore_graph(reader, graph, source, model, optimizer, model_node,
   if model is not None:
     _match.check_built(model, source)
     _match.build_optimizer(optimizer, [model])
-  models = [] if model_node is None or model is None else [(model_node,
-                                                             model)]
+  models = [] if model is None or model_node is None else [(model_node, model)]
   optimizers = [] if optimizer_node is None else [(optimizer_node, optimizer)]
   plan = _match.plan_restore(reader, graph, source, models, optimizers,
                              ignored)
-  _gate.check(plan, _match.expected_objects(
-      [model] if model is not None else [],
-      [optimizer] if optimizer is not None else []), allow_partial)
+  _gate.check(plan, _match.expected_objects([model], [optimizer]),
+              allow_partial)
   return _gate.assign(plan, [o for _, o in optimizers], dry_run=dry_run)
 
 
@@ -72,29 +60,21 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
                        dry_run: bool = False) -> _gate.RestoreReport:
   """Restores a TF 2.2/2.3/2.4 Keras checkpoint into Keras 3 objects, exactly.
 
-  For a checkpoint of `tf.train.Checkpoint(model=..., optimizer=...)` (any
-  TF 2.x loss-scale optimizer or a plain Keras 2 one). Entries are matched by
-  the object graph the checkpoint stores, never by variable order (see
-  docs/architecture.md); nothing is assigned until every value has been
-  read and checked, so a failing restore changes nothing.
+  How: docs/migration.md, "Loading explicitly: `legacy`".
 
   Args:
     path: A checkpoint prefix, or a `tf.train.CheckpointManager` directory.
     model: The same architecture rebuilt in Keras 3 and built, or None (a
-      checkpoint without a `model` entry: its other root entries are left to
-      `tf.train.Checkpoint.restore` after `install()`).
+      checkpoint without a `model` entry).
     optimizer: Our `LossScaleOptimizer`, a Keras 3 optimizer, or None; built
       for `model.trainable_variables` if it is not yet.
-    allow_partial: If False (default), a checkpoint value without a Keras 3
-      counterpart, or a variable the checkpoint lacks, raises `RestoreError`;
-      if True they are listed in the report and left alone.
-    dry_run: If True, match and check only: return the report of what would
-      be assigned (its iterations, loss scale and counter None) or raise the
-      error the restore would raise, assigning nothing.
+    allow_partial: If True, values without a counterpart (either way) are
+      listed in the report and left alone instead of raising `RestoreError`.
+    dry_run: If True, only match and check: the report (its numbers None) or
+      the error of the restore, assigning nothing.
 
   Returns:
-    A `RestoreReport`: the matched pairs, the restored iterations, loss scale
-    and counter, and what was left unmatched.
+    A `RestoreReport` of what was matched, restored and left unmatched.
 
   Raises:
     TypeError: If an argument has the wrong type (naming it).
@@ -132,13 +112,7 @@ def load_model(path: _PathLike,
                return_report: bool = False) -> Any:
   """Loads a TF 2.3/2.4 `model.save(...)` H5 file or SavedModel into Keras 3.
 
-  The model is rebuilt from its config and, with `compile=True`, compiled as
-  saved with this package's `LossScaleOptimizer`, its state restored: from H5
-  files the weights, iterations and slots (TF 2.x never stored the loss scale
-  there: it restarts, and a warning says so); from SavedModels also the loss
-  scale and counter, which TF 2.3/2.4's own `load_model` lost. With
-  `safe_mode=True` nothing stored in the file is executed (see
-  docs/migration.md); values are checked before any is assigned.
+  What is restored, and safe mode: docs/migration.md, "Loading explicitly".
 
   Args:
     path: An H5 file or a SavedModel directory (str, bytes, PathLike).
@@ -190,31 +164,15 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
                      safe_mode: bool = True) -> Any:
   """`tf.saved_model.load` for TF 2.3/2.4 Keras SavedModels (serving).
 
-  On TF 2.21, without Keras 2 installed, `tf.saved_model.load` fails on a
-  Keras SavedModel saved with its optimizer ("'_UserObject' object has no
-  attribute 'add_slot'"): nothing revives the saved optimizer object. This
-  function registers a stand-in for that object type with the SavedModel
-  loader for the duration of the load and removes it again; after
-  `install()`, which keeps it registered, plain `tf.saved_model.load` works
-  too.
-
-  What runs: no Python code from the file (nothing is unpickled or
-  unmarshalled). TensorFlow graph code from the file does run, as in
-  `tf.saved_model.load`: calling the returned object or its signatures
-  runs the saved graphs, and loading itself runs a TF1-format SavedModel's
-  saver restore op and init op, and in a TF2 SavedModel every resource's
-  `_create_resource` / `_initialize` function (lookup tables) and every
-  saveable object's restore function. Graph ops can read and write files.
-  With `safe_mode=True` SavedModels that would run any such function while
-  loading are refused; TF 2.3/2.4 Keras models without lookup tables have
-  none. The graphs you call are yours to trust.
+  Why, and what runs: docs/migration.md, "Loading explicitly" and "Untrusted
+  files".
 
   Args:
     path: The SavedModel directory (str, UTF-8 bytes or os.PathLike).
     tags: As `tf.saved_model.load`.
     options: As `tf.saved_model.load`.
     safe_mode: Refuse SavedModels whose loading runs graph functions stored
-      in the file (see above).
+      in the file.
 
   Returns:
     What `tf.saved_model.load` returns: the restored object, callable with
@@ -253,39 +211,34 @@ def _load_h5(path, safe_mode, custom_objects, compile, allow_partial):  # pylint
   except OSError as e:
     raise OSError(f"Cannot open {path!r} as an HDF5 file (truncated or "
                   f"corrupted?): {e}") from None
-  with f:
-    try:
-      return _load_h5_file(f, path, safe_mode, custom_objects, compile,
-                           allow_partial)
-    except (KeyError, RuntimeError) as e:
-      raise ValueError(f"{path!r} is corrupted or not a TF 2.x Keras H5 "
-                       f"model: {type(e).__name__}: {e}") from None
-
-
-def _load_h5_file(f, path, safe_mode, custom_objects, compile,  # pylint: disable=redefined-builtin
-                  allow_partial):
-  """`load_model` of an open H5 file."""
-  if "model_config" not in f.attrs:
-    raise ValueError(f"{path!r} has no model_config: it holds weights only "
-                     "(use model.load_weights) or is not a Keras H5 file.")
-  config = _config.parse_json(f.attrs["model_config"], "model_config", path)
-  _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f), path)
-  model = _config.build_model(config, path, safe_mode, custom_objects)
-  plan = _match.Plan(path)
-  by_tf_name = _match_h5.plan_by_layer_name(
-      _read_h5.layer_groups(f, path), path, model, plan)
-  optimizer = None
-  if compile and "training_config" in f.attrs:
-    training_config = _config.parse_json(
-        f.attrs["training_config"], "training_config", path)
-    optimizer = _config.compile_model(model, training_config, path,
-                                      custom_objects, safe_mode)
-    _match.build_optimizer(optimizer, [model])
-    if "optimizer_weights" in f:
-      _match_h5.plan_optimizer(f["optimizer_weights"], path, optimizer,
-                               by_tf_name, plan)
-  _gate.check(plan, _match_h5.expected_objects(
-      [model], [optimizer] if optimizer is not None else []), allow_partial)
+  try:
+    with f:
+      if "model_config" not in f.attrs:
+        raise ValueError(f"{path!r} has no model_config: it holds weights "
+                         "only (use model.load_weights) or is not a Keras H5 "
+                         "file.")
+      config = _config.parse_json(f.attrs["model_config"], "model_config",
+                                  path)
+      _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f), path)
+      model = _config.build_model(config, path, safe_mode, custom_objects)
+      plan = _match.Plan(path)
+      by_tf_name = _match_h5.plan_by_layer_name(
+          _read_h5.layer_groups(f, path), path, model, plan)
+      optimizer = None
+      if compile and "training_config" in f.attrs:
+        training_config = _config.parse_json(
+            f.attrs["training_config"], "training_config", path)
+        optimizer = _config.compile_model(model, training_config, path,
+                                          custom_objects, safe_mode)
+        _match.build_optimizer(optimizer, [model])
+        if "optimizer_weights" in f:
+          _match_h5.plan_optimizer(f["optimizer_weights"], path, optimizer,
+                                   by_tf_name, plan)
+      _gate.check(plan, _match_h5.expected_objects([model], [optimizer]),
+                  allow_partial)
+  except (KeyError, RuntimeError) as e:
+    raise ValueError(f"{path!r} is corrupted or not a TF 2.x Keras H5 "
+                     f"model: {type(e).__name__}: {e}") from None
   _gate.assign(plan)
   if optimizer is not None:
     _config.log_no_loss_scale(path, optimizer)

@@ -1,11 +1,4 @@
-"""Matcher stage: a checkpoint's object graph and values, as a `Plan`.
-
-Binds each saved value to the Keras 3 variable that plays its role (model
-weights by path, the inner optimizer's step, rate, hyperparameters and
-slots, the loss scale), checked but not assigned; also what a full restore
-must assign (`expected_objects`). H5 files: `_match_h5`. Rules:
-docs/architecture.md ("The restore pipeline").
-"""
+"""Matcher stage: a checkpoint's object graph and values, as a `Plan`."""
 
 import contextlib
 import re
@@ -93,10 +86,6 @@ class Plan:
     self.assignments.append((key, target, value, description))
 
 
-# ---------------------------------------------------------------------------
-# Facts about the Keras 3 objects, computed here only.
-
-
 def inner_optimizer_of(optimizer):
   if isinstance(optimizer, loss_scale_optimizer.LossScaleOptimizer):
     return optimizer.inner_optimizer
@@ -138,9 +127,9 @@ def _model_weights(model):
 
 def expected_objects(models=(), optimizers=()):
   """Keras 3 state a full restore must assign: (object, description)."""
-  expected = [(v, target_name(v)) for model in models
+  expected = [(v, target_name(v)) for model in models if model is not None
               for v in _model_weights(model)]
-  for optimizer in optimizers:
+  for optimizer in [o for o in optimizers if o is not None]:
     expected += [(v, f"optimizer/{v.name}")
                  for v in inner_optimizer_of(optimizer).variables]
     state = loss_scale_optimizer.loss_scale_state(optimizer)
@@ -167,10 +156,6 @@ def build_optimizer(optimizer, models):
            not tf.distribute.has_strategy() else contextlib.nullcontext())
   with scope:
     optimizer.build(variables)
-
-
-# ---------------------------------------------------------------------------
-# Following a checkpoint path on a Keras 3 model.
 
 
 def _step(obj, name):
@@ -211,18 +196,10 @@ def _follow(model, path):
   return (obj, layer) if is_variable(obj) else (None, None)
 
 
-# ---------------------------------------------------------------------------
-# The plan of an object-graph checkpoint.
-
-
 def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
                  scope=None):
-  """The `Plan` binding `reader`'s values (`graph`: its `ObjectGraph`) to
-  `models` / `optimizers`, `(node id, object)` pairs.
-
-  `ignored_nodes`: nodes whose variables are bookkeeping; `scope`: nodes
-  whose variables count when listing unmatched values (None: all).
-  """
+  """The `Plan` binding `reader`'s values to `(node id, object)` pairs;
+  `scope`: nodes whose unmatched variables are listed (None: all)."""
   for _, model in models:
     check_built(model, source)
   plan = Plan(source, reader, graph)

@@ -1,10 +1,4 @@
-"""Matcher stage for TF 2.x H5 files: their weights and optimizer as a `Plan`.
-
-`load_model` matches a layer's weights by layer and weight name;
-`load_weights` by TF 2.x's topological order or, with `by_name`, by layer
-name, as TF 2.4 did; optimizer weights by the model weight names they end
-with. Every value read through `_read_h5.read` (shape checked first).
-"""
+"""Matcher stage for TF 2.x H5 files: weights and optimizer as a `Plan`."""
 
 import tensorflow as tf
 
@@ -13,8 +7,7 @@ from tf_mixed_precision_compat.legacy import _read_h5
 
 
 def expected_objects(models=(), optimizers=()):
-  """`_match.expected_objects` less what H5 files never hold: the loss scale
-  (logged) and the learning rate (in the optimizer config)."""
+  """`_match.expected_objects` less the loss scale and rate H5 files lack."""
   return [(obj, description) for obj, description in
           _match.expected_objects(models, optimizers)
           if not description.startswith("optimizer/loss_scale") and
@@ -22,8 +15,7 @@ def expected_objects(models=(), optimizers=()):
 
 
 def plan_by_layer_name(layers, path, model, plan):
-  """Binds a whole-model file's weights by layer then weight name; returns
-  the variables by TF 2.x name (no ":0"), as the optimizer weights name them."""
+  """Binds weights by layer and weight name; the variables by TF 2.x name."""
   by_tf_name = {}
   for layer_name, group, weight_names in layers:
     if not weight_names:
@@ -134,8 +126,7 @@ def saved_slots(group, path, by_tf_name):
 
 
 def plan_optimizer(group, path, optimizer, by_tf_name, plan):
-  """Binds `optimizer_weights` to the optimizer's iterations and the slots
-  of the variables in `by_tf_name`."""
+  """Binds `optimizer_weights` to the iterations and `by_tf_name`'s slots."""
   inner = _match.inner_optimizer_of(optimizer)
   for name, slot, owner in saved_slots(group, path, by_tf_name):
     key = f"optimizer_weights/{name}"

@@ -1,11 +1,4 @@
-"""Rebuild stage: Keras 3 models from the model configs TF 2.3/2.4 wrote.
-
-`custom_objects()` / `deserialization_scope()` let Keras 3's loaders read
-TF 2.x policy names (`Policy`, `PolicyV1`: both our `Policy`, as in TF
-2.4); `model_from_config` / `model_from_json` rebuild whole models. A
-layer holds an equivalent `keras.DTypePolicy` (Keras 3's `from_config`
-keeps the name); `policy.get_layer_policy` returns it as our `Policy`.
-"""
+"""Rebuild stage: Keras 3 models from the model configs TF 2.3/2.4 wrote."""
 
 from __future__ import annotations
 
@@ -16,8 +9,7 @@ import keras
 
 from tf_mixed_precision_compat import policy
 
-# The class names TF 2.3/2.4 configs give policies. Both load as `Policy`, as
-# in TF 2.4 (and as `policy.deserialize` reads them).
+# Both load as `Policy`, as in TF 2.4 (and as `policy.deserialize` reads them).
 _POLICY_CLASSES = {"Policy": policy.Policy, "PolicyV1": policy.Policy}
 
 _LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
@@ -25,9 +17,6 @@ _LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
 
 def custom_objects() -> dict[str, type]:
   """Returns the class names TF 2.3/2.4 configs use for policies, to ours.
-
-  Both `"Policy"` and `"PolicyV1"` map to `Policy`, which drops a loss scale, as
-  TF 2.4 did when loading either.
 
   Returns:
     A new dict, for the `custom_objects` argument of Keras 3 loaders.
@@ -42,9 +31,6 @@ def custom_objects() -> dict[str, type]:
 
 def deserialization_scope() -> Any:
   """A `keras.saving.custom_object_scope` in which TF 2.3/2.4 policies load.
-
-  Use it around `keras.models.model_from_json`, `keras.models.load_model` on
-  a legacy H5 file, or `Layer.from_config` with a config TF 2.3/2.4 wrote.
 
   Returns:
     A context manager.
@@ -66,13 +52,7 @@ def model_from_config(config: dict[str, Any],
                       ) -> Any:
   """Builds a Keras 3 model from a model config TF 2.3/2.4 (or Keras 3) wrote.
 
-  TF 2.x model configs (`model.to_json()`, the `model_config` attribute of an
-  H5 file) lack the `module` keys Keras 3's `keras.models.model_from_json`
-  needs, and their layers name policies Keras 3 does not know. Such configs
-  go through Keras 3's own legacy-format path of `Sequential.from_config` /
-  `Model.from_config`, with our policy classes passed down as custom objects
-  (a `custom_object_scope` would not reach the layers: Keras' legacy path
-  opens its own scope). Keras 3 configs go to Keras 3's loader.
+  How: docs/architecture.md, "Configs".
 
   Args:
     config: A dict `{"class_name": ..., "config": ...}`.
@@ -83,13 +63,18 @@ def model_from_config(config: dict[str, Any],
 
   Raises:
     ValueError: If `config` is not a model config.
+
+  Example:
+
+  >>> config = {"name": "s", "layers": []}
+  >>> model_from_config({"class_name": "Sequential", "config": config}).name
+  's'
   """
   if not isinstance(config, dict) or not isinstance(config.get("config"),
                                                     dict):
     raise ValueError("config must be a dict with keys 'class_name' and "
                      f"'config', got: {config!r}")
-  merged = dict(_POLICY_CLASSES)
-  merged.update(custom_objects or {})
+  merged = {**_POLICY_CLASSES, **(custom_objects or {})}
   class_name = config.get("class_name")
   if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
     if class_name == "Sequential":
@@ -104,9 +89,7 @@ def _with_input_layer(sequential_config):
   # TF 2.2 kept the input shape only as the first layer's
   # `batch_input_shape`, which Keras 3 reads as its input shape.
   layers = sequential_config.get("layers")
-  if not isinstance(layers, list) or not layers:
-    return sequential_config
-  first = layers[0]
+  first = layers[0] if isinstance(layers, list) and layers else None
   if (not isinstance(first, dict) or first.get("class_name") == "InputLayer"
       or not isinstance(first.get("config"), dict) or
       "batch_input_shape" not in first["config"]):

@@ -1,8 +1,4 @@
-"""Reader stage: a TF 2.x object-based checkpoint's object graph and values.
-
-Used for `tf.train.Checkpoint` files and a SavedModel's `variables/`;
-docs/architecture.md ("The restore pipeline") describes the graph.
-"""
+"""Reader stage: a TF 2.x object-based checkpoint's object graph and values."""
 
 import collections
 import os
@@ -90,8 +86,7 @@ class ObjectGraph:
     return None if info is None else info[0]
 
   def _walk(self, node_id, skip):
-    """(node, names of its children not in `skip`) of each node reachable
-    from `node_id` (slot variables included), once."""
+    """(node, its children's names but `skip`) of each node reachable."""
     seen, stack = set(), [node_id]
     while stack:
       current = stack.pop()

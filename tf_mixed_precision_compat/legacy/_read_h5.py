@@ -1,8 +1,4 @@
-"""Reader stage: TF 2.x Keras H5 files (`model.save("x.h5")`, `save_weights`).
-
-Their layout, `keras_version`, the weight datasets (read only when their
-shape fits) and the check of `Lambda` bytecode this Python cannot read.
-"""
+"""Reader stage: TF 2.x Keras H5 files (`model.save("x.h5")`, weights)."""
 
 import base64
 import os
@@ -75,9 +71,8 @@ def read(group, name, source, like):
 
 def layer_groups(f, source, required=False):
   """[(layer name, group, weight names)] of an open file's saved layers."""
-  top = f
-  if "layer_names" not in f.attrs and "model_weights" in f:
-    top = f["model_weights"]
+  top = (f["model_weights"] if "layer_names" not in f.attrs and
+         "model_weights" in f else f)
   if not isinstance(top, h5py.Group):
     raise ValueError(f"{source!r}: model_weights is not a group; the file is "
                      "corrupted.")
@@ -96,9 +91,8 @@ def layer_groups(f, source, required=False):
 def optimizer_weights(f):
   """The `optimizer_weights` group of a whole-model file, or None."""
   group = f.get("optimizer_weights")
-  if not isinstance(group, h5py.Group) or "weight_names" not in group.attrs:
-    return None
-  return group
+  has_names = isinstance(group, h5py.Group) and "weight_names" in group.attrs
+  return group if has_names else None
 
 
 # Lambda layers: Python bytecode of the writer's Python.
@@ -181,8 +175,7 @@ def _lambda_configs(node):
 
 
 def check_lambda_bytecode(config, keras_version, source):
-  """Refuses a model whose Lambda layers hold bytecode this Python can't
-  read, telling the writer without unmarshalling (docs/architecture.md)."""
+  """Refuses Lambda bytecode this Python cannot read (docs/architecture.md)."""
   for layer in _lambda_configs(config):
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):

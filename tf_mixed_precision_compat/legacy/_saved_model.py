@@ -1,10 +1,4 @@
-"""Reader stage: TF 2.3/2.4 Keras SavedModels, and serving them.
-
-The Keras metadata of `saved_model.pb` (the model and training configs),
-the graph code loading would run, and the revived-optimizer registration
-`tf.saved_model.load` needs; the variables are a checkpoint
-(`_read_checkpoint`).
-"""
+"""Reader stage: TF 2.3/2.4 Keras SavedModels, and serving them."""
 
 import contextlib
 import os
@@ -17,11 +11,7 @@ from tf_mixed_precision_compat.legacy import _config
 
 
 class _RevivedOptimizer(tf.Module):
-  """Stands in for a TF 2.x Keras optimizer inside a served SavedModel.
-
-  It only receives the optimizer's variables, which serving never uses; the
-  slots stay out of its dependencies, where the checkpoint expects none.
-  """
+  """Stands in for a served SavedModel's optimizer (slots left untracked)."""
 
   def __init__(self):
     super().__init__()
@@ -39,8 +29,7 @@ _OPTIMIZER_TYPE = "optimizer"
 
 
 def serving_enabled():
-  """Whether `tf.saved_model.load` revives TF 2.x Keras optimizers (also
-  when another library, e.g. `tf_keras`, registered the type)."""
+  """Whether `tf.saved_model.load` revives TF 2.x optimizers (ours or not)."""
   load = tf.__internal__.saved_model.load
   return _OPTIMIZER_TYPE in load.registered_identifiers()
 
@@ -68,8 +57,7 @@ def disable_serving():
 
 @contextlib.contextmanager
 def serving():
-  """`enable_serving()` for the duration of a load, unless already enabled
-  (outside `install()` the package changes no global state of TF)."""
+  """`enable_serving()` for the duration of a load, unless already enabled."""
   registered_here = not serving_enabled()
   if registered_here:
     enable_serving()

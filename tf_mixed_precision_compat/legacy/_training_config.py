@@ -1,9 +1,4 @@
-"""Rebuild stage: a TF 2.3/2.4 `training_config`'s losses and metrics.
-
-Metric functions saved by name (`MeanMetricWrapper`), metric classes and
-losses with `reduction="auto"`, as Keras 3 objects checked callable at load
-time, so a loaded model compiles ready to train or the load raises.
-"""
+"""Rebuild stage: a TF 2.3/2.4 `training_config`'s losses and metrics."""
 
 import inspect
 
