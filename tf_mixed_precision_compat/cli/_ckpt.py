@@ -14,6 +14,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.legacy import _read_checkpoint
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _SLOT = "/.OPTIMIZER_SLOT/"
@@ -215,15 +216,17 @@ def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
                        f"{', '.join(kinds) or 'none'}")
 
 
+def _object_graph(reader: Any) -> Any:
+  """The checkpoint's object graph, read and checked by the restore pipeline."""
+  return _read_checkpoint.read_object_graph(reader, "checkpoint")
+
+
 def full_names(reader: Any) -> dict:
   """`{checkpoint key prefix: the variable's name when it was saved}`."""
-  # pylint: disable-next=g-import-not-at-top
-  from tensorflow.core.protobuf import trackable_object_graph_pb2
-  graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
-      reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-  return {a.checkpoint_key[:-len(_VALUE)]: a.full_name
-          for node in graph.nodes for a in node.attributes
-          if a.name == "VARIABLE_VALUE"}
+  graph = _object_graph(reader)
+  return {key[:-len(_VALUE)]: name
+          for key, name in filter(None, map(graph.variable,
+                                            range(len(graph.nodes))))}
 
 
 def _generation(optimizers: list, variables: dict) -> str:
@@ -297,28 +300,14 @@ def describe(path: str) -> CheckpointInfo:
 
 
 def node_paths(reader: Any) -> dict:
-  """`{checkpoint key prefix: [every object path to that variable]}`."""
-  # pylint: disable-next=g-import-not-at-top
-  from tensorflow.core.protobuf import trackable_object_graph_pb2
-  graph = trackable_object_graph_pb2.TrackableObjectGraph.FromString(
-      reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"))
-  primary = {0: ""}
-  alternatives: dict = {0: [""]}
-  queue = [0]
-  while queue:
-    node = queue.pop(0)
-    for child in graph.nodes[node].children:
-      path = (primary[node] + "/" + child.local_name).lstrip("/")
-      alternatives.setdefault(child.node_id, []).append(path)
-      if child.node_id not in primary:
-        primary[child.node_id] = path
-        queue.append(child.node_id)
+  """`{checkpoint key prefix: object paths to it, shortest first}`."""
+  graph = _object_graph(reader)
   out = {}
-  for node_id, node in enumerate(graph.nodes):
-    for attribute in node.attributes:
-      if attribute.name == "VARIABLE_VALUE":
-        key = attribute.checkpoint_key[:-len(_VALUE)]
-        out[key] = alternatives.get(node_id, [key])
+  for node_id, paths in graph.paths(0).items():
+    variable = graph.variable(node_id)
+    if variable is not None:
+      key = variable[0][:-len(_VALUE)]
+      out[key] = sorted(("/".join(p) for p in paths), key=len) or [key]
   return out
 
 
