@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from tests import testing
 
@@ -56,15 +57,27 @@ def test_quick_run_reports_every_cell(tmp_path):
       assert set(contenders) - {"tf_keras"} == _CONTENDERS
       assert ("tf_keras" in contenders) == _TF_KERAS
       assert ("tf_keras" in cell["notes"]) == (not _TF_KERAS)
+    base = next(c for n, c in contenders.items() if n.endswith("bare"))
     for stats in contenders.values():
       assert stats["step_ms"] > 0
       assert len(stats["samples_ms"]) == cell["reps"]
       assert len(stats["instance_overheads"]) == cell["instances"]
-      assert stats["overhead_se"] >= 0
       assert stats["step_ms_iqr"][0] <= stats["step_ms"] <= (
           stats["step_ms_iqr"][1])
-      assert stats["overhead_spread"] >= 0
       assert stats["first_call_s"] > 0
+      if "samples_ms" not in base:
+        continue
+      # The paired overhead is summarised from the per-repetition ratios:
+      # within their range, and zero (with no spread) for the baseline.
+      ratios = (np.asarray(stats["samples_ms"]) /
+                np.asarray(base["samples_ms"]))
+      assert ratios.min() - 1 - 1e-9 <= stats["overhead"] <= (
+          ratios.max() - 1 + 1e-9)
+      assert 0 <= stats["overhead_spread"] <= (
+          (ratios.max() - ratios.min()) / 2 + 1e-9)
+      assert 0 <= stats["overhead_se"] <= ratios.max() - ratios.min() + 1e-9
+    if "samples_ms" in base:
+      assert base["overhead"] == base["overhead_spread"] == 0.
 
   fit_modes = {c["mode"] for c in results["cells"] if c["workload"] == "fit"}
   assert fit_modes == {"function", "jit", "mirrored"}
