@@ -176,6 +176,25 @@ class StepMemoryTest(parameterized.TestCase):
         _gated_apply.keep_budget(opt.inner_optimizer, variables) + _SCALARS)
     self.assertLessEqual(held, _SCALARS)
 
+  def test_waiting_large_updates_run_one_after_another(self):
+    # At the verdict every gradient is still held: updates started side by
+    # side would add their full-size temporaries to that peak.
+    _gated_apply.set_overlap_memory_budget(0)
+    graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+    internal = {id(outer): inner for outer, inner in graph.captures}
+    writes = []
+    for variable in variables:
+      if np.prod(variable.shape) < 65536:
+        continue
+      handle = internal[id(variable.handle)]
+      writes.append([op for op in graph.get_operations()
+                     if op.type in ("If", "StatelessIf") and
+                     any(t is handle for t in op.inputs)])
+    self.assertLen(writes, 6)
+    for earlier, later in zip(writes, writes[1:]):
+      self.assertLen(later, 1)
+      self.assertIn(later[0], _downstream(graph, earlier))
+
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(
       self, budget):
