@@ -1,0 +1,83 @@
+"""A loss-scaled step's peak memory, from TensorFlow's allocator.
+
+`peak_probe.py` runs in a fresh interpreter whose CPU allocator keeps
+statistics (`TF_CPU_ALLOCATOR_USE_BFC=true`) and reports, for each case, the
+allocator's peak over three steps above its level before them: the bytes of
+tensors alive at once, which unlike the process's resident set hardly move
+between runs. 8 Adam variables of 2048x2048: 384 MiB of optimizer state,
+128 MiB of gradients.
+
+The bound, per replica: bare Adam's peak + the gradients + max(5% of the
+optimizer state, 32 MiB). An exact skip-on-overflow holds every gradient
+until the last one is checked, which bare Adam need not (TF 2.4's
+conditional held them too; docs/performance.md, "Memory"); the allowance
+covers the rest (what the gated apply keeps until the verdict, at most half
+of it by default, and short-lived temporaries).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests import testing
+
+_VARS, _WIDTH = 8, 2048
+_GRADIENTS = _VARS * _WIDTH * _WIDTH * 4
+_STATE = 3 * _GRADIENTS
+_ALLOWANCE = max(0.05 * _STATE, 32 * 2**20)
+
+# Each loss-scaled case and the bare one it is measured against.
+_CASES = {
+    ("tf24", "eager"): "bare",
+    ("tf24", "function"): "bare",
+    ("tf24", "jit"): "bare",
+    ("tf24", "mirrored"): "bare",
+    ("tf23", "function"): "bare",
+    ("tf23", "jit"): "bare",
+    ("fit_tf24", "function"): "fit_bare",
+    ("fit_tf24", "jit"): "fit_bare",
+}
+
+
+@pytest.fixture(scope="module")
+def peaks():
+  """(kind, mode) -> the allocator's peak above its resting level, bytes."""
+  wanted = sorted(set(_CASES) | {(bare, mode)
+                                 for (_, mode), bare in _CASES.items()},
+                  key=lambda c: (c[1], c[0]))
+  env = dict(os.environ, TF_CPU_ALLOCATOR_USE_BFC="true",
+             TF_CPP_MIN_LOG_LEVEL="3")
+  env["PYTHONPATH"] = os.pathsep.join(
+      [str(testing.REPO_ROOT)] +
+      ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+  env.pop("TF_USE_LEGACY_KERAS", None)
+  proc = subprocess.run(
+      [sys.executable, os.path.join(os.path.dirname(__file__),
+                                    "peak_probe.py"),
+       "--cases", ",".join(f"{k}:{m}" for k, m in wanted),
+       "--vars", str(_VARS), "--width", str(_WIDTH)],
+      capture_output=True, text=True, env=env, check=False, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.loads(proc.stdout.strip().splitlines()[-1])
+  return {(r["kind"], r["mode"]): r["extra_peak_bytes"] for r in results}
+
+
+@pytest.mark.parametrize("kind,mode", sorted(_CASES))
+def test_step_needs_at_most_bare_plus_gradients_plus_allowance(
+    peaks, kind, mode):
+  bare = peaks[(_CASES[(kind, mode)], mode)]
+  extra = peaks[(kind, mode)] - bare
+  assert extra <= _GRADIENTS + _ALLOWANCE, (
+      f"{kind} in {mode}: {extra / 2**20:.1f} MiB over bare's peak, more "
+      f"than the gradients ({_GRADIENTS / 2**20:.0f} MiB) and the allowance "
+      f"({_ALLOWANCE / 2**20:.0f} MiB)")
+
+
+def test_the_allocator_counts_what_a_step_holds(peaks):
+  # An eager step holds the whole list of gradients while Adam updates: if
+  # the allocator did not see them, the bound above would prove nothing.
+  assert peaks[("bare", "eager")] >= _GRADIENTS
+  assert peaks[("bare", "function")] > 0
