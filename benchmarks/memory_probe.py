@@ -10,13 +10,18 @@ Phases: (1) building the variables, the optimizer and its slots, and the
 first call of the step (tracing, compiling); (2) `--steps` more steps, each
 timed. The peak of each phase is measured on its own: on CPU the process's
 resident-set high-water mark (`VmHWM`), reset through
-`/proc/self/clear_refs` between the phases; on a GPU,
+`/proc/self/clear_refs` between the phases, or with `--source allocator`
+the peak of TensorFlow's own CPU allocator (its BFC allocator, which
+`TF_CPU_ALLOCATOR_USE_BFC=true` turns on; the probe restarts itself with
+it): the bytes of tensors alive at once, without what the C library keeps
+or the process maps, so it hardly moves between runs; on a GPU,
 `tf.config.experimental.get_memory_info(device)["peak"]`, reset through
 `reset_memory_stats`. Prints one JSON object.
 
 Usage:
 
   python benchmarks/memory_probe.py --contender ours_dynamic --mode function
+  python benchmarks/memory_probe.py --contender ours_dynamic --source allocator
   python benchmarks/memory_probe.py --contender bare --mode jit --device gpu
 """
 
@@ -66,35 +71,55 @@ class _CpuMemory:
     return _rss_kib("VmRSS") * 1024
 
 
-class _GpuMemory:
-  """TensorFlow's allocator statistics of the first GPU."""
+class _AllocatorMemory:
+  """TensorFlow's allocator statistics of one device."""
 
-  device = "/GPU:0"
-
-  def __init__(self):
-    gpus = tf.config.list_physical_devices("GPU")
-    if not gpus:
-      raise SystemExit("--device gpu: TensorFlow sees no GPU here.")
-    self._name = tf.config.experimental.get_device_details(gpus[0]).get(
-        "device_name", gpus[0].name)
+  def __init__(self, device, description):
+    self.device = "/" + device
+    self._device = device
+    self._description = description
 
   def describe(self):
-    return f"GPU:0 {self._name} (get_memory_info peak)"
+    return self._description
 
   def reset(self):
     gc.collect()
-    tf.config.experimental.reset_memory_stats("GPU:0")
+    tf.config.experimental.reset_memory_stats(self._device)
 
   def peak(self):
-    return tf.config.experimental.get_memory_info("GPU:0")["peak"]
+    return tf.config.experimental.get_memory_info(self._device)["peak"]
 
   def current(self):
-    return tf.config.experimental.get_memory_info("GPU:0")["current"]
+    return tf.config.experimental.get_memory_info(self._device)["current"]
 
 
-def measure(contender, mode, num_vars, width, steps, device):
+def _gpu_memory():
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    raise SystemExit("--device gpu: TensorFlow sees no GPU here.")
+  name = tf.config.experimental.get_device_details(gpus[0]).get(
+      "device_name", gpus[0].name)
+  return _AllocatorMemory("GPU:0", f"GPU:0 {name} (get_memory_info peak)")
+
+
+# Makes TensorFlow's CPU allocator a BFC allocator, which keeps statistics;
+# read when TensorFlow starts.
+_CPU_BFC = "TF_CPU_ALLOCATOR_USE_BFC"
+
+
+def _memory(device, source):
+  if device == "gpu":
+    return _gpu_memory()
+  if source == "allocator":
+    return _AllocatorMemory(
+        "CPU:0", "CPU (TensorFlow's BFC allocator peak, "
+        f"{_CPU_BFC}=true)")
+  return _CpuMemory()
+
+
+def measure(contender, mode, num_vars, width, steps, device, source="rss"):
   """Builds and runs one contender's step; returns its figures as a dict."""
-  memory = _GpuMemory() if device == "gpu" else _CpuMemory()
+  memory = _memory(device, source)
   strategy = None
   if mode == "mirrored":
     devices = (["/gpu:0", "/gpu:1"] if device == "gpu" and len(
@@ -130,6 +155,8 @@ def measure(contender, mode, num_vars, width, steps, device):
       "first_call_s": first_s, "first_phase_peak_bytes": first_peak,
       "before_steps_bytes": before_steps, "steps_peak_bytes": steps_peak,
       "step_ms": statistics.median(times) * 1e3,
+      "source": "allocator" if device == "gpu" else source,
+      "replicas": strategy.num_replicas_in_sync if strategy else 1,
       "keras": ("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") == "1"
                 else "keras3"),
   }
@@ -143,11 +170,22 @@ def main(argv=None):
   parser.add_argument("--width", type=int, default=2048)
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"))
+  parser.add_argument(
+      "--source", default="rss", choices=("rss", "allocator"),
+      help="on CPU: the process's peak RSS (default) or TensorFlow's "
+      "allocator peak; a GPU has only its allocator's")
   args = parser.parse_args(argv)
   if args.vars < 1 or args.width < 1 or args.steps < 1:
     parser.error("--vars, --width and --steps must be at least 1")
+  if (args.device == "cpu" and args.source == "allocator" and
+      os.environ.get(_CPU_BFC) != "true"):
+    # TensorFlow chose its CPU allocator when it started: start again.
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] +
+              list(sys.argv[1:] if argv is None else argv),
+              dict(os.environ, **{_CPU_BFC: "true"}))
   result = measure(args.contender, args.mode, args.vars, args.width,
-                   args.steps, args.device)
+                   args.steps, args.device, args.source)
   print(json.dumps(result))
   return result
 
