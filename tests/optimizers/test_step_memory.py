@@ -176,9 +176,10 @@ class StepMemoryTest(parameterized.TestCase):
         _gated_apply.keep_budget(opt.inner_optimizer, variables) + _SCALARS)
     self.assertLessEqual(held, _SCALARS)
 
-  def test_waiting_large_updates_run_one_after_another(self):
-    # At the verdict every gradient is still held: updates started side by
-    # side would add their full-size temporaries to that peak.
+  def test_waiting_large_updates_run_two_at_a_time(self):
+    # At the verdict every gradient is still held: updates all started
+    # together would add their full-size temporaries to that peak, one at a
+    # time would give up the overlap of two.
     _gated_apply.set_overlap_memory_budget(0)
     graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     internal = {id(outer): inner for outer, inner in graph.captures}
@@ -191,9 +192,11 @@ class StepMemoryTest(parameterized.TestCase):
                      if op.type in ("If", "StatelessIf") and
                      any(t is handle for t in op.inputs)])
     self.assertLen(writes, 6)
-    for earlier, later in zip(writes, writes[1:]):
-      self.assertLen(later, 1)
-      self.assertIn(later[0], _downstream(graph, earlier))
+    for index in range(2, len(writes)):
+      self.assertLen(writes[index], 1)
+      self.assertIn(writes[index][0], _downstream(graph, writes[index - 2]))
+      self.assertNotIn(writes[index][0],
+                       _downstream(graph, writes[index - 1]))
 
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(
