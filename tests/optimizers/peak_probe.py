@@ -119,6 +119,12 @@ def main(argv=None):
   args = parser.parse_args(argv)
   if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC") != "true":
     sys.exit("peak_probe.py: set TF_CPU_ALLOCATOR_USE_BFC=true")
+  # One thread each: ops run in an order that does not depend on timing, so
+  # neither does the peak (with more, XLA's CPU runtime ran a step's parts
+  # in an order that, on a loaded machine, held the scaled and the unscaled
+  # gradients at once in one run of many).
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+  tf.config.threading.set_intra_op_parallelism_threads(1)
   tf.config.set_logical_device_configuration(
       tf.config.list_physical_devices("CPU")[0],
       [tf.config.LogicalDeviceConfiguration()] * 2)
