@@ -571,15 +571,13 @@ def _probe_memory(name, mode, settings, device, source="rss"):
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _bound_bytes(result):
+def _bound_bytes(state, replicas=1):
   """What an exact skip-on-overflow may need over bare, per replica.
 
-  The gradients, which it holds until the verdict, and max(5% of the
-  optimizer state, 32 MiB).
+  The gradients (a third of Adam's `state` bytes), which it holds until the
+  verdict, and max(5% of the optimizer state, 32 MiB).
   """
-  state = result["optimizer_state_bytes"]
-  return result.get("replicas", 1) * (
-      state // 3 + max(0.05 * state, 32 * 2**20))
+  return replicas * (state // 3 + max(0.05 * state, 32 * 2**20))
 
 
 def run_memory(modes, settings, device, log):
@@ -611,7 +609,8 @@ def run_memory(modes, settings, device, log):
         continue
       result["extra_bytes"] = result["steps_peak_bytes"] - bare[
           "steps_peak_bytes"]
-      result["bound_bytes"] = _bound_bytes(result)
+      result["bound_bytes"] = _bound_bytes(result["optimizer_state_bytes"],
+                                           result.get("replicas", 1))
       allocator = result.get("allocator", {})
       if "steps_peak_bytes" in allocator and "steps_peak_bytes" in bare.get(
           "allocator", {}):
@@ -687,12 +686,11 @@ def _memory_markdown(memory):
         cells.append(_mib(r.get("allocator_extra_bytes")))
       cells.append(within)
       lines.append("| " + " | ".join(cells) + " |")
-  allowance = max(0.05 * state, 32 * 2**20)
   lines.append("")
   lines.append(
       f"Bound over bare: the gradients ({state / 3 / 2**20:.0f} MiB), which "
       "an exact skip-on-overflow holds until the verdict, + max(5% of the "
-      f"state, 32 MiB) = {(state / 3 + allowance) / 2**20:.0f} MiB" +
+      f"state, 32 MiB) = {_bound_bytes(state) / 2**20:.0f} MiB" +
       (" (judged on the allocator's figure)." if on_cpu else "."))
   return lines
 

@@ -102,7 +102,16 @@ def test_quick_run_reports_every_cell(tmp_path):
     assert probe["step_ms"] > 0 and "CPU" in probe["device"]
     assert probe["keras"] == ("tf_keras" if name == "tf_keras" else "keras3")
     assert "extra_bytes" in probe
+    # On CPU a second fresh process measures TensorFlow's allocator peak,
+    # on which the bound (per replica) is judged.
+    assert probe["allocator"]["source"] == "allocator"
+    assert "BFC" in probe["allocator"]["device"]
+    assert probe["allocator"]["steps_peak_bytes"] > 0
+    assert "allocator_extra_bytes" in probe
+    state = probe["optimizer_state_bytes"]
+    assert probe["bound_bytes"] == state // 3 + max(0.05 * state, 32 * 2**20)
   assert "Peak memory, each contender alone in a fresh process" in stdout
+  assert "allocator: extra over bare | within bound |" in stdout
   assert "Device: CPU" in stdout
   assert results["machine"]["tensorflow"]
 

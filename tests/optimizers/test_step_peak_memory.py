@@ -23,11 +23,14 @@ import sys
 import pytest
 
 from tests import testing
+from tf_mixed_precision_compat.optimizers import _gated_apply
 
 _VARS, _WIDTH = 8, 2048
 _GRADIENTS = _VARS * _WIDTH * _WIDTH * 4
 _STATE = 3 * _GRADIENTS
-_ALLOWANCE = max(0.05 * _STATE, 32 * 2**20)
+# The package's own allowance (`_gated_apply.keep_budget` keeps half).
+_ALLOWANCE = max(_gated_apply._STATE_SHARE * _STATE,  # pylint: disable=protected-access
+                 _gated_apply._MIN_ALLOWANCE)  # pylint: disable=protected-access
 
 # Each loss-scaled case and the bare one it is measured against.
 _CASES = {
