@@ -1,4 +1,4 @@
-"""Prints the peak of TensorFlow's CPU allocator over a few training steps.
+"""Prints the peak of TensorFlow's CPU allocator over one case's training steps.
 
 Run by `test_step_peak_memory.py` in a fresh interpreter with
 `TF_CPU_ALLOCATOR_USE_BFC=true` (TensorFlow's CPU allocator keeps statistics
@@ -9,7 +9,7 @@ moves between runs.
 Usage (prints one JSON object):
 
   TF_CPU_ALLOCATOR_USE_BFC=true python tests/optimizers/peak_probe.py \
-      --cases bare:function,tf24:function --vars 8
+      --case tf24:function --vars 8
 """
 
 import argparse
@@ -91,9 +91,9 @@ def _fit_step(kind, mode, num_vars, width):
 def measure(kind, mode, num_vars, width, steps=3):
   """The allocator's peak over `steps` steps above its level before them.
 
-  Cases measured one after another in a process compare as well as in
-  fresh ones: the allocator counts the bytes of live tensors, and an earlier
-  case's are constant (or freed) while a later one runs.
+  One case per process: the allocator counts whole chunks, so a case
+  measured after others can come out higher, by what an earlier case's
+  freed chunks add when they serve its requests whole.
   """
   make = _fit_step if kind.startswith("fit") else _custom_loop_step
   step = make(kind, mode, num_vars, width)
@@ -111,9 +111,8 @@ def measure(kind, mode, num_vars, width, steps=3):
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument(
-      "--cases", required=True,
-      help="comma-separated KIND:MODE, with KIND in %s and MODE in %s" % (
-          KINDS, MODES))
+      "--case", required=True,
+      help="KIND:MODE, with KIND in %s and MODE in %s" % (KINDS, MODES))
   parser.add_argument("--vars", type=int, default=8)
   parser.add_argument("--width", type=int, default=2048)
   args = parser.parse_args(argv)
@@ -128,12 +127,10 @@ def main(argv=None):
   tf.config.set_logical_device_configuration(
       tf.config.list_physical_devices("CPU")[0],
       [tf.config.LogicalDeviceConfiguration()] * 2)
-  cases = [c.split(":") for c in args.cases.split(",")]
-  for case in cases:
-    if len(case) != 2 or case[0] not in KINDS or case[1] not in MODES:
-      parser.error(f"--cases: expected KIND:MODE, got {':'.join(case)!r}")
-  print(json.dumps([measure(kind, mode, args.vars, args.width)
-                    for kind, mode in cases]))
+  case = args.case.split(":")
+  if len(case) != 2 or case[0] not in KINDS or case[1] not in MODES:
+    parser.error(f"--case: expected KIND:MODE, got {args.case!r}")
+  print(json.dumps(measure(*case, args.vars, args.width)))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """A loss-scaled step's peak memory, from TensorFlow's allocator.
 
-`peak_probe.py` runs in a fresh interpreter whose CPU allocator keeps
-statistics (`TF_CPU_ALLOCATOR_USE_BFC=true`) and reports, for each case, the
+`peak_probe.py` runs each case in a fresh interpreter whose CPU allocator
+keeps statistics (`TF_CPU_ALLOCATOR_USE_BFC=true`) and reports the
 allocator's peak over three steps above its level before them: the bytes of
-tensors alive at once, which unlike the process's resident set hardly move
+tensors alive at once, which unlike the process's resident set do not move
 between runs. 8 Adam variables of 2048x2048: 384 MiB of optimizer state,
 128 MiB of gradients.
 
@@ -15,6 +15,7 @@ covers the rest (what the gated apply keeps until the verdict, at most half
 of it by default, and short-lived temporaries).
 """
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -45,9 +46,28 @@ _CASES = {
 }
 
 
+def _measure(case, env):
+  """The allocator's peak over resting for `case`, in its own interpreter."""
+  kind, mode = case
+  proc = subprocess.run(
+      [sys.executable, os.path.join(os.path.dirname(__file__),
+                                    "peak_probe.py"),
+       "--case", f"{kind}:{mode}", "--vars", str(_VARS),
+       "--width", str(_WIDTH)],
+      capture_output=True, text=True, env=env, check=False, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])["extra_peak_bytes"]
+
+
 @pytest.fixture(scope="module")
 def peaks():
-  """(kind, mode) -> the allocator's peak above its resting level, bytes."""
+  """(kind, mode) -> the allocator's peak above its resting level, bytes.
+
+  Each case in a fresh interpreter: the allocator counts whole chunks, and a
+  chunk an earlier case left free can serve a later request whole, so the
+  same case measured after others came out up to 100 MiB higher, varying
+  from run to run. Alone, a case measured the same bytes every time.
+  """
   wanted = sorted(set(_CASES) | {(bare, mode)
                                  for (_, mode), bare in _CASES.items()},
                   key=lambda c: (c[1], c[0]))
@@ -57,15 +77,10 @@ def peaks():
       [str(testing.REPO_ROOT)] +
       ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
   env.pop("TF_USE_LEGACY_KERAS", None)
-  proc = subprocess.run(
-      [sys.executable, os.path.join(os.path.dirname(__file__),
-                                    "peak_probe.py"),
-       "--cases", ",".join(f"{k}:{m}" for k, m in wanted),
-       "--vars", str(_VARS), "--width", str(_WIDTH)],
-      capture_output=True, text=True, env=env, check=False, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  results = json.loads(proc.stdout.strip().splitlines()[-1])
-  return {(r["kind"], r["mode"]): r["extra_peak_bytes"] for r in results}
+  # Two at a time: each probe runs its steps on one thread.
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    extras = list(pool.map(lambda case: _measure(case, env), wanted))
+  return dict(zip(wanted, extras))
 
 
 @pytest.mark.parametrize("kind,mode", sorted(_CASES))
