@@ -11,7 +11,9 @@ and large variables, everything kept, nothing kept and some kept, in
 tf.function and under XLA; the bytes of every variable, slot, `iterations`
 and the loss scale must be equal after every step. Eagerly and under
 MirroredStrategy the conditional path is used (`supported` says so) and
-gives the same trajectory. (What the budget bounds: test_step_memory.py.)"""
+gives the same trajectory, and so does the conditional whose large updates
+run two at a time, taken by default once the budget cannot keep a large
+update. (What the budget bounds: test_step_memory.py.)"""
 
 import contextlib
 from unittest import mock
@@ -65,8 +67,11 @@ def _gradients(step, scale=1.0):
 # "function" keeps every tensor's old value (they all fit the default
 # budget); "function_waiting" keeps none (budget 0: every variable waits for
 # the verdict), "function_partial" some (the last, small, ones).
+# "function_conditional" shrinks the default budget so that it keeps no
+# large variable: the step is then TF 2.4's conditional, its large updates
+# two at a time.
 _MODES = ("function", "function_waiting", "function_partial", "jit",
-          "jit_deferred")
+          "jit_deferred", "function_conditional")
 _BUDGETS = {"function_waiting": 0, "function_partial": 300 * 1024}
 
 
@@ -86,6 +91,8 @@ def _as_mode(mode):
   if mode in _BUDGETS:
     return mock.patch.object(_gated_apply, "_overlap_budget",
                              _BUDGETS[mode])
+  if mode == "function_conditional":
+    return mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0)
   return contextlib.nullcontext()
 
 
@@ -146,15 +153,17 @@ class GatedApplyTest(parameterized.TestCase):
       for name in _OPTIMIZERS for mode in _MODES)
   def test_bit_identical_to_the_conditional_apply(self, name, mode):
     calls = []
-    real = _gated_apply.apply_when_finite
 
     def spy(*args):
       calls.append(1)
       return real(*args)
 
-    with mock.patch.object(_gated_apply, "apply_when_finite", spy):
+    used = ("large_updates_two_at_a_time" if mode == "function_conditional"
+            else "apply_when_finite")
+    real = getattr(_gated_apply, used)
+    with mock.patch.object(_gated_apply, used, spy):
       gated = _run(_OPTIMIZERS[name], mode)
-    self.assertTrue(calls, "the gated apply was not used")
+    self.assertTrue(calls, f"{used} was not used")
     reference = _run(_OPTIMIZERS[name], mode, gated=False)
     self.assertLen(gated, _STEPS)
     if _jit(mode) and name in _XLA_REORDERS:

@@ -11,8 +11,9 @@ holds (the gradients, which both hold). Those are
 
 `set_overlap_memory_budget` raises or lowers the budget; by default it is
 half of max(5% of the optimizer state, 32 MiB). Steps that take TF 2.4's
-conditional (under MirroredStrategy, and the `tf.compat.v1` optimizer) hold
-nothing beyond the gradients; eagerly each op runs when called, so nothing
+conditional (under MirroredStrategy, the `tf.compat.v1` optimizer, and by
+default once the budget cannot keep a large update) hold nothing beyond the
+gradients; eagerly each op runs when called, so nothing
 is computed ahead of the verdict.
 """
 
@@ -197,6 +198,38 @@ class StepMemoryTest(parameterized.TestCase):
       self.assertIn(writes[index][0], _downstream(graph, writes[index - 2]))
       self.assertNotIn(writes[index][0],
                        _downstream(graph, writes[index - 1]))
+
+  def test_by_default_waiting_large_updates_take_a_conditional(self):
+    # Once the default budget cannot keep a large update, the step is TF
+    # 2.4's conditional, its large updates in the branch two at a time.
+    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+      graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+    self.assertEmpty(_gated_verdict(graph))
+    [cond] = [op for op in graph.get_operations()
+              if op.type in ("If", "StatelessIf")]
+    # Nothing is written before the verdict; only the gradients are held.
+    kept, held = held_bytes(graph, _conditional_verdicts(graph))
+    self.assertLessEqual(kept, _SCALARS)
+    self.assertLessEqual(held, _SCALARS)
+    branch = cond._true_graph  # pylint: disable=protected-access
+    in_step = {id(outer): inner for outer, inner in graph.captures}
+    # The branch's inputs are the conditional's, after the predicate.
+    in_branch = {id(outer): inner
+                 for outer, inner in zip(cond.inputs[1:], branch.inputs)}
+    writes = []
+    for variable in variables:
+      if np.prod(variable.shape) < 65536:
+        continue
+      handle = in_branch[id(in_step[id(variable.handle)])]
+      writes.append([op for op in branch.get_operations()
+                     if op.type in _WRITES and op.inputs[0] is handle])
+    self.assertLen(writes, 6)
+    for index in range(2, len(writes)):
+      self.assertTrue(writes[index])
+      downstream = _downstream(branch, writes[index - 2])
+      self.assertTrue(all(w in downstream for w in writes[index]))
+      self.assertNotIn(writes[index][0],
+                       _downstream(branch, writes[index - 1]))
 
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(

@@ -10,6 +10,7 @@ Example:
 >>> set_overlap_memory_budget(None)  # Back to the default.
 """
 
+import contextlib
 import functools
 
 import keras
@@ -153,6 +154,74 @@ def supported(inner, grads, variables):
   return not any(
       getattr(v, "constraint", None) is not None or
       getattr(v, "overwrite_with_gradient", False) for v in variables)
+
+
+def waits_in_conditional(inner, variables):
+  """Whether a supported step is best applied as TF 2.4's conditional.
+
+  In an executor graph (not XLA, whose masked writes need no conditional),
+  once a large update must wait for the verdict anyway (the budget cannot
+  keep it), one conditional whose branch runs the large updates two at a
+  time (`large_updates_two_at_a_time`) measured faster than the gated apply
+  (`fit` of 4 Dense layers of 1024: +20.0% against +27.5% over bare, Keras
+  3's conditional +19.7%; 10 variables of 1000x1000: +14.5% against +16.6%)
+  in the same memory. Steps whose large updates the default budget keeps
+  (many small variables), and every step under an opt-in budget
+  (`set_overlap_memory_budget`), take the gated apply.
+
+  Args:
+    inner: The inner optimizer (built).
+    variables: The variables of the step.
+
+  Returns:
+    A Python bool.
+  """
+  if _private_api.in_xla_context() or _overlap_budget is not None:
+    return False
+  kept = _kept_variables(inner, variables, keep_budget(inner, variables))
+  return any(_is_large(v) and id(_tf_variable(v)) not in kept
+             for v in variables)
+
+
+@contextlib.contextmanager
+def large_updates_two_at_a_time(inner):
+  """Makes `inner`'s large updates built in this block run two at a time.
+
+  Each large variable's update waits for the writes of the large update
+  `_LARGE_UPDATES_IN_FLIGHT` before it: every gradient is held until the
+  verdict, and updates all started together would add their full-size
+  temporaries to that peak.
+
+  Args:
+    inner: The inner Keras 3 optimizer (vetted: its `update_step` updates
+      one variable and its slots).
+
+  Yields:
+    Nothing.
+  """
+  original = inner.update_step
+  updates = []  # The writes of each large update so far.
+
+  def update_step(gradient, variable, learning_rate):
+    if not _is_large(variable):
+      return original(gradient, variable, learning_rate)
+    graph = tf.compat.v1.get_default_graph()
+    first = len(graph.get_operations())
+    deps = (updates[-_LARGE_UPDATES_IN_FLIGHT]
+            if len(updates) >= _LARGE_UPDATES_IN_FLIGHT else [])
+    with tf.control_dependencies(deps):
+      result = original(gradient, variable, learning_rate)
+    updates.append([op for op in graph.get_operations()[first:]
+                    if op.type in _RAW_WRITES.values()])
+    return result
+
+  # Set in `__dict__` directly, as `_run_inner` does, so that Keras's
+  # attribute tracking never sees it.
+  inner.__dict__["update_step"] = update_step
+  try:
+    yield
+  finally:
+    del inner.__dict__["update_step"]
 
 
 def _tf_variable(variable):
