@@ -183,14 +183,32 @@ def waits_in_conditional(inner, variables):
              for v in variables)
 
 
+class _InFlight:
+  """Large updates, each waiting for the one `_LARGE_UPDATES_IN_FLIGHT` before.
+
+  Every gradient is held until the verdict, and large updates all started
+  together would add their full-size temporaries to that peak; one at a
+  time would give up the overlap two have.
+  """
+
+  def __init__(self):
+    self._writes = []  # The write ops of each large update so far.
+
+  def waits_for(self):
+    """The ops the next large update must wait for."""
+    if len(self._writes) < _LARGE_UPDATES_IN_FLIGHT:
+      return []
+    return self._writes[-_LARGE_UPDATES_IN_FLIGHT]
+
+  def add(self, writes):
+    """Records the write ops of a large update just built."""
+    if writes:
+      self._writes.append(writes)
+
+
 @contextlib.contextmanager
 def large_updates_two_at_a_time(inner):
   """Makes `inner`'s large updates built in this block run two at a time.
-
-  Each large variable's update waits for the writes of the large update
-  `_LARGE_UPDATES_IN_FLIGHT` before it: every gradient is held until the
-  verdict, and updates all started together would add their full-size
-  temporaries to that peak.
 
   Args:
     inner: The inner Keras 3 optimizer (vetted: its `update_step` updates
@@ -200,19 +218,17 @@ def large_updates_two_at_a_time(inner):
     Nothing.
   """
   original = inner.update_step
-  updates = []  # The writes of each large update so far.
+  in_flight = _InFlight()
 
   def update_step(gradient, variable, learning_rate):
     if not _is_large(variable):
       return original(gradient, variable, learning_rate)
     graph = tf.compat.v1.get_default_graph()
     first = len(graph.get_operations())
-    deps = (updates[-_LARGE_UPDATES_IN_FLIGHT]
-            if len(updates) >= _LARGE_UPDATES_IN_FLIGHT else [])
-    with tf.control_dependencies(deps):
+    with tf.control_dependencies(in_flight.waits_for()):
       result = original(gradient, variable, learning_rate)
-    updates.append([op for op in graph.get_operations()[first:]
-                    if op.type in _RAW_WRITES.values()])
+    in_flight.add([op for op in graph.get_operations()[first:]
+                   if op.type in _RAW_WRITES.values()])
     return result
 
   # Set in `__dict__` directly, as `_run_inner` does, so that Keras's
@@ -320,8 +336,7 @@ class _Writes:
     self.last_write = {}
     self.written = []  # write ops of the tensors written at once
     self.deferred = {}  # id(tf.Variable) -> [tf.Variable, its new value]
-    # The writes of each waiting large update so far (see `update_step`).
-    self._large_updates = []
+    self._in_flight = _InFlight()  # The waiting large updates.
 
   def write(self, method, variable, value):
     """Does `optimizer.<method>(variable, value)` the gated way."""
@@ -369,19 +384,15 @@ class _Writes:
         return original(gradient, variable, learning_rate)
       # Waiting: every op of the update (also those that read only slots,
       # such as Adamax's `beta_2 * u`) runs after the verdict, so that none
-      # of its full-size temporaries is held until then. At most
-      # `_LARGE_UPDATES_IN_FLIGHT` large updates run at once: every gradient
-      # is still held at the verdict, and updates all started together would
-      # add their temporaries to that peak.
+      # of its full-size temporaries is held until then; large ones also
+      # two at a time.
       large = _is_large(variable)
-      deps = [self._finite]
-      if large and len(self._large_updates) >= _LARGE_UPDATES_IN_FLIGHT:
-        deps.extend(self._large_updates[-_LARGE_UPDATES_IN_FLIGHT])
+      deps = [self._finite] + (self._in_flight.waits_for() if large else [])
       first = len(self.written)
       with tf.control_dependencies(deps):
         result = original(gradient, variable, learning_rate)
-      if large and len(self.written) > first:
-        self._large_updates.append(self.written[first:])
+      if large:
+        self._in_flight.add(self.written[first:])
       return result
     finally:
       self.current = None
