@@ -234,6 +234,20 @@ def test_reps_below_one_is_refused():
   assert "--reps must be at least 1, got 0" in proc.stderr
 
 
+def test_device_gpu_without_a_gpu_is_refused_by_name():
+  # No GPU is lent here: the command a GPU owner runs must at least say why
+  # it cannot run, rather than measure the CPU under a GPU heading.
+  probe = os.path.join(ROOT, "benchmarks", "memory_probe.py")
+  for command in ([SCRIPT, "--only", "memory", "--device", "gpu"],
+                  [probe, "--contender", "bare", "--device", "gpu"]):
+    proc = subprocess.run([sys.executable] + command, capture_output=True,
+                          text=True, check=False,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+                                   CUDA_VISIBLE_DEVICES=""))
+    assert proc.returncode != 0
+    assert "--device gpu: TensorFlow sees no GPU here" in proc.stderr
+
+
 def test_instances_are_combined_per_repetition_against_bare(tmp_path):
   out = tmp_path / "results.json"
   proc = subprocess.run(

@@ -94,6 +94,11 @@ def _conditional_verdicts(graph):
           if op.type in ("If", "StatelessIf")]
 
 
+def _large(variables):
+  return [v for v in variables
+          if np.prod(v.shape) >= _gated_apply._LARGE_MIN_ELEMENTS]  # pylint: disable=protected-access
+
+
 def _step_graph(make_inner, shapes, jit=False):
   variables = [tf.Variable(tf.zeros(s)) for s in shapes]
   opt = loss_scale_optimizer.LossScaleOptimizer(make_inner())
@@ -177,6 +182,17 @@ class StepMemoryTest(parameterized.TestCase):
         _gated_apply.keep_budget(opt.inner_optimizer, variables) + _SCALARS)
     self.assertLessEqual(held, _SCALARS)
 
+  def _assert_two_at_a_time(self, graph, writes):
+    """Each large update's writes (`writes`, in order) wait for the writes
+    of the update two before, and not for those of the one just before."""
+    self.assertLen(writes, 6)
+    for index in range(2, len(writes)):
+      self.assertTrue(writes[index])
+      downstream = _downstream(graph, writes[index - 2])
+      self.assertTrue(all(w in downstream for w in writes[index]))
+      self.assertNotIn(writes[index][0],
+                       _downstream(graph, writes[index - 1]))
+
   def test_waiting_large_updates_run_two_at_a_time(self):
     # At the verdict every gradient is still held: updates all started
     # together would add their full-size temporaries to that peak, one at a
@@ -184,20 +200,13 @@ class StepMemoryTest(parameterized.TestCase):
     _gated_apply.set_overlap_memory_budget(0)
     graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     internal = {id(outer): inner for outer, inner in graph.captures}
-    writes = []
-    for variable in variables:
-      if np.prod(variable.shape) < 65536:
-        continue
-      handle = internal[id(variable.handle)]
-      writes.append([op for op in graph.get_operations()
-                     if op.type in ("If", "StatelessIf") and
-                     any(t is handle for t in op.inputs)])
-    self.assertLen(writes, 6)
-    for index in range(2, len(writes)):
-      self.assertLen(writes[index], 1)
-      self.assertIn(writes[index][0], _downstream(graph, writes[index - 2]))
-      self.assertNotIn(writes[index][0],
-                       _downstream(graph, writes[index - 1]))
+    writes = [[op for op in graph.get_operations()
+               if op.type in ("If", "StatelessIf") and
+               any(t is internal[id(v.handle)] for t in op.inputs)]
+              for v in _large(variables)]
+    for update in writes[2:]:
+      self.assertLen(update, 1)
+    self._assert_two_at_a_time(graph, writes)
 
   def test_by_default_waiting_large_updates_take_a_conditional(self):
     # Once the default budget cannot keep a large update, the step is TF
@@ -217,19 +226,20 @@ class StepMemoryTest(parameterized.TestCase):
     in_branch = {id(outer): inner
                  for outer, inner in zip(cond.inputs[1:], branch.inputs)}
     writes = []
-    for variable in variables:
-      if np.prod(variable.shape) < 65536:
-        continue
+    for variable in _large(variables):
       handle = in_branch[id(in_step[id(variable.handle)])]
       writes.append([op for op in branch.get_operations()
                      if op.type in _WRITES and op.inputs[0] is handle])
-    self.assertLen(writes, 6)
-    for index in range(2, len(writes)):
-      self.assertTrue(writes[index])
-      downstream = _downstream(branch, writes[index - 2])
-      self.assertTrue(all(w in downstream for w in writes[index]))
-      self.assertNotIn(writes[index][0],
-                       _downstream(branch, writes[index - 1]))
+    self._assert_two_at_a_time(branch, writes)
+
+  def test_under_xla_waiting_large_updates_are_masked_not_conditional(self):
+    # XLA updates a tensor in place only outside a conditional, so there the
+    # default budget's waiting large updates stay in the gated apply.
+    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+      graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES, jit=True)
+    self.assertLen(_gated_verdict(graph), 1)
+    self.assertFalse({"If", "StatelessIf"} &
+                     {op.type for op in graph.get_operations()})
 
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(
