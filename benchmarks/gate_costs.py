@@ -1,4 +1,4 @@
-r"""Splits ours' overhead into its parts, on small `tf.function` steps.
+r"""Splits ours' overhead into its parts, on small `tf.function` or XLA steps.
 
 Where `bench_loss_scaling.py` finds ours above 1.5x the floor's overhead, this
 measures what each part of a dynamic loss scaler costs, side by side in one
@@ -25,6 +25,11 @@ the one before; the ones marked "wrong" exist only to be timed:
 * `floor_gated`: the other way to gate: the floor with every write waiting
   for the verdict.
 
+`no_scale_update` (wrong), chosen with `--variants`, is ours dynamic
+whose loss scale neither grows nor shrinks and whose counter stays: the
+check and the gated apply without the update TF 2.4's loss scale made too,
+and `floor_gated` leaves out.
+
 Two more variants, chosen with `--variants`, time the two ways of keeping a
 small tensor's old value while the variable takes the new one, whatever its
 size: `in_place` (every small tensor updated in place, so the write copies
@@ -43,7 +48,7 @@ only how much there is.
 Usage:
 
   python benchmarks/gate_costs.py [--vars 10] [--width 64] [--reps 2000]
-      [--instances 3] [--variants bare,floor,...] [--profile]
+      [--instances 3] [--variants bare,floor,...] [--mode jit] [--profile]
       [--device gpu]
 """
 
@@ -60,6 +65,8 @@ import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+from tf_mixed_precision_compat.loss_scale import _distribute  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.loss_scale import dynamic_state  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat.optimizers import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -73,48 +80,62 @@ def _no_restore(finite, originals):
   return []
 
 
-# name -> (contender of bench_loss_scaling.py, {_gated_apply attribute: its
+def _check_only(scale, counter, grads, growth_steps, multiplier):
+  del scale, counter, growth_steps, multiplier
+  return tf.constant(False), _distribute.all_finite(grads)
+
+
+# name -> (contender of bench_loss_scaling.py, {(module, attribute): its
 # stand-in while the step is traced}).
 _VARIANTS = {
     "bare": ("bare", {}),
     "ours_fixed": ("ours_fixed", {}),
     "floor": ("floor", {}),
-    "dyn_nogate": ("ours_dynamic", {"apply_when_finite": _apply_always}),
-    "no_restore": ("ours_dynamic", {"_restore_unless": _no_restore}),
+    "dyn_nogate": ("ours_dynamic",
+                   {(_gated_apply, "apply_when_finite"): _apply_always}),
+    "no_restore": ("ours_dynamic",
+                   {(_gated_apply, "_restore_unless"): _no_restore}),
     "ours_dynamic": ("ours_dynamic", {}),
     "floor_gated": ("floor_gated", {}),
-    "in_place": ("ours_dynamic",
-                 {"_OUT_OF_PLACE_MIN_ELEMENTS": float("inf")}),
-    "out_of_place": ("ours_dynamic", {"_OUT_OF_PLACE_MIN_ELEMENTS": 0}),
+    "in_place": ("ours_dynamic", {
+        (_gated_apply, "_OUT_OF_PLACE_MIN_ELEMENTS"): float("inf")}),
+    "out_of_place": ("ours_dynamic",
+                     {(_gated_apply, "_OUT_OF_PLACE_MIN_ELEMENTS"): 0}),
+    "no_scale_update": ("ours_dynamic",
+                        {(dynamic_state, "update_variables"): _check_only}),
 }
 _DEFAULT_VARIANTS = ("bare", "ours_fixed", "floor", "dyn_nogate",
                      "no_restore", "ours_dynamic", "floor_gated")
 
 
-def make_steps(num_vars, width, names=_DEFAULT_VARIANTS):
-  """Step functions of the variants `names`, by name."""
+def make_steps(num_vars, width, names=_DEFAULT_VARIANTS, mode="function"):
+  """Step functions of the variants `names`, by name.
+
+  `mode` is "function" (`tf.function`) or "jit" (compiled with XLA).
+  """
   values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
   steps = {}
   for name in names:
     contender, patches = _VARIANTS[name]
-    real = {attr: getattr(_gated_apply, attr) for attr in patches}
-    for attr, stand_in in patches.items():
-      setattr(_gated_apply, attr, stand_in)
+    real = {key: getattr(*key) for key in patches}
+    for (module, attr), stand_in in patches.items():
+      setattr(module, attr, stand_in)
     try:
-      step = bench._make_step(contender, "function", values, x, None)  # pylint: disable=protected-access
+      step = bench._make_step(contender, mode, values, x, None)  # pylint: disable=protected-access
       bench._sync(step())  # Traced while the stand-ins are in place.  # pylint: disable=protected-access
     finally:
-      for attr, function in real.items():
-        setattr(_gated_apply, attr, function)
+      for (module, attr), value in real.items():
+        setattr(module, attr, value)
     steps[name] = step
   return steps
 
 
-def measure(num_vars, width, reps, instances, names=_DEFAULT_VARIANTS):
+def measure(num_vars, width, reps, instances, names=_DEFAULT_VARIANTS,
+            mode="function"):
   """Overheads over bare of every variant; a dict of statistics by name."""
   steps = {}
   for index in range(instances):
-    for name, step in make_steps(num_vars, width, names).items():
+    for name, step in make_steps(num_vars, width, names, mode).items():
       steps[(name, index)] = step
   return bench._summarize(bench.interleave_instances(steps, reps))  # pylint: disable=protected-access
 
@@ -235,6 +256,9 @@ def main():
   parser.add_argument("--instances", type=int, default=3)
   parser.add_argument("--variants", default=",".join(_DEFAULT_VARIANTS),
                       help="comma-separated, from: " + ",".join(_VARIANTS))
+  parser.add_argument("--mode", default="function",
+                      choices=("function", "jit"),
+                      help="tf.function steps, or compiled with XLA")
   parser.add_argument("--profile", action="store_true",
                       help="also profile 30 steps of each variant")
   parser.add_argument("--device", default="cpu", choices=("cpu", "gpu"),
@@ -253,9 +277,15 @@ def _run(args, parser):
   if unknown or "bare" not in names:
     parser.error(f"--variants must include bare and name only variants "
                  f"from {', '.join(_VARIANTS)}; got {args.variants!r}")
-  summary = measure(args.vars, args.width, args.reps, args.instances, names)
+  if args.profile and args.mode == "jit":
+    # XLA runs a step as one compiled cluster: there are no TensorFlow ops
+    # to attribute time to.
+    parser.error("--profile: tf.function steps only (--mode function)")
+  summary = measure(args.vars, args.width, args.reps, args.instances, names,
+                    args.mode)
   print(f"Device: {bench._device(args.device)}")  # pylint: disable=protected-access
-  print(f"tf.function step, {args.vars} variables of {args.width}x"
+  kind = "XLA" if args.mode == "jit" else "tf.function"
+  print(f"{kind} step, {args.vars} variables of {args.width}x"
         f"{args.width}, {args.reps} step-level interleaved repetitions, "
         f"{args.instances} instances each")
   bare_us = summary["bare"]["step_ms"] * 1e3
@@ -266,7 +296,8 @@ def _run(args, parser):
           f"µs)  instances: {instances}")
   _print_allowance(summary, args.vars)
   if args.profile:
-    _print_profile(profile(make_steps(args.vars, args.width, names), 30))
+    _print_profile(profile(
+        make_steps(args.vars, args.width, names, args.mode), 30))
 
 
 if __name__ == "__main__":

@@ -206,6 +206,49 @@ def test_gate_costs_variants_differ_only_in_their_part():
   assert types["after"] == ["_restore_unless", "apply_when_finite", 1 << 14]
 
 
+_SCALE_UPDATE_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import gate_costs
+from tf_mixed_precision_compat.loss_scale import dynamic_state
+out = {}
+for mode in ("function", "jit"):
+  steps = gate_costs.make_steps(3, 8, ("ours_dynamic", "no_scale_update"),
+                                mode)
+  for name, step in steps.items():
+    fn = step.get_concrete_function()
+    out[mode + "/" + name] = {
+        "types": sorted({op.type for op in fn.graph.get_operations()}),
+        "xla": fn.function_def.attr["_XlaMustCompile"].b}
+out["after"] = dynamic_state.update_variables.__name__
+print(json.dumps(out))
+"""
+
+
+def test_no_scale_update_drops_only_the_update_in_either_mode():
+  steps = _probe(_SCALE_UPDATE_PROBE)
+  for mode in ("function", "jit"):
+    ours = steps[f"{mode}/ours_dynamic"]
+    check_only = steps[f"{mode}/no_scale_update"]
+    assert ours["xla"] == check_only["xla"] == (mode == "jit")
+    # The scale's shrink (`divide_no_nan`) goes with the update; the finite
+    # check and the gated apply stay.
+    assert "DivNoNan" in ours["types"]
+    assert "DivNoNan" not in check_only["types"]
+    assert "IsFinite" in check_only["types"]
+  assert steps["after"] == "update_variables"
+
+
+def test_profile_of_xla_steps_is_refused_by_name():
+  proc = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "benchmarks", "gate_costs.py"),
+       "--mode", "jit", "--profile", "--reps", "1"],
+      capture_output=True, text=True, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert proc.returncode == 2
+  assert "--profile: tf.function steps only (--mode function)" in proc.stderr
+
+
 def test_profile_attributes_every_kernel_to_its_own_step():
   # Ops per step by type, from interleaved profiled calls: exact counts,
   # which attributing a kernel to the wrong call would change.
