@@ -55,9 +55,11 @@ Usage:
 import argparse
 import bisect
 import collections
+import contextlib
 import os
 import sys
 import tempfile
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,15 +119,11 @@ def make_steps(num_vars, width, names=_DEFAULT_VARIANTS, mode="function"):
   steps = {}
   for name in names:
     contender, patches = _VARIANTS[name]
-    real = {key: getattr(*key) for key in patches}
-    for (module, attr), stand_in in patches.items():
-      setattr(module, attr, stand_in)
-    try:
+    with contextlib.ExitStack() as stand_ins:
+      for (module, attr), stand_in in patches.items():
+        stand_ins.enter_context(mock.patch.object(module, attr, stand_in))
       step = bench._make_step(contender, mode, values, x, None)  # pylint: disable=protected-access
       bench._sync(step())  # Traced while the stand-ins are in place.  # pylint: disable=protected-access
-    finally:
-      for (module, attr), value in real.items():
-        setattr(module, attr, value)
     steps[name] = step
   return steps
 

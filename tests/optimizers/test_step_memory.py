@@ -17,6 +17,8 @@ gradients; eagerly each op runs when called, so nothing
 is computed ahead of the verdict.
 """
 
+from unittest import mock
+
 from absl.testing import parameterized
 import keras
 import numpy as np
@@ -170,7 +172,7 @@ class StepMemoryTest(parameterized.TestCase):
     self.assertEqual(_gated_apply.keep_budget(inner, variables), 16 * _MIB)
     state = sum(np.asarray(v).nbytes
                 for v in list(variables) + list(inner.variables))
-    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
       self.assertEqual(_gated_apply.keep_budget(inner, variables),
                        (0.05 * state) // 2)
 
@@ -211,7 +213,7 @@ class StepMemoryTest(parameterized.TestCase):
   def test_by_default_waiting_large_updates_take_a_conditional(self):
     # Once the default budget cannot keep a large update, the step is TF
     # 2.4's conditional, its large updates in the branch two at a time.
-    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
       graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     self.assertEmpty(_gated_verdict(graph))
     [cond] = [op for op in graph.get_operations()
@@ -235,7 +237,7 @@ class StepMemoryTest(parameterized.TestCase):
   def test_under_xla_waiting_large_updates_are_masked_not_conditional(self):
     # XLA updates a tensor in place only outside a conditional, so there the
     # default budget's waiting large updates stay in the gated apply.
-    with _patched(_gated_apply, "_MIN_ALLOWANCE", 0):
+    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
       graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES, jit=True)
     self.assertLen(_gated_verdict(graph), 1)
     self.assertFalse({"If", "StatelessIf"} &
@@ -247,7 +249,7 @@ class StepMemoryTest(parameterized.TestCase):
     _gated_apply.set_overlap_memory_budget(budget)
     # Many small tensors: deferred to the conditional if they fit.
     shapes = ((64, 64),) * 100
-    with _patched(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0):
+    with mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0):
       graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
     kept, held = held_bytes(graph, _gated_verdict(graph))
     # A scalar or two per variable (learning rates) around the verdict.
@@ -333,7 +335,7 @@ class FitTest(parameterized.TestCase):
                inner, "dynamic"))
     model.compile(optimizer=opt, loss="mse")
     x = np.ones((8, 64), np.float32)
-    with _patched(_gated_apply, "_Writes", spy):
+    with mock.patch.object(_gated_apply, "_Writes", spy):
       model.fit(x, x, epochs=1, verbose=0)
     self.assertNotEmpty(writes)  # one per trace
     for traced in writes:
@@ -341,21 +343,6 @@ class FitTest(parameterized.TestCase):
       # From the last: its bias and kernel, then the biases only; the
       # first two kernels wait.
       self.assertLen(traced.kept_variables, 4)
-
-
-class _patched:
-  """Sets a module attribute for the duration of a `with` block."""
-
-  def __init__(self, module, name, value):
-    self._module, self._name, self._value = module, name, value
-    self._old = None
-
-  def __enter__(self):
-    self._old = getattr(self._module, self._name)
-    setattr(self._module, self._name, self._value)
-
-  def __exit__(self, *args):
-    setattr(self._module, self._name, self._old)
 
 
 class SetOverlapMemoryBudgetTest(parameterized.TestCase):
