@@ -13,6 +13,11 @@ time of:
   (or its old value must be kept). XLA orders ops by their data alone, so
   under `jit_compile` the gradients reach the apply through a select on the
   verdict instead (`where(finite, g, 0)`, fused into the update);
+* `floor_dynamic`: `floor_gated` with a dynamic loss scale, as TF 2.4's
+  design had: the loss scaled by a variable, the gradients unscaled by its
+  reciprocal, and the scale and its good-steps counter updated from the
+  verdict (the package's `_scaling.dynamic_update`, TF 2.4's arithmetic),
+  the least a dynamic skip-on-overflow scaler must do;
 * `keras3`: Keras 3's `keras.optimizers.LossScaleOptimizer` (its own
   convention: `scale_loss`, scaled gradients to `apply`);
 * `ours_dynamic` / `ours_fixed`: this package's TF 2.4 `LossScaleOptimizer`,
@@ -103,14 +108,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat.optimizers import compat_v1_optimizer  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tf_mixed_precision_compat import loss_scale as loss_scale_module  # pylint: disable=g-import-not-at-top,wrong-import-position
+from tf_mixed_precision_compat.loss_scale import _scaling  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 try:  # Optional contender.
   import tf_keras  # pylint: disable=g-import-not-at-top
 except ImportError:
   tf_keras = None
 
-CONTENDERS = ("bare", "floor", "floor_gated", "keras3", "ours_dynamic",
-              "ours_fixed", "tf_keras")
+CONTENDERS = ("bare", "floor", "floor_gated", "floor_dynamic", "keras3",
+              "ours_dynamic", "ours_fixed", "tf_keras")
 FIT_CONTENDERS = ("bare", "keras3", "ours_dynamic", "ours_fixed")
 MODES = ("eager", "function", "jit", "mirrored")
 _SCALE = 2.**15
@@ -194,10 +200,31 @@ def _floor_check(grads):
       tf.stack([tf.reduce_all(tf.math.is_finite(g)) for g in grads]))
 
 
+class _DynamicFloor:
+  """`floor_dynamic`'s optimizer: Keras 3 Adam and a dynamic loss scale.
+
+  The scale and counter are TF 2.4's (initial scale 2**15, growth every
+  2000 finite steps by 2); under a strategy the first replica's update is
+  kept, as TF 2.4's `ONLY_FIRST_REPLICA` variables did.
+  """
+
+  def __init__(self):
+    self.adam = keras.optimizers.Adam(_LR)
+    first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+    self.scale = tf.Variable(_SCALE, trainable=False, aggregation=first)
+    self.good_steps = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  aggregation=first)
+
+  def build(self, variables):
+    self.adam.build(variables)
+
+
 def _make_optimizer(name):
   """The optimizer of contender `name`, or None when it is unavailable."""
   if name in ("bare", "floor", "floor_gated"):
     return keras.optimizers.Adam(_LR)
+  if name == "floor_dynamic":
+    return _DynamicFloor()
   if name == "keras3":
     return keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(_LR))
   if name == "ours_dynamic":
@@ -213,12 +240,18 @@ def _make_optimizer(name):
   raise ValueError(f"unknown contender {name!r}")
 
 
+def _floor_scale(name, opt):
+  """The loss scale of a floor contender: a constant, or the variable."""
+  return opt.scale if name == "floor_dynamic" else _SCALE
+
+
 def _step_body(name, opt, variables, x, xla=False):
   """One training step of contender `name`, in replica context."""
+  floors = ("floor", "floor_gated", "floor_dynamic")
   with tf.GradientTape() as tape:
     loss = _loss(variables, x)
-    if name in ("floor", "floor_gated"):
-      target = loss * _SCALE
+    if name in floors:
+      target = loss * _floor_scale(name, opt)
     elif name == "keras3":
       target = opt.scale_loss(loss)
     elif name in ("ours_dynamic", "ours_fixed", "tf_keras"):
@@ -226,14 +259,19 @@ def _step_body(name, opt, variables, x, xla=False):
     else:
       target = loss
   grads = tape.gradient(target, variables)
-  if name == "floor":
-    grads = [g * (1. / _SCALE) for g in grads]
+  if name in floors:
+    inverse = 1. / _floor_scale(name, opt)
+    grads = [g * inverse for g in grads]
     finite = _floor_check(grads)
-    opt.apply_gradients(zip(grads, variables))
-    return loss, finite
-  if name == "floor_gated":
-    grads = [g * (1. / _SCALE) for g in grads]
-    finite = _floor_check(grads)
+    if name == "floor":
+      opt.apply_gradients(zip(grads, variables))
+      return loss, finite
+    if name == "floor_dynamic":
+      new_scale, new_count = _scaling.dynamic_update(
+          opt.scale, opt.good_steps, finite, growth_steps=2000, multiplier=2.)
+      opt.scale.assign(new_scale, read_value=False)
+      opt.good_steps.assign(new_count, read_value=False)
+      opt = opt.adam
     # What any skip-on-overflow optimizer must wait for: no variable may
     # change before every gradient is known finite. (Ordering only; the
     # apply is not actually skipped.) XLA schedules by data dependencies
@@ -834,8 +872,8 @@ def markdown(results):
                  " | ".join(f"{s} vars" for s in sizes) + " |")
     lines.append("|---|---|" + "---|" * len(sizes))
     for mode, by_name in pv.items():
-      for name in ("floor", "floor_gated", "keras3", "ours_dynamic",
-                   "ours_fixed"):
+      for name in ("floor", "floor_gated", "floor_dynamic", "keras3",
+                   "ours_dynamic", "ours_fixed"):
         if name not in by_name:
           continue
         lines.append(f"| {mode} | {name} | " + " | ".join(

@@ -28,7 +28,8 @@ the one before; the ones marked "wrong" exist only to be timed:
 `no_scale_update` (wrong), chosen with `--variants`, is ours dynamic
 whose loss scale neither grows nor shrinks and whose counter stays: the
 check and the gated apply without the update TF 2.4's loss scale made too,
-and `floor_gated` leaves out.
+and `floor_gated` leaves out. `floor_dynamic`, likewise chosen, is
+`floor_gated` with that update (bench_loss_scaling.py's contender).
 
 Two more variants, chosen with `--variants`, time the two ways of keeping a
 small tensor's old value while the variable takes the new one, whatever its
@@ -99,6 +100,7 @@ _VARIANTS = {
                    {(_gated_apply, "_restore_unless"): _no_restore}),
     "ours_dynamic": ("ours_dynamic", {}),
     "floor_gated": ("floor_gated", {}),
+    "floor_dynamic": ("floor_dynamic", {}),
     "in_place": ("ours_dynamic", {
         (_gated_apply, "_OUT_OF_PLACE_MIN_ELEMENTS"): float("inf")}),
     "out_of_place": ("ours_dynamic",

@@ -14,8 +14,8 @@ from tests import testing
 ROOT = testing.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
 
-_CONTENDERS = {"bare", "floor", "floor_gated", "keras3", "ours_dynamic",
-               "ours_fixed"}
+_CONTENDERS = {"bare", "floor", "floor_gated", "floor_dynamic", "keras3",
+               "ours_dynamic", "ours_fixed"}
 _FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
 _TF_KERAS = importlib.util.find_spec("tf_keras") is not None
 
@@ -237,6 +237,50 @@ def test_no_scale_update_drops_only_the_update_in_either_mode():
     assert "DivNoNan" not in check_only["types"]
     assert "IsFinite" in check_only["types"]
   assert steps["after"] == "update_variables"
+
+
+_FLOOR_DYNAMIC_PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import tensorflow as tf
+import bench_loss_scaling as bench
+values, x = bench._initial_values(3, 8)
+out = {}
+for mode in ("eager", "function", "jit", "mirrored"):
+  strategy = (tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+              if mode == "mirrored" else None)
+  scope = strategy.scope() if strategy else bench._NullScope()
+  with scope:
+    opt = bench._make_optimizer("floor_dynamic")
+    variables = [tf.Variable(v) for v in values]
+    opt.build(variables)
+  bad = tf.Variable(x)
+  body = lambda: bench._step_body("floor_dynamic", opt, variables, bad,
+                                  xla=(mode == "jit"))
+  if mode == "mirrored":
+    step = tf.function(lambda: strategy.run(body))
+  elif mode == "eager":
+    step = body
+  else:
+    step = tf.function(body, jit_compile=(mode == "jit"))
+  seen = []
+  for value in (x, x, np.full_like(x, np.inf)):
+    bad.assign(value)
+    step()
+    seen.append([float(opt.scale.numpy()), int(opt.good_steps.numpy())])
+  out[mode] = {"seen": seen, "iterations": int(opt.adam.iterations.numpy())}
+print(json.dumps(out))
+"""
+
+
+def test_floor_dynamic_updates_its_scale_as_tf24_did_in_every_mode():
+  seen = _probe(_FLOOR_DYNAMIC_PROBE)
+  for mode in ("eager", "function", "jit", "mirrored"):
+    # Two finite steps count; the overflowing one halves the scale and
+    # restarts the count (the floor applies it all the same: timing only).
+    assert seen[mode]["seen"] == [[2.**15, 1], [2.**15, 2], [2.**14, 0]], mode
+    assert seen[mode]["iterations"] == 3, mode
 
 
 def test_profile_of_xla_steps_is_refused_by_name():
