@@ -380,3 +380,53 @@ def test_interleaving_calls_each_step_once_per_repetition_in_varying_order():
   for step in "abcd":
     before = {r[r.index(step) - 1] for r in rounds if r.index(step) > 0}
     assert len(before) > 1
+
+
+def _pool_runs_module():
+  spec = importlib.util.spec_from_file_location(
+      "pool_runs", os.path.join(ROOT, "benchmarks", "pool_runs.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _run_result(overheads, extra_cell=False):
+  def cell(workload, mode, contenders):
+    return {"workload": workload, "mode": mode, "num_vars": 10, "width": 64,
+            "contenders": {n: {"overhead": o} for n, o in contenders.items()}}
+  cells = [cell("wide", "jit", overheads),
+           cell("wide", "session", {"v1_bare": 0., "v1_ours": .2})]
+  if extra_cell:
+    cells.append(cell("many", "jit", overheads))
+  return {"cells": cells}
+
+
+def test_pool_runs_judges_ours_over_runs_cell_by_cell(tmp_path, capsys):
+  pool_runs = _pool_runs_module()
+  runs = [_run_result({"ours_dynamic": .05, "floor_gated": .03}, True),
+          _run_result({"ours_dynamic": .02, "floor_gated": .03}),
+          _run_result({"ours_dynamic": .06, "floor_gated": .03,
+                       "floor_dynamic": .01})]
+  pooled = pool_runs.pool(runs, against=("floor_gated", "floor_dynamic"))
+  # Only the cell every run has; session cells are no contenders' cells;
+  # a reference one run lacks is left out.
+  assert [e["cell"] for e in pooled] == [("wide", "jit", 10, 64)]
+  entry = pooled[0]
+  assert "floor_dynamic" not in entry
+  assert entry["floor_gated"]["diffs"] == pytest.approx([2., -1., 3.])
+  assert entry["floor_gated"]["mean"] == pytest.approx(4. / 3)
+  assert entry["floor_gated"]["se"] == pytest.approx(
+      np.std([2., -1., 3.], ddof=1) / np.sqrt(3))
+  assert entry["floor_gated"]["above"] == 2
+
+  paths = []
+  for index, run in enumerate(runs):
+    paths.append(str(tmp_path / f"r{index}.json"))
+    with open(paths[-1], "w") as f:
+      json.dump(run, f)
+  assert pool_runs.main(paths + ["--against", "floor_gated,floor_dynamic"]) == 0
+  table = capsys.readouterr().out
+  assert "| wide (10x64²) | jit | +1.3 ±1.2 (2/3) | — |" in table
+  with pytest.raises(SystemExit):
+    pool_runs.main(paths[:1] + ["--against", ","])
+  assert "--against: name at least one contender" in capsys.readouterr().err
