@@ -208,6 +208,9 @@ class _DynamicFloor:
   kept, as TF 2.4's `ONLY_FIRST_REPLICA` variables did.
   """
 
+  growth_steps = 2000
+  multiplier = 2.
+
   def __init__(self):
     self.adam = keras.optimizers.Adam(_LR)
     first = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -268,7 +271,7 @@ def _step_body(name, opt, variables, x, xla=False):
       return loss, finite
     if name == "floor_dynamic":
       new_scale, new_count = _scaling.dynamic_update(
-          opt.scale, opt.good_steps, finite, growth_steps=2000, multiplier=2.)
+          opt.scale, opt.good_steps, finite, opt.growth_steps, opt.multiplier)
       opt.scale.assign(new_scale, read_value=False)
       opt.good_steps.assign(new_count, read_value=False)
       opt = opt.adam

@@ -5,8 +5,8 @@ differs between runs: which memory layout each compiled instance got and
 what else the process built. Two runs of the same cell can differ by a few
 points, so "ours is below `floor_gated`" is judged over runs. For every cell
 found in all the given result files (`--out` of bench_loss_scaling.py), this
-prints ours' overhead minus each reference's, run by run, their mean ± the
-standard error over runs, and in how many runs ours was above.
+prints ours' overhead minus each reference's: its mean over runs ± the
+standard error of that mean, and in how many runs ours was above.
 
 Usage:
 
@@ -43,7 +43,7 @@ def pool(runs, ours="ours_dynamic", against=("floor_gated",)):
             for run in runs]
   pooled = []
   for key in by_run[0] if by_run else ():
-    cells = [cells.get(key) for cells in by_run]
+    cells = [run_cells.get(key) for run_cells in by_run]
     if any(c is None or ours not in c["contenders"] for c in cells):
       continue
     entry = {"cell": key}
