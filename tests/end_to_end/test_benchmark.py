@@ -247,6 +247,8 @@ import tensorflow as tf
 import bench_loss_scaling as bench
 values, x = bench._initial_values(3, 8)
 out = {}
+# The steps are built here rather than by bench._make_step, which keeps the
+# optimizer (and so the scale and counter read below) to itself.
 for mode in ("eager", "function", "jit", "mirrored"):
   strategy = (tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
               if mode == "mirrored" else None)
@@ -255,8 +257,8 @@ for mode in ("eager", "function", "jit", "mirrored"):
     opt = bench._make_optimizer("floor_dynamic")
     variables = [tf.Variable(v) for v in values]
     opt.build(variables)
-  bad = tf.Variable(x)
-  body = lambda: bench._step_body("floor_dynamic", opt, variables, bad,
+  inputs = tf.Variable(x)
+  body = lambda: bench._step_body("floor_dynamic", opt, variables, inputs,
                                   xla=(mode == "jit"))
   if mode == "mirrored":
     step = tf.function(lambda: strategy.run(body))
@@ -266,7 +268,7 @@ for mode in ("eager", "function", "jit", "mirrored"):
     step = tf.function(body, jit_compile=(mode == "jit"))
   seen = []
   for value in (x, x, np.full_like(x, np.inf)):
-    bad.assign(value)
+    inputs.assign(value)
     step()
     seen.append([float(opt.scale.numpy()), int(opt.good_steps.numpy())])
   out[mode] = {"seen": seen, "iterations": int(opt.adam.iterations.numpy())}
