@@ -18,6 +18,10 @@ time of:
   reciprocal, and the scale and its good-steps counter updated from the
   verdict (the package's `_scaling.dynamic_update`, TF 2.4's arithmetic),
   the least a dynamic skip-on-overflow scaler must do;
+* `floor_cond`: TF 2.4's design whole: `floor_dynamic` with its apply in a
+  `tf.cond` on the verdict, so that an overflowing step is skipped (the
+  floors before it apply every step). Not with replicas, where TF 2.4's
+  conditional is ours' own step;
 * `keras3`: Keras 3's `keras.optimizers.LossScaleOptimizer` (its own
   convention: `scale_loss`, scaled gradients to `apply`);
 * `ours_dynamic` / `ours_fixed`: this package's TF 2.4 `LossScaleOptimizer`,
@@ -115,7 +119,8 @@ try:  # Optional contender.
 except ImportError:
   tf_keras = None
 
-CONTENDERS = ("bare", "floor", "floor_gated", "floor_dynamic", "keras3",
+CONTENDERS = ("bare", "floor", "floor_gated", "floor_dynamic", "floor_cond",
+              "keras3",
               "ours_dynamic", "ours_fixed", "tf_keras")
 FIT_CONTENDERS = ("bare", "keras3", "ours_dynamic", "ours_fixed")
 MODES = ("eager", "function", "jit", "mirrored")
@@ -226,7 +231,7 @@ def _make_optimizer(name):
   """The optimizer of contender `name`, or None when it is unavailable."""
   if name in ("bare", "floor", "floor_gated"):
     return keras.optimizers.Adam(_LR)
-  if name == "floor_dynamic":
+  if name in ("floor_dynamic", "floor_cond"):
     return _DynamicFloor()
   if name == "keras3":
     return keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(_LR))
@@ -245,12 +250,12 @@ def _make_optimizer(name):
 
 def _floor_scale(name, opt):
   """The loss scale of a floor contender: a constant, or the variable."""
-  return opt.scale if name == "floor_dynamic" else _SCALE
+  return opt.scale if isinstance(opt, _DynamicFloor) else _SCALE
 
 
 def _step_body(name, opt, variables, x, xla=False):
   """One training step of contender `name`, in replica context."""
-  floors = ("floor", "floor_gated", "floor_dynamic")
+  floors = ("floor", "floor_gated", "floor_dynamic", "floor_cond")
   with tf.GradientTape() as tape:
     loss = _loss(variables, x)
     if name in floors:
@@ -269,12 +274,23 @@ def _step_body(name, opt, variables, x, xla=False):
     if name == "floor":
       opt.apply_gradients(zip(grads, variables))
       return loss, finite
-    if name == "floor_dynamic":
+    if isinstance(opt, _DynamicFloor):
       new_scale, new_count = _scaling.dynamic_update(
           opt.scale, opt.good_steps, finite, opt.growth_steps, opt.multiplier)
       opt.scale.assign(new_scale, read_value=False)
       opt.good_steps.assign(new_count, read_value=False)
       opt = opt.adam
+    if name == "floor_cond":
+      def apply():
+        opt.apply_gradients(zip(grads, variables))
+        return tf.constant(True)
+
+      def skip():  # TF 2.4.4 counted a skipped step.
+        opt.iterations.assign_add(1)
+        return tf.constant(False)
+
+      tf.cond(finite, apply, skip)
+      return loss, finite
     # What any skip-on-overflow optimizer must wait for: no variable may
     # change before every gradient is known finite. (Ordering only; the
     # apply is not actually skipped.) XLA schedules by data dependencies
@@ -291,6 +307,17 @@ def _step_body(name, opt, variables, x, xla=False):
     grads = opt.get_unscaled_gradients(grads)
   opt.apply_gradients(zip(grads, variables))
   return loss
+
+
+def _unavailable(name, mode):
+  """Why contender `name` is not measured in `mode`, or None if it is."""
+  if name == "tf_keras" and tf_keras is None:
+    return "tf_keras is not installed"
+  if name == "floor_cond" and mode == "mirrored":
+    # With replicas TF 2.4 took the verdict in cross-replica context and
+    # applied in each replica inside the `cond`: that is ours' own step there.
+    return "with replicas, TF 2.4's conditional is ours_dynamic's step"
+  return None
 
 
 def _make_step(name, mode, values, x_value, strategy):
@@ -457,11 +484,11 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
   steps, trace_s, notes = {}, {}, {}
   for index in range(instances):
     for name in CONTENDERS:
+      notes[name] = _unavailable(name, mode)
+      if notes[name] is not None:
+        continue
       step = _make_step(name, mode, values, x,
                         strategy if mode == "mirrored" else None)
-      if step is None:
-        notes[name] = "tf_keras is not installed"
-        continue
       start = time.perf_counter()
       _sync(step())
       if index == 0:
@@ -480,7 +507,7 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
       "reps": reps,
       "instances": instances,
       "contenders": summary,
-      "notes": notes,
+      "notes": {n: why for n, why in notes.items() if why is not None},
   }
   log(_cell_line(cell))
   del steps
@@ -875,8 +902,8 @@ def markdown(results):
                  " | ".join(f"{s} vars" for s in sizes) + " |")
     lines.append("|---|---|" + "---|" * len(sizes))
     for mode, by_name in pv.items():
-      for name in ("floor", "floor_gated", "floor_dynamic", "keras3",
-                   "ours_dynamic", "ours_fixed"):
+      for name in ("floor", "floor_gated", "floor_dynamic", "floor_cond",
+                   "keras3", "ours_dynamic", "ours_fixed"):
         if name not in by_name:
           continue
         lines.append(f"| {mode} | {name} | " + " | ".join(

@@ -14,8 +14,8 @@ from tests import testing
 ROOT = testing.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
 
-_CONTENDERS = {"bare", "floor", "floor_gated", "floor_dynamic", "keras3",
-               "ours_dynamic", "ours_fixed"}
+_CONTENDERS = {"bare", "floor", "floor_gated", "floor_dynamic", "floor_cond",
+               "keras3", "ours_dynamic", "ours_fixed"}
 _FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
 _TF_KERAS = importlib.util.find_spec("tf_keras") is not None
 
@@ -53,10 +53,15 @@ def test_quick_run_reports_every_cell(tmp_path):
       assert set(contenders) == _FIT_CONTENDERS
       assert contenders["bare"]["steps_per_s"] > 0
     else:
-      # tf_keras is optional: measured when importable, else a note says so.
-      assert set(contenders) - {"tf_keras"} == _CONTENDERS
+      # tf_keras is optional: measured when importable, else a note says so;
+      # floor_cond is not measured with replicas, and a note says why.
+      replicas = cell["mode"] == "mirrored"
+      expected = _CONTENDERS - ({"floor_cond"} if replicas else set())
+      assert set(contenders) - {"tf_keras"} == expected
       assert ("tf_keras" in contenders) == _TF_KERAS
-      assert ("tf_keras" in cell["notes"]) == (not _TF_KERAS)
+      assert set(cell["notes"]) == (
+          ({"floor_cond"} if replicas else set()) |
+          (set() if _TF_KERAS else {"tf_keras"}))
     base = next(c for n, c in contenders.items() if n.endswith("bare"))
     for stats in contenders.values():
       assert stats["step_ms"] > 0
@@ -239,7 +244,7 @@ def test_no_scale_update_drops_only_the_update_in_either_mode():
   assert steps["after"] == "update_variables"
 
 
-_FLOOR_DYNAMIC_PROBE = """
+_DYNAMIC_FLOORS_PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
@@ -249,40 +254,58 @@ values, x = bench._initial_values(3, 8)
 out = {}
 # The steps are built here rather than by bench._make_step, which keeps the
 # optimizer (and so the scale and counter read below) to itself.
-for mode in ("eager", "function", "jit", "mirrored"):
-  strategy = (tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
-              if mode == "mirrored" else None)
-  scope = strategy.scope() if strategy else bench._NullScope()
-  with scope:
-    opt = bench._make_optimizer("floor_dynamic")
-    variables = [tf.Variable(v) for v in values]
-    opt.build(variables)
-  inputs = tf.Variable(x)
-  body = lambda: bench._step_body("floor_dynamic", opt, variables, inputs,
-                                  xla=(mode == "jit"))
-  if mode == "mirrored":
-    step = tf.function(lambda: strategy.run(body))
-  elif mode == "eager":
-    step = body
-  else:
-    step = tf.function(body, jit_compile=(mode == "jit"))
-  seen = []
-  for value in (x, x, np.full_like(x, np.inf)):
-    inputs.assign(value)
-    step()
-    seen.append([float(opt.scale.numpy()), int(opt.good_steps.numpy())])
-  out[mode] = {"seen": seen, "iterations": int(opt.adam.iterations.numpy())}
+for name in ("floor_dynamic", "floor_cond"):
+  for mode in ("eager", "function", "jit", "mirrored"):
+    if bench._unavailable(name, mode):
+      continue
+    strategy = (tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
+                if mode == "mirrored" else None)
+    scope = strategy.scope() if strategy else bench._NullScope()
+    with scope:
+      opt = bench._make_optimizer(name)
+      variables = [tf.Variable(v) for v in values]
+      opt.build(variables)
+    inputs = tf.Variable(x)
+    body = lambda: bench._step_body(name, opt, variables, inputs,
+                                    xla=(mode == "jit"))
+    if mode == "mirrored":
+      step = tf.function(lambda: strategy.run(body))
+    elif mode == "eager":
+      step = body
+    else:
+      step = tf.function(body, jit_compile=(mode == "jit"))
+    seen = []
+    for value in (x, x, np.full_like(x, np.inf)):
+      inputs.assign(value)
+      before = [v.numpy() for v in variables + opt.adam.variables]
+      step()
+      after = [v.numpy() for v in variables + opt.adam.variables]
+      changed = [not np.array_equal(b, a, equal_nan=True)
+                 for b, a in zip(before, after)]
+      seen.append([float(opt.scale.numpy()), int(opt.good_steps.numpy()),
+                   sum(changed)])
+    out[f"{name} {mode}"] = {"seen": seen,
+                             "iterations": int(opt.adam.iterations.numpy()),
+                             "states": len(changed)}
 print(json.dumps(out))
 """
 
 
-def test_floor_dynamic_updates_its_scale_as_tf24_did_in_every_mode():
-  seen = _probe(_FLOOR_DYNAMIC_PROBE)
-  for mode in ("eager", "function", "jit", "mirrored"):
-    # Two finite steps count; the overflowing one halves the scale and
-    # restarts the count (the floor applies it all the same: timing only).
-    assert seen[mode]["seen"] == [[2.**15, 1], [2.**15, 2], [2.**14, 0]], mode
-    assert seen[mode]["iterations"] == 3, mode
+def test_dynamic_floors_update_their_scale_as_tf24_did_in_every_mode():
+  seen = _probe(_DYNAMIC_FLOORS_PROBE)
+  modes = {"floor_dynamic": ("eager", "function", "jit", "mirrored"),
+           "floor_cond": ("eager", "function", "jit")}
+  assert set(seen) == {f"{n} {m}" for n, ms in modes.items() for m in ms}
+  for key, run in seen.items():
+    every = run["states"]  # variables, iterations, slots, learning rate
+    # Two finite steps count and change every state but the learning rate;
+    # the overflowing one halves the scale and restarts the count, as TF 2.4
+    # did. floor_dynamic applies it all the same (timing only); floor_cond
+    # skips it, counting the step as TF 2.4.4 did.
+    on_overflow = 1 if key.startswith("floor_cond") else every - 1
+    assert run["seen"] == [[2.**15, 1, every - 1], [2.**15, 2, every - 1],
+                           [2.**14, 0, on_overflow]], key
+    assert run["iterations"] == 3, key
 
 
 def test_profile_of_xla_steps_is_refused_by_name():
