@@ -11,9 +11,9 @@ holds (the gradients, which both hold). Those are
 
 `set_overlap_memory_budget` raises or lowers the budget; by default it is
 half of max(5% of the optimizer state, 32 MiB). Steps that take TF 2.4's
-conditional (under MirroredStrategy, the `tf.compat.v1` optimizer, and by
-default once the budget cannot keep a large update) hold nothing beyond the
-gradients; eagerly each op runs when called, so nothing
+conditional (under MirroredStrategy, the `tf.compat.v1` optimizer, by
+default once the budget cannot keep a large update, and under XLA with many
+small tensors only) hold nothing beyond the gradients; eagerly each op runs when called, so nothing
 is computed ahead of the verdict.
 """
 
@@ -76,6 +76,8 @@ def held_bytes(graph, verdicts, first_op=0):
   after = _downstream(graph, verdicts) | set(verdicts)
   kept, held = {}, set()
   for op in graph.get_operations()[first_op:]:
+    if op in verdicts:
+      continue  # Its inputs are what the verdict is computed from.
     if op in after:
       for t in op.inputs:
         if t.op not in after and t.op.type not in _NOT_HELD:
@@ -247,11 +249,14 @@ class StepMemoryTest(parameterized.TestCase):
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(
       self, budget):
     _gated_apply.set_overlap_memory_budget(budget)
-    # Many small tensors: deferred to the conditional if they fit.
-    shapes = ((64, 64),) * 100
+    # Many small tensors beside a large one (masked): the small ones are
+    # deferred to the conditional if they fit.
+    shapes = ((64, 64),) * 100 + ((256, 256),)
     with mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0):
       graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
-    kept, held = held_bytes(graph, _gated_verdict(graph))
+    verdict = _gated_verdict(graph)
+    self.assertLen(verdict, 1)
+    kept, held = held_bytes(graph, verdict)
     # A scalar or two per variable (learning rates) around the verdict.
     scalars = _SCALARS + 8 * len(shapes)
     self.assertLessEqual(kept, scalars)
@@ -259,6 +264,22 @@ class StepMemoryTest(parameterized.TestCase):
     # Deferred to the conditional only within the budget (4.7 MiB).
     types = {op.type for op in graph.get_operations()}
     self.assertEqual(bool({"If", "StatelessIf"} & types), budget > 0)
+
+  @parameterized.parameters(0, 8 * _MIB)
+  def test_under_xla_many_small_tensors_alone_take_the_conditional(
+      self, budget):
+    _gated_apply.set_overlap_memory_budget(budget)
+    shapes = ((64, 64),) * 100  # 301 small tensors with Adam's slots.
+    graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
+    # Within the budget (4.7 MiB), TF 2.4's conditional: the whole update in
+    # its branch, so nothing is computed ahead of the verdict but the
+    # gradients; beyond it, every write masked in place.
+    conditional = _conditional_verdicts(graph)
+    self.assertEqual(bool(conditional), budget > 0)
+    self.assertEqual(not _gated_verdict(graph), budget > 0)
+    kept, held = held_bytes(graph, conditional or _gated_verdict(graph))
+    self.assertLessEqual(kept, _SCALARS + 8 * len(shapes))
+    self.assertLessEqual(held, _SCALARS + 8 * len(shapes))
 
   def test_the_v1_optimizer_holds_only_the_gradients(self):
     graph = tf.Graph()
