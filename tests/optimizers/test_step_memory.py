@@ -13,8 +13,8 @@ holds (the gradients, which both hold). Those are
 half of max(5% of the optimizer state, 32 MiB). Steps that take TF 2.4's
 conditional (under MirroredStrategy, the `tf.compat.v1` optimizer, by
 default once the budget cannot keep a large update, and under XLA with many
-small tensors only) hold nothing beyond the gradients; eagerly each op runs when called, so nothing
-is computed ahead of the verdict.
+small tensors only) hold nothing beyond the gradients; eagerly each op runs
+when called, so nothing is computed ahead of the verdict.
 """
 
 from unittest import mock
