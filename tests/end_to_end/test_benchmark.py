@@ -14,8 +14,10 @@ from tests import testing
 ROOT = testing.REPO_ROOT
 SCRIPT = os.path.join(ROOT, "benchmarks", "bench_loss_scaling.py")
 
-_CONTENDERS = {"bare", "floor", "floor_gated", "floor_dynamic", "floor_cond",
-               "keras3", "ours_dynamic", "ours_fixed"}
+# The benchmark's contenders, in the order it reports them.
+_ORDER = ("bare", "floor", "floor_gated", "floor_dynamic", "floor_cond",
+          "keras3", "ours_dynamic", "ours_fixed", "tf_keras")
+_CONTENDERS = set(_ORDER) - {"tf_keras"}  # tf_keras is optional.
 _FIT_CONTENDERS = {"bare", "keras3", "ours_dynamic", "ours_fixed"}
 _TF_KERAS = importlib.util.find_spec("tf_keras") is not None
 
@@ -62,6 +64,12 @@ def test_quick_run_reports_every_cell(tmp_path):
       assert set(cell["notes"]) == (
           ({"floor_cond"} if replicas else set()) |
           (set() if _TF_KERAS else {"tf_keras"}))
+      # Every instance built every contender once, in its own order; the
+      # results are listed in the benchmark's order all the same.
+      assert len(cell["build_orders"]) == cell["instances"]
+      for order in cell["build_orders"]:
+        assert sorted(order) == sorted(_ORDER)
+      assert list(contenders) == [n for n in _ORDER if n in contenders]
     base = next(c for n, c in contenders.items() if n.endswith("bare"))
     for stats in contenders.values():
       assert stats["step_ms"] > 0
@@ -131,6 +139,7 @@ def test_quick_run_reports_every_cell(tmp_path):
   assert len(rows) >= sum(1 for c in results["cells"]
                           if c["mode"] != "session")
   assert "First call (trace + build)" in stdout
+  assert "n/a¹: not measured: floor_cond (with replicas" in stdout
 
   # The mirrored cells run last, so that no MirroredStrategy exists while
   # the others are measured; the results keep the table's order.
