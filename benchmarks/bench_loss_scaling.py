@@ -124,8 +124,7 @@ except ImportError:
   tf_keras = None
 
 CONTENDERS = ("bare", "floor", "floor_gated", "floor_dynamic", "floor_cond",
-              "keras3",
-              "ours_dynamic", "ours_fixed", "tf_keras")
+              "keras3", "ours_dynamic", "ours_fixed", "tf_keras")
 FIT_CONTENDERS = ("bare", "keras3", "ours_dynamic", "ours_fixed")
 MODES = ("eager", "function", "jit", "mirrored")
 _SCALE = 2.**15
@@ -328,11 +327,11 @@ def _unavailable(name, mode):
 
 def _make_step(name, mode, values, x_value, strategy):
   """A zero-argument callable running one step, or None if unavailable."""
+  if _unavailable(name, mode) is not None:
+    return None
   scope = strategy.scope() if strategy is not None else _NullScope()
   with scope:
     opt = _make_optimizer(name)
-    if opt is None:
-      return None
     variables = [tf.Variable(v) for v in values]
     # Slots are created up front, under the strategy's scope: creating them
     # inside the first replicated call is not supported by Keras 3.
@@ -496,11 +495,11 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
   for index in range(instances):
     orders.append([CONTENDERS[i] for i in rng.permutation(len(CONTENDERS))])
     for name in orders[-1]:
-      notes[name] = _unavailable(name, mode)
-      if notes[name] is not None:
-        continue
       step = _make_step(name, mode, values, x,
                         strategy if mode == "mirrored" else None)
+      if step is None:
+        notes[name] = _unavailable(name, mode)
+        continue
       start = time.perf_counter()
       _sync(step())
       if index == 0:
@@ -521,7 +520,7 @@ def run_cell(workload, mode, num_vars, width, settings, strategy, log):
       "instances": instances,
       "build_orders": orders,
       "contenders": summary,
-      "notes": {n: why for n, why in notes.items() if why is not None},
+      "notes": notes,
   }
   log(_cell_line(cell))
   del steps
