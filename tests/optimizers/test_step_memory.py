@@ -73,7 +73,8 @@ def held_bytes(graph, verdicts, first_op=0):
     (bytes of variables written before the verdict, bytes of tensors
     computed before it and used after it).
   """
-  after = _downstream(graph, verdicts) | set(verdicts)
+  verdicts = set(verdicts)
+  after = _downstream(graph, verdicts) | verdicts
   kept, held = {}, set()
   for op in graph.get_operations()[first_op:]:
     if op in verdicts:

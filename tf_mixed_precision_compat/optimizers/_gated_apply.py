@@ -186,17 +186,32 @@ def waits_in_conditional(inner, variables):
     A Python bool.
   """
   if _private_api.in_xla_context():
-    tensors = [v for v in list(inner.variables) + list(variables)
-               if v is not inner.iterations]
-    if any(_is_large(_tf_variable(v)) for v in tensors):
-      return False
-    return (len(tensors) >= _XLA_MASKED_SMALL_MAX and
-            sum(_bytes(v) for v in tensors) <= keep_budget(inner, variables))
+    small, large = _xla_written(inner, variables)
+    return not large and _xla_small_wait(small, keep_budget(inner, variables))
   if _overlap_budget is not None:
     return False
   kept = _kept_variables(inner, variables, keep_budget(inner, variables))
   return any(_is_large(v) and id(_tf_variable(v)) not in kept
              for v in variables)
+
+
+def _xla_written(inner, variables):
+  """The tensors an XLA step writes, `iterations` aside: (small, large)."""
+  small, large = [], []
+  for v in list(inner.variables) + list(variables):
+    if v is not inner.iterations:
+      (large if _is_large(_tf_variable(v)) else small).append(v)
+  return small, large
+
+
+def _xla_small_wait(small, budget):
+  """Whether under XLA the `small` tensors wait for the verdict, not masked.
+
+  They do, deferred to the conditional (or in it, with the whole step),
+  when there are many of them (`_XLA_MASKED_SMALL_MAX`) within `budget`.
+  """
+  return (len(small) >= _XLA_MASKED_SMALL_MAX and
+          sum(_bytes(v) for v in small) <= budget)
 
 
 class _InFlight:
@@ -340,11 +355,8 @@ class _Writes:
     self.current = None
     # Under XLA the large tensors are masked, and the small ones too if
     # there are few, or more bytes of them than the budget.
-    small = [v for v in list(inner.variables) + list(variables)
-             if v is not inner.iterations and not _is_large(_tf_variable(v))]
-    self._mask_small = self.xla and (
-        len(small) < _XLA_MASKED_SMALL_MAX or
-        sum(_bytes(v) for v in small) > budget)
+    self._mask_small = self.xla and not _xla_small_wait(
+        _xla_written(inner, variables)[0], budget)
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.kept_bytes = 0  # Bytes of `originals`.
