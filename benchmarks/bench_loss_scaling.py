@@ -204,7 +204,7 @@ def _loss(variables, x):
 
 
 class _DynamicFloor:
-  """`floor_dynamic`'s optimizer: Keras 3 Adam and a dynamic loss scale.
+  """`floor_dynamic` and `floor_cond`'s optimizer: Adam and a dynamic scale.
 
   The scale and counter are TF 2.4's (initial scale 2**15, growth every
   2000 finite steps by 2); under a strategy the first replica's update is
@@ -246,7 +246,7 @@ def _make_optimizer(name):
   raise ValueError(f"unknown contender {name!r}")
 
 
-def _floor_scale(name, opt):
+def _floor_scale(opt):
   """The loss scale of a floor contender: a constant, or the variable."""
   return opt.scale if isinstance(opt, _DynamicFloor) else _SCALE
 
@@ -257,7 +257,7 @@ def _step_body(name, opt, variables, x, xla=False):
   with tf.GradientTape() as tape:
     loss = _loss(variables, x)
     if name in floors:
-      target = loss * _floor_scale(name, opt)
+      target = loss * _floor_scale(opt)
     elif name == "keras3":
       target = opt.scale_loss(loss)
     elif name in ("ours_dynamic", "ours_fixed", "tf_keras"):
@@ -266,7 +266,7 @@ def _step_body(name, opt, variables, x, xla=False):
       target = loss
   grads = tape.gradient(target, variables)
   if name in floors:
-    inverse = 1. / _floor_scale(name, opt)
+    inverse = 1. / _floor_scale(opt)
     grads = [g * inverse for g in grads]
     # The package's check, the cheapest found in each mode (under XLA one
     # reduction per dtype: one per gradient took minutes to compile 400
