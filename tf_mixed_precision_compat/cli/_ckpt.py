@@ -269,7 +269,8 @@ def describe(path: str) -> CheckpointInfo:
 
   Raises:
     FileNotFoundError: If there is no checkpoint there.
-    ValueError: If it cannot be read.
+    ValueError: If it cannot be read (every value is read once, so a
+      truncated or corrupt data file is found here).
 
   Example:
 
@@ -280,6 +281,7 @@ def describe(path: str) -> CheckpointInfo:
   """
   prefix = legacy.checkpoint_prefix(path)
   reader = legacy.open_checkpoint(prefix)
+  _read_checkpoint.check_values(reader, prefix)
   variables = _variables(reader)
   optimizers = [_optimizer(reader, variables, *root)
                 for root in _optimizer_roots(variables)]

@@ -27,10 +27,16 @@ def checkpoint_prefix(path) -> str:
 
   Raises:
     OSError: (`FileNotFoundError`) if there is no such checkpoint.
+    ValueError: If the directory's `checkpoint` state file is not text.
   """
   path = _args.path_arg(path)
   if os.path.isdir(path):
-    prefix = tf.train.latest_checkpoint(path)
+    try:
+      prefix = tf.train.latest_checkpoint(path)
+    except UnicodeDecodeError as e:  # TF parses the state file as text.
+      raise ValueError(
+          f"{os.path.join(path, 'checkpoint')!r}: not a checkpoint state "
+          f"file (not text: {e.reason} at byte {e.start}).") from None
     if prefix is None:
       raise FileNotFoundError(
           f"No checkpoint found in directory {path!r} (no 'checkpoint' state "
@@ -167,6 +173,22 @@ def read_object_graph(reader, source):
         f"{OBJECT_GRAPH_KEY}); name-based TF1 checkpoints are restored "
         "with tf.compat.v1.train.Saver.")
   return ObjectGraph(read_value(reader, OBJECT_GRAPH_KEY, source), source)
+
+
+def check_values(reader, prefix):
+  """Reads every value of the checkpoint at `prefix` once.
+
+  TF keeps a checksum of each value but checks it only when the value is
+  read: a truncated, corrupt or missing data file is found here, named,
+  rather than halfway through a restore (or never, by a reader of shapes).
+
+  Raises:
+    ValueError: Naming the data file and the first value it cannot give.
+  """
+  shards = tf.io.gfile.glob(prefix + ".data-*")
+  source = shards[0] if len(shards) == 1 else prefix + ".data-*"
+  for key in sorted(reader.get_variable_to_shape_map()):
+    read_value(reader, key, source)
 
 
 def read_value(reader, key, source):
