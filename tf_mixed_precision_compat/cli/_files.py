@@ -13,8 +13,10 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from typing import Any
 
+from google.protobuf import message
 import h5py
 
 from tf_mixed_precision_compat.cli import _ckpt
@@ -66,26 +68,43 @@ def _h5_optimizer(f: Any, training: Any) -> list[dict]:
   return [opt]
 
 
+def _unreadable(path: str, what: str, error: Exception) -> ValueError:
+  """The one-line error for a damaged `path`, with the reader's reason."""
+  reason = " ".join(str(error).split()) or type(error).__name__
+  return ValueError(f"{path}: not a readable {what} (truncated or "
+                    f"corrupt?): {reason}")
+
+
 def describe_h5(path: str) -> dict:
   """A TF 2.x / Keras 3 H5 file (`model.save`, `save_weights`)."""
-  with h5py.File(path, "r") as f:
-    version = f.attrs.get("keras_version", b"")
-    version = version.decode() if isinstance(version, bytes) else version
-    if "vars" in f or "layers" in f or "_layer_checkpoint_dependencies" in f:
-      return _keras3_weights(f, path, "keras3-weights-h5")
-    model = _json_attr(f, "model_config")
-    training = _json_attr(f, "training_config")
-    group = f["model_weights"] if "model_weights" in f else f
-    weights = [{"name": n, "shape": s, "dtype": d}
-               for n, s, d in _datasets(group)]
-    return {"format": "h5-model" if model else "h5-weights", "source": path,
-            "generation": f"TF 2.x Keras {version} (H5, backend "
-                          f"{f.attrs.get('backend', '?')!s})",
-            "model_class": (model or {}).get("class_name"),
-            "layers": [layer["config"].get("name") for layer in
-                       (model or {}).get("config", {}).get("layers", [])],
-            "weights": weights, "optimizers": _h5_optimizer(f, training),
-            "other": {"loss": (training or {}).get("loss")}, "notes": []}
+  try:
+    with h5py.File(path, "r") as f:
+      return _describe_open_h5(f, path)
+  # h5py raises OSError for a damaged file or object, KeyError for a
+  # broken link, RuntimeError when a walk meets a damaged node; the JSON
+  # configs ValueError.
+  except (OSError, KeyError, RuntimeError, ValueError) as e:
+    raise _unreadable(path, "HDF5 file", e) from None
+
+
+def _describe_open_h5(f: Any, path: str) -> dict:
+  version = f.attrs.get("keras_version", b"")
+  version = version.decode() if isinstance(version, bytes) else version
+  if "vars" in f or "layers" in f or "_layer_checkpoint_dependencies" in f:
+    return _keras3_weights(f, path, "keras3-weights-h5")
+  model = _json_attr(f, "model_config")
+  training = _json_attr(f, "training_config")
+  group = f["model_weights"] if "model_weights" in f else f
+  weights = [{"name": n, "shape": s, "dtype": d}
+             for n, s, d in _datasets(group)]
+  return {"format": "h5-model" if model else "h5-weights", "source": path,
+          "generation": f"TF 2.x Keras {version} (H5, backend "
+                        f"{f.attrs.get('backend', '?')!s})",
+          "model_class": (model or {}).get("class_name"),
+          "layers": [layer["config"].get("name") for layer in
+                     (model or {}).get("config", {}).get("layers", [])],
+          "weights": weights, "optimizers": _h5_optimizer(f, training),
+          "other": {"loss": (training or {}).get("loss")}, "notes": []}
 
 
 def _keras3_weights(f: Any, source: str, kind: str) -> dict:
@@ -102,11 +121,17 @@ def _keras3_weights(f: Any, source: str, kind: str) -> dict:
 
 def describe_keras_archive(path: str) -> dict:
   """A Keras 3 `.keras` zip: its config (as JSON data) and weights."""
-  with zipfile.ZipFile(path) as archive:
-    config = json.loads(archive.read("config.json"))
-    meta = json.loads(archive.read("metadata.json"))
-    with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as f:
-      out = _keras3_weights(f, path, "keras3-archive")
+  try:
+    with zipfile.ZipFile(path) as archive:
+      config = json.loads(archive.read("config.json"))
+      meta = json.loads(archive.read("metadata.json"))
+      with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as f:
+        out = _keras3_weights(f, path, "keras3-archive")
+  # zipfile: BadZipFile (a bad CRC), zlib.error, KeyError for a missing
+  # member; h5py as in `describe_h5`; json ValueError.
+  except (zipfile.BadZipFile, zlib.error, KeyError, OSError, RuntimeError,
+          ValueError) as e:
+    raise _unreadable(path, ".keras archive", e) from None
   out["generation"] = f"Keras {meta.get('keras_version')} (`.keras` archive)"
   out["model_class"] = config.get("class_name")
   compile_config = config.get("compile_config") or {}
@@ -121,8 +146,15 @@ def describe_saved_model(path: str) -> dict:
   """A TF 2.x Keras SavedModel: the version that wrote it, its variables."""
   # pylint: disable-next=g-import-not-at-top
   from tensorflow.core.protobuf import saved_model_pb2
-  with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-    proto = saved_model_pb2.SavedModel.FromString(f.read())
+  pb = os.path.join(path, "saved_model.pb")
+  with open(pb, "rb") as f:
+    try:
+      proto = saved_model_pb2.SavedModel.FromString(f.read())
+    except message.DecodeError as e:
+      raise _unreadable(pb, "SavedModel", e) from None
+  if not proto.meta_graphs:  # An empty file parses, as an empty proto.
+    raise ValueError(f"{pb}: not a readable SavedModel (empty or "
+                     "truncated?): it holds no MetaGraph")
   meta = proto.meta_graphs[0].meta_info_def
   out = _checkpoint_dict(_ckpt.describe(
       os.path.join(path, "variables", "variables")))
@@ -201,4 +233,9 @@ def describe(path: str) -> dict:
     return describe_keras_archive(path)
   if os.path.isfile(path) and h5py.is_hdf5(path):
     return describe_h5(path)
+  if os.path.isfile(path) and not os.path.exists(path + ".index"):
+    # An H5 file or archive cut short or overwritten lands here too.
+    raise ValueError(
+        f"{path}: not a readable checkpoint, H5 file or .keras archive "
+        f"({os.path.getsize(path)} bytes; empty, truncated or corrupt?)")
   return _checkpoint_dict(_ckpt.describe(path))
