@@ -29,12 +29,19 @@ def _rewrite_module() -> Any:
 def migrate_file(path: str, write: bool) -> list[Any]:
   """The findings in `path`; with `write`, the file rewritten in place."""
   rewrite = _rewrite_module()
-  with open(path, encoding="utf-8") as f:
-    source = f.read()
+  # Importable now: _rewrite, just imported, needs it.
+  import libcst  # pylint: disable=g-import-not-at-top
+  try:
+    with open(path, encoding="utf-8") as f:
+      source = f.read()
+  except UnicodeDecodeError as e:  # Its message does not name the file.
+    raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte "
+                     f"{e.start}); migrate reads Python sources") from None
   try:
     new, findings = rewrite.migrate_source(source)
-  except Exception as e:  # libcst.ParserSyntaxError and friends.
-    raise ValueError(f"{path}: not valid Python: {e}") from None
+  except libcst.ParserSyntaxError as e:  # Its str() spans several lines.
+    raise ValueError(f"{path}:{e.raw_line}:{e.raw_column + 1}: not valid "
+                     f"Python: {e.message}") from None
   if write and new != source:
     with open(path, "w", encoding="utf-8") as f:
       f.write(new)
