@@ -216,16 +216,43 @@ def convert(args: Any, err: TextIO) -> dict:
   return seen
 
 
+def _outputs(args: Any) -> dict:
+  """`{NEW and each extra output: its entries, or None if absent}`."""
+  paths = [args.new] + [p for p in (getattr(args, "weights", None),
+                                    getattr(args, "keras", None)) if p]
+  return {p: (os.listdir(p) if os.path.isdir(p) else [p])
+          if os.path.exists(p) else None for p in paths}
+
+
+def _undo(before: dict) -> None:
+  """Leaves NEW and the extra outputs as they were: absent or empty."""
+  for path, entries in before.items():
+    if entries is None and os.path.isdir(path):
+      shutil.rmtree(path, ignore_errors=True)
+    elif entries is None and os.path.lexists(path):
+      os.remove(path)
+    elif entries == []:  # NEW was an empty directory: emptied again.
+      shutil.rmtree(path, ignore_errors=True)
+      os.makedirs(path, exist_ok=True)
+
+
 def run(args: Any, out: Optional[TextIO] = None,
         err: Optional[TextIO] = None) -> int:
   """Runs `convert`; returns the exit code."""
   out = out or sys.stdout
   err = err or sys.stderr
+  before = _outputs(args)
   try:
     seen = convert(args, err)
   except Refused as e:
+    _undo(before)
     err.write(f"refused: {e}\nNothing was written to {args.new}.\n")
     return 1
+  except BaseException:
+    # A failure after NEW was moved in place (an extra output's move, an
+    # interrupt) must not leave a half conversion there.
+    _undo(before)
+    raise
   out.write(f"wrote {tf.train.latest_checkpoint(args.new)}: iterations "
             f"{seen['iterations']}, loss scale {seen['loss_scale']}, counter "
             f"{seen['counter']}; read back exactly without the package\n")
