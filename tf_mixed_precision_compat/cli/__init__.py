@@ -152,6 +152,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except (OSError, ValueError) as e:
     print(f"error: cannot read input: {e}", file=sys.stderr)
     return UNREADABLE
+  except Exception as e:  # pylint: disable=broad-except
+    # The last resort: readers translate what damaged input raises, so this
+    # is a bug of ours; one line a user can report, not a traceback.
+    given = getattr(args, "path", None) or getattr(args, "old", None) or (
+        " ".join(getattr(args, "files", None) or []))
+    print(f"error: {type(e).__name__} ({' '.join(str(e).split())}) on "
+          f"{given}: a bug in tf_mixed_precision_compat, please report it "
+          "with this line", file=sys.stderr)
+    return UNREADABLE
 
 
 def console_main() -> None:
