@@ -119,7 +119,7 @@ def test_command_reports_and_writes(capsys, tmp_path):
   path = tmp_path / "job.py"
   shutil.copy(os.path.join(EXAMPLES, "tf23_custom_loop.py"), path)
   before = path.read_text()
-  assert main(["migrate", str(path)]) == 0
+  assert main(["migrate", str(path), "--verbose"]) == 0
   out = capsys.readouterr().out
   assert "[rewrite (with --write)] LossScaleOptimizer.get_scaled_loss" in out
   assert path.read_text() == before  # a report only
@@ -239,3 +239,212 @@ def test_imported_names_and_their_imports():
       "keras.mixed_precision.Policy('mixed_float16'))\n"
       "opt = keras.optimizers.LossScaleOptimizer(tf.keras.optimizers.SGD())\n")
   assert len(findings) == 3
+
+
+def _header(*lines):
+  return "\n".join(("import tensorflow as tf",
+                    "import tf_mixed_precision_compat.auto",
+                    "from tensorflow.keras.mixed_precision import "
+                    "experimental as mp") + lines) + "\n"
+
+
+def _rewritten(source):
+  """The migrated code; every finding a rewrite and the run idempotent."""
+  code, findings = _migrate(source)
+  assert {f.status for f in findings} <= {"rewrite", "native"}, findings
+  assert _migrate(code)[0] == code
+  compile(code, "job.py", "exec")
+  return code
+
+
+def _manual(source):
+  """The manual findings' texts; the code keeps the package."""
+  code, findings = _migrate(source)
+  assert _migrate(code)[0] == code
+  manual = [f for f in findings if f.status == "manual"
+            and f.api != "import tf_mixed_precision_compat"]
+  if any(f.old_api for f in manual):
+    assert "import tf_mixed_precision_compat.auto" in code
+  return [f.change for f in manual]
+
+
+@pytest.mark.parametrize("policy", [
+    "mp.Policy('mixed_float16', loss_scale='dynamic')",
+    "mp.Policy('mixed_float16', 'dynamic')",
+    "mp.Policy('mixed_float16', loss_scale='auto')",
+    "mp.Policy('mixed_float16', loss_scale=tf.mixed_precision.experimental."
+    "DynamicLossScale())",
+])
+def test_policy_loss_scale_keras3_compile_gives_is_dropped(policy):
+  code = _rewritten(_header(f"policy = {policy}", "mp.set_policy(policy)",
+                            "model.compile('sgd', 'mse')"))
+  assert "policy = keras.mixed_precision.Policy('mixed_float16')\n" in code
+  assert "DynamicLossScale" not in code
+
+
+@pytest.mark.parametrize("loss_scale, says", [
+    ("128", "fixed loss scale"),
+    ("None", "auto_scale_loss=False"),
+    ("tf.mixed_precision.experimental.DynamicLossScale(initial_loss_scale=8)",
+     "initial_scale=..."),
+])
+def test_policy_loss_scale_compile_used_is_reported(loss_scale, says):
+  (change,) = _manual(_header(
+      f"policy = mp.Policy('mixed_float16', loss_scale={loss_scale})",
+      "mp.set_policy(policy)", "model.compile('sgd', 'mse')"))
+  assert says in change
+
+
+def test_policy_loss_scale_moves_to_the_optimizer_and_reads_keep_tf_class():
+  code = _rewritten(_header(
+      "policy = mp.Policy('mixed_float16', loss_scale=tf.mixed_precision."
+      "experimental.DynamicLossScale(initial_loss_scale=256, "
+      "increment_period=10))",
+      "mp.set_policy(policy)",
+      "print('Loss scale: %s' % policy.loss_scale)",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), "
+      "policy.loss_scale)",
+      "fixed = mp.Policy('mixed_float16', loss_scale=64)",
+      "print(fixed.loss_scale, mp.Policy('float32').loss_scale)"))
+  assert ("opt = keras.optimizers.LossScaleOptimizer(tf.keras.optimizers."
+          "SGD(), initial_scale=256, dynamic_growth_steps=10)") in code
+  assert ("print('Loss scale: %s' % tf.compat.v1.mixed_precision."
+          "DynamicLossScale(initial_loss_scale=256, increment_period=10))"
+          in code)
+  assert "print(tf.compat.v1.mixed_precision.FixedLossScale(64), None)" in code
+
+
+def test_global_policy_loss_scale_through_a_name():
+  code = _rewritten(_header(
+      "mp.set_policy('mixed_float16')",
+      "loss_scale = mp.global_policy().loss_scale",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), loss_scale)"))
+  assert ("opt = keras.optimizers.LossScaleOptimizer("
+          "tf.keras.optimizers.Adam())") in code
+
+
+def test_unknown_policy_loss_scale_read_is_reported():
+  (change,) = _manual(_header("def f(policy):", "  return policy.loss_scale"))
+  assert "dynamic_scale" in change
+
+
+def test_graph_rewrite_with_keras_optimizer_is_grappler_and_native_lso():
+  code = _rewritten(_header(
+      "model = make_model()",
+      "opt = tf.keras.optimizers.Adam(1e-3)",
+      "opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(",
+      "    opt, loss_scale='dynamic')",
+      "opt.apply_gradients(zip(grads, model.trainable_variables))",
+      "tf.train.experimental.disable_mixed_precision_graph_rewrite()"))
+  assert ("tf.config.optimizer.set_experimental_options("
+          "{'auto_mixed_precision': True})\n"
+          "opt = keras.optimizers.LossScaleOptimizer(\n    opt)\n"
+          "opt.build(model.trainable_variables)\n") in code
+  assert code.endswith("tf.config.optimizer.set_experimental_options("
+                       "{'auto_mixed_precision': False})\n")
+
+
+def test_graph_rewrite_with_v1_optimizer_keeps_tf_function():
+  code = _rewritten(_header(
+      "opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)",
+      "opt = tf.compat.v1.train.experimental."
+      "enable_mixed_precision_graph_rewrite(opt, 128)"))
+  assert ("opt = tf.compat.v1.mixed_precision."
+          "enable_mixed_precision_graph_rewrite(opt, 128)") in code
+
+
+def test_graph_rewrite_of_an_unknown_optimizer_is_reported():
+  (change,) = _manual(_header(
+      "def wrap(opt):",
+      "  return tf.train.experimental.enable_mixed_precision_graph_rewrite("
+      "opt)"))
+  assert "auto_mixed_precision" in change and "tf.compat.v1" in change
+
+
+def test_optimizer_methods_and_attributes_keras3_renamed():
+  code = _rewritten(_header(
+      "import horovod.tensorflow as hvd",
+      "def configure_optimizer(optimizer):",
+      "  return mp.LossScaleOptimizer(optimizer, 'dynamic')",
+      "optimizer = configure_optimizer(tf.keras.optimizers.SGD(0.1))",
+      "hvd.broadcast_variables(optimizer.variables(), root_rank=0)",
+      "print(optimizer.lr, optimizer.loss_scale())",
+      "assert isinstance(optimizer, mp.LossScaleOptimizer)",
+      "opt = parser.parse_args()",
+      "print(opt.lr, model.variables())"))
+  assert "hvd.broadcast_variables(optimizer.variables, root_rank=0)" in code
+  assert ("print(optimizer.learning_rate, tf.convert_to_tensor("
+          "optimizer.dynamic_scale))") in code
+  assert "isinstance(optimizer, keras.optimizers.LossScaleOptimizer)" in code
+  assert "print(opt.lr, model.variables())" in code  # Not optimizers.
+
+
+def test_apply_gradients_tf2x_arguments():
+  code = _rewritten(_header(
+      "model = make_model()",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "opt.apply_gradients(zip(grads, model.trainable_variables), 'apply',",
+      "                    experimental_aggregate_gradients=True)"))
+  assert "opt.apply_gradients(zip(grads, model.trainable_variables))" in code
+  (change,) = _manual(_header(
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "opt.build(v)",
+      "opt.apply_gradients(zip(grads, v), "
+      "experimental_aggregate_gradients=False)"))
+  assert "aggregates across replicas itself" in change
+  own = _header("opt = MyOptimizer()", "opt.apply_gradients(gv, 1.0)")
+  assert "opt.apply_gradients(gv, 1.0)" in _migrate(own)[0]
+
+
+def test_build_is_inserted_only_after_a_model_in_the_same_scope():
+  (change,) = _manual(_header(
+      "class Trainer(tf.Module):",
+      "  def __init__(self, model):",
+      "    self.model = model",
+      "    self.optimizer = mp.LossScaleOptimizer(",
+      "        tf.keras.optimizers.SGD(), 'dynamic')",
+      "  @tf.function",
+      "  def step(self, grads):",
+      "    self.optimizer.apply_gradients(",
+      "        zip(grads, self.model.trainable_variables))"))
+  assert "self.optimizer.build(" in change
+  (change,) = _manual(_header(
+      "class Trainer(tf.Module):",
+      "  def train(self):",
+      "    optimizer = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), "
+      "'dynamic')",
+      "    optimizer.apply_gradients(zip(grads, self.trainable_variables))"))
+  assert "not known to be a model's variables" in change
+
+
+def test_write_twice_changes_nothing(tmp_path):
+  path = tmp_path / "job.py"
+  path.write_text(_header(
+      "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])",
+      "model.compile(mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), "
+      "'dynamic'), 'mse')",
+      "tf.train.Checkpoint(model=model, optimizer=model.optimizer)"))
+  assert main(["migrate", str(path), "--write"]) == 0
+  once = path.read_text()
+  assert once.count("model.optimizer.build(") == 1
+  assert main(["migrate", str(path), "--write"]) == 0
+  assert path.read_text() == once
+
+
+def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
+  done, todo = tmp_path / "done.py", tmp_path / "todo.py"
+  shutil.copy(os.path.join(EXAMPLES, "tf23_custom_loop.py"), done)
+  todo.write_text(_header("opt = mp.LossScaleOptimizer(inner, 128)"))
+  assert main(["migrate", str(done), str(todo)]) == 1
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == f"{done}: 7 uses: 7 to rewrite (--write), 0 native, " \
+      "0 manual"
+  assert lines[1].startswith(f"{todo}: 2 uses: 0 to rewrite")
+  assert lines[2] == (f"  {todo}:2:1: [MANUAL] import "
+                      "tf_mixed_precision_compat: the package is no longer "
+                      "needed")
+  assert lines[3].startswith(f"  {todo}:4:7: [MANUAL] keras.mixed_precision."
+                             "experimental.LossScaleOptimizer: not rewritten")
+  assert len(lines) == 5 and "need manual work" in lines[-1]
+  assert main(["migrate", str(done), "--verbose"]) == 0
+  assert len(capsys.readouterr().out.splitlines()) == 2 + 2 * 7

@@ -96,6 +96,9 @@ def _migrate_parser(sub: Any) -> None:
                  help="Python files to report on (and rewrite)")
   p.add_argument("--write", action="store_true",
                  help="rewrite the files in place")
+  p.add_argument("--verbose", action="store_true",
+                 help="every use with its replacement and what changes "
+                 "(by default: a line per file and the manual ones)")
   p.add_argument("--json", action="store_true", help="machine-readable")
 
 

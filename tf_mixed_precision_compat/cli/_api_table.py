@@ -42,14 +42,27 @@ FUNCTIONS: dict[str, tuple[Optional[str], str]] = {
         _V1 + "enable_mixed_precision_graph_rewrite", _SAME_V1),
     "tf.compat.v1.train.experimental.disable_mixed_precision_graph_rewrite": (
         _V1 + "disable_mixed_precision_graph_rewrite", _SAME_V1),
-    "tf.train.experimental.enable_mixed_precision_graph_rewrite": (
-        None, "TF 2.21 rewrites graphs only for tf.compat.v1 optimizers ("
-        + _V1 + "enable_mixed_precision_graph_rewrite); for Keras, set the "
-        "`mixed_float16` policy and wrap the optimizer in "
-        "keras.optimizers.LossScaleOptimizer"),
-    "tf.train.experimental.disable_mixed_precision_graph_rewrite": (
-        None, "no Keras 3 counterpart (see enable_...)"),
 }
+# The graph rewrite's enable functions, rewritten per optimizer kind.
+GRAPH_REWRITE = {
+    "tf.train.experimental.enable_mixed_precision_graph_rewrite",
+    "tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite",
+    "tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite",
+}
+# The v2 disable function: rewritten as a whole call.
+GRAPH_REWRITE_OFF = (
+    "tf.train.experimental.disable_mixed_precision_graph_rewrite",
+    "tf.config.optimizer.set_experimental_options("
+    "{'auto_mixed_precision': False})",
+    "the same Grappler option switched off (optimizers it wrapped keep "
+    "scaling, as in TF 2.x)")
+GRAPPLER_ON = ("tf.config.optimizer.set_experimental_options("
+               "{'auto_mixed_precision': True})")
+GRAPH_REWRITE_CHANGES = (
+    "the same Grappler `auto_mixed_precision` rewrite of tf.function "
+    "graphs (float16 on GPUs), switched on by TF's own option, and the "
+    "Keras optimizer wrapped in Keras 3's LossScaleOptimizer (as TF 2.x "
+    "wrapped it in its own). ")
 for _cls in ("LossScale", "FixedLossScale", "DynamicLossScale"):
   for _where in ("tf.mixed_precision.experimental.",
                  "tf.train.experimental.",

@@ -4,7 +4,10 @@ libcst keeps every comment and all formatting outside the rewritten
 expressions. Names are resolved through the file's imports
 (`QualifiedNameProvider`), so `mixed_precision.Policy` after `from
 tensorflow.keras.mixed_precision import experimental as mixed_precision` is
-recognised. Methods (`get_scaled_loss`, ...) are recognised by name.
+recognised. Methods (`get_scaled_loss`, ...) are recognised by name, on
+receivers the whole-file facts (`_facts.py`) say hold an optimizer or a
+policy. A use is rewritten only where the Keras 3 code does what the TF 2.x
+code did; every other use is a "manual" finding that says what to change.
 """
 
 from __future__ import annotations
@@ -18,9 +21,21 @@ from libcst.metadata import PositionProvider
 from libcst.metadata import QualifiedNameProvider
 
 from tf_mixed_precision_compat.cli import _api_table as table
+from tf_mixed_precision_compat.cli import _facts
+from tf_mixed_precision_compat.cli._facts import code
 
 _DYNAMIC_ARGS = {"initial_loss_scale": "initial_scale",
                  "increment_period": "dynamic_growth_steps"}
+_V1 = "tf.compat.v1.mixed_precision."
+_NO_LOSS_SCALE = (
+    "Keras 3 policies hold no loss scale; the loss scale is the "
+    "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
+_FIXED = (
+    "a fixed loss scale has no Keras 3 counterpart (Keras 3's "
+    "LossScaleOptimizer is dynamic only, and a fixed TF scale applied "
+    "non-finite steps): multiply the loss by the scale and divide the "
+    "gradients by it yourself, or move to dynamic scaling (behaviour "
+    "changes)")
 
 
 @dataclasses.dataclass
@@ -28,7 +43,8 @@ class Finding:
   """One API use: where, what, its replacement, and whether it was rewritten.
 
   `status` is "rewrite" (keeps behaviour; applied with --write), "native"
-  (Keras 3 has the name; left as is) or "manual" (no exact rewrite).
+  (Keras 3 has the name; left as is) or "manual" (no exact rewrite: the
+  change says what to do).
   """
   line: int
   column: int
@@ -36,38 +52,34 @@ class Finding:
   replacement: str
   change: str
   status: str
+  old_api: bool = True  # False: a note on Keras 3 code (no TF 2.x API left)
 
 
-def _expr(code: str) -> cst.BaseExpression:
-  return cst.parse_expression(code)
+def _expr(text: str) -> cst.BaseExpression:
+  return cst.parse_expression(text)
 
 
-class Prepass(cst.CSTVisitor):
-  """What `Migrator` needs from the whole file before it rewrites."""
+def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
+  return cst.Arg(keyword=cst.Name(key), value=value, equal=cst.AssignEqual(
+      cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
 
-  METADATA_DEPENDENCIES = (PositionProvider,)
 
-  def __init__(self) -> None:
-    super().__init__()
-    self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
-    self.assigned: dict[str, int] = {}  # name -> line first assigned
+def _is_string(node: Any, *values: str) -> bool:
+  return isinstance(node, cst.SimpleString) and \
+      node.evaluated_value in values
 
-  def visit_Assign(self, node: cst.Assign) -> None:
-    line = self.get_metadata(PositionProvider, node).start.line
-    for target in node.targets:
-      if isinstance(target.target, cst.Name):
-        self.assigned.setdefault(target.target.value, line)
 
-  def visit_Call(self, node: cst.Call) -> None:
-    func = node.func
-    if not (m.matches(func, m.Attribute(value=m.Name(),
-                                        attr=m.Name("apply_gradients")))
-            and node.args and m.matches(node.args[0].value, m.Call(
-                func=m.Name("zip"), args=[m.Arg(), m.Arg()]))):
-      return
-    var_list = node.args[0].value.args[1].value  # type: ignore
-    self.apply_vars[func.value.value] = (  # type: ignore
-        cst.Module([]).code_for_node(var_list))
+def _special(name: str) -> bool:
+  """Names rewritten as whole calls (arguments change), not as names."""
+  return name in table.GRAPH_REWRITE or name == table.GRAPH_REWRITE_OFF[0] \
+      or name in table.FUNCTIONS and name.startswith("keras.") and (
+          name.endswith(("LossScaleOptimizer", "get_layer_policy",
+                         "experimental.Policy")))
+
+
+def _is_old_lso(name: str) -> bool:
+  return name in table.FUNCTIONS and name.endswith("LossScaleOptimizer") \
+      and name.startswith("keras.")
 
 
 class Migrator(cst.CSTTransformer):
@@ -75,32 +87,77 @@ class Migrator(cst.CSTTransformer):
 
   METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-  def __init__(self, prepass: "Prepass") -> None:
+  def __init__(self, facts: _facts.Facts) -> None:
     super().__init__()
-    self.prepass = prepass
+    self.facts = facts
     self.findings: list[Finding] = []
     self.needs_keras = False
     self.needs_tf = False
-    self.lso_names: set[str] = set()
-    self.lso_lines: set[tuple[str, int]] = set()
+    self._scopes: list[str] = ["<module>"]
+    self._call_funcs: set[cst.CSTNode] = set()
+    self._before: list[cst.BaseStatement] = []  # for the current statement
+    self._dropped: set[tuple[int, int]] = set()  # findings inside dropped args
 
+  # Bookkeeping.
   def _names(self, node: cst.CSTNode) -> list[str]:
     return sorted(table.normalise(q.name) for q in
                   self.get_metadata(QualifiedNameProvider, node, set()))
 
+  def _pos(self, node: cst.CSTNode) -> tuple[int, int]:
+    pos = self.get_metadata(PositionProvider, node).start
+    return pos.line, pos.column + 1
+
   def _add(self, node: cst.CSTNode, api: str, replacement: Optional[str],
            change: str, status: str) -> None:
-    pos = self.get_metadata(PositionProvider, node).start
-    self.findings.append(Finding(pos.line, pos.column + 1, api,
+    self.findings.append(Finding(*self._pos(node), api,
                                  replacement if replacement is not None
                                  else "(none)", change, status))
+
+  def _drop_findings_in(self, node: cst.CSTNode) -> None:
+    """Forgets findings inside an argument the rewrite removes."""
+    start = self.get_metadata(PositionProvider, node)
+    first = (start.start.line, start.start.column + 1)
+    last = (start.end.line, start.end.column + 1)
+    self.findings = [f for f in self.findings
+                     if not first <= (f.line, f.column) <= last]
+
+  def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    self._scopes.append(f"{node.name.value}@{self._pos(node)[0]}")
+
+  def leave_FunctionDef(self, original: cst.FunctionDef,
+                        updated: cst.FunctionDef) -> cst.FunctionDef:
+    self._scopes.pop()
+    return updated
+
+  @property
+  def scope(self) -> str:
+    return self._scopes[-1]
+
+  def visit_Call(self, node: cst.Call) -> None:
+    self._call_funcs.add(node.func)
+
+  # Imports: names there are declarations, not uses.
+  def visit_Import(self, node: cst.Import) -> bool:
+    return False
+
+  def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+    return False
 
   # Names: function and class endpoints.
   def leave_Call(self, original: cst.Call, updated: cst.Call
                  ) -> cst.BaseExpression:
     for name in self._names(original.func):
+      if name in table.GRAPH_REWRITE:
+        return self._graph_rewrite(original, updated, name)
+      if name == table.GRAPH_REWRITE_OFF[0]:
+        self._add(original, name, table.GRAPH_REWRITE_OFF[1],
+                  table.GRAPH_REWRITE_OFF[2], "rewrite")
+        self.needs_tf = True
+        return _expr(table.GRAPH_REWRITE_OFF[1])
       if _special(name) and name.endswith("LossScaleOptimizer"):
         return self._lso(original, updated, name)
+      if _special(name) and name.endswith("Policy"):
+        return self._policy(original, updated, name)
       if _special(name):
         return self._layer_policy(original, updated, name)
     return self._method_call(original, updated)
@@ -110,6 +167,8 @@ class Migrator(cst.CSTTransformer):
     for name in self._names(original):
       if name in table.NATIVE:
         self._add(original, name, "unchanged", "Keras 3 has it", "native")
+      elif _is_old_lso(name) and original not in self._call_funcs:
+        return self._replace_name(original, updated, name)
       elif name in table.FUNCTIONS and not _special(name):
         return self._replace_name(original, updated, name)
     return self._method_attribute(original, updated)
@@ -117,7 +176,8 @@ class Migrator(cst.CSTTransformer):
   def leave_Name(self, original: cst.Name, updated: cst.Name
                  ) -> cst.BaseExpression:
     for name in self._names(original):
-      if name in table.FUNCTIONS and not _special(name):
+      if (name in table.FUNCTIONS and not _special(name) or _is_old_lso(name)
+          and original not in self._call_funcs):
         return self._replace_name(original, updated, name)
     return updated
 
@@ -127,81 +187,97 @@ class Migrator(cst.CSTTransformer):
     if replacement is None:
       self._add(original, name, None, change, "manual")
       return updated
+    if _is_old_lso(name):  # A class reference (isinstance, a type check).
+      change = "the same check: Keras 3's class is the optimizer's type"
     self._add(original, name, replacement, change, "rewrite")
     if replacement.startswith("keras."):
       self.needs_keras = True
     return _expr(replacement)
 
-  # Imports: names there are declarations, not uses.
-  def visit_Import(self, node: cst.Import) -> bool:
-    return False
-
-  def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-    return False
-
+  # Loss-scale optimizers and policies.
   def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
-                ) -> Optional[list[cst.Arg]]:
-    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call, or None."""
+                ) -> tuple[Optional[list[cst.Arg]], str]:
+    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call.
+
+    Returns `(arguments, "")`, or `(None, why not)`.
+    """
     order = (["optimizer", "loss_scale"] if "experimental" in name else
              ["inner_optimizer", "dynamic", "initial_scale",
               "dynamic_growth_steps"])
     named: dict = {}
     for i, (arg, new) in enumerate(zip(original.args, updated.args)):
       if arg.star or i >= len(order) and arg.keyword is None:
-        return None
+        return None, "arguments Keras 3 cannot express"
       named[arg.keyword.value if arg.keyword else order[i]] = (arg, new)
     inner = named.pop(order[0], None)
     if inner is None:
-      return None
+      return None, "no inner optimizer given"
     out = [inner[1]]
     if "loss_scale" in named:
-      extra = self._loss_scale_args(named.pop("loss_scale")[0].value)
+      value = named.pop("loss_scale")[0].value
+      extra, why = self._loss_scale_args(value)
       if extra is None:
-        return None
+        return None, why
+      self._drop_findings_in(value)
       out += extra
     dynamic = named.pop("dynamic", None)
     if dynamic is not None and not m.matches(dynamic[0].value,
                                              m.Name("True")):
-      return None
+      return None, _FIXED
     for key, (_, new) in named.items():
-      out.append(cst.Arg(keyword=cst.Name(key), value=new.value,
-                         equal=cst.AssignEqual(cst.SimpleWhitespace(""),
-                                               cst.SimpleWhitespace(""))))
-    return out
+      out.append(_kwarg(key, new.value))
+    return out, ""
+
+  def _resolve_loss_scale(self, value: cst.BaseExpression
+                          ) -> _facts.LossScale:
+    """`value` as the loss scale it stands for: an alias or a policy's."""
+    if isinstance(value, cst.Name):
+      found = self.facts.lookup(self.scope, value.value)
+      if found is not None and found.kind == "loss_scale":
+        value = found.value  # type: ignore[assignment]
+    if isinstance(value, cst.Attribute) and value.attr.value == "loss_scale":
+      policy = value.value
+      if self.facts.kind_of(policy, self.scope) != "policy":
+        return None
+      held = self.facts.policy_loss_scale(policy, self.scope)
+      if held == "default":
+        return (cst.SimpleString("'dynamic'") if
+                self.facts.policy_is_float16(policy, self.scope) else None)
+      return held
+    return value
 
   def _loss_scale_args(self, value: cst.BaseExpression
-                       ) -> Optional[list[cst.Arg]]:
-    if isinstance(value, cst.SimpleString) and (
-        value.evaluated_value == "dynamic"):
-      return []
-    if not (isinstance(value, cst.Call) and any(
-        n.endswith("DynamicLossScale") for n in self._names(value.func))):
-      return None
+                       ) -> tuple[Optional[list[cst.Arg]], str]:
+    resolved = self._resolve_loss_scale(value)
+    if resolved is None or isinstance(resolved, str):
+      return None, ("the loss scale is not known from this file (a variable "
+                    "or a policy's): if it is 'dynamic', drop the argument; "
+                    "if a DynamicLossScale, pass its initial_loss_scale and "
+                    "increment_period as initial_scale and "
+                    "dynamic_growth_steps; " + _FIXED)
+    if _is_string(resolved, "dynamic"):
+      return [], ""
+    if not (isinstance(resolved, cst.Call) and any(
+        n.endswith("DynamicLossScale") for n in self._names(resolved.func))):
+      return None, _FIXED
+    arguments = _facts.dynamic_arguments(resolved)
+    if arguments is None:
+      return None, "DynamicLossScale arguments Keras 3 cannot express"
     out = []
-    order = ["initial_loss_scale", "increment_period", "multiplier"]
-    for i, arg in enumerate(value.args):
-      key = arg.keyword.value if arg.keyword else order[i]
+    for key, arg in arguments.items():
       if key == "multiplier":
         if not m.matches(arg.value, m.Integer("2") | m.Float("2.0")):
-          return None
+          return None, "Keras 3's dynamic scale grows and shrinks by 2 only"
         continue
-      out.append(cst.Arg(keyword=cst.Name(_DYNAMIC_ARGS[key]),
-                         value=arg.value, equal=cst.AssignEqual(
-                             cst.SimpleWhitespace(""),
-                             cst.SimpleWhitespace(""))))
-    pos = self.get_metadata(PositionProvider, value.func).start
-    self.findings = [f for f in self.findings if (f.line, f.column) != (
-        pos.line, pos.column + 1)]
-    return out
+      out.append(_kwarg(_DYNAMIC_ARGS[key], arg.value))
+    return out, ""
 
   def _lso(self, original: cst.Call, updated: cst.Call, name: str
            ) -> cst.BaseExpression:
     replacement, change = table.FUNCTIONS[name]
-    args = self._lso_args(original, updated, name)
+    args, why = self._lso_args(original, updated, name)
     if args is None:
-      self._add(original, name, replacement, "not rewritten: a fixed loss "
-                "scale, a LossScale object or arguments Keras 3 cannot "
-                "express (Keras 3's LossScaleOptimizer is dynamic only). "
+      self._add(original, name, replacement, f"not rewritten: {why}. "
                 + change, "manual")
       return updated
     self._add(original, name, replacement, change, "rewrite")
@@ -211,6 +287,90 @@ class Migrator(cst.CSTTransformer):
     if len(args) < len(updated.args):
       args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return updated.with_changes(func=_expr(str(replacement)), args=args)
+
+  def _policy(self, original: cst.Call, updated: cst.Call, name: str
+              ) -> cst.BaseExpression:
+    """TF 2.3's `Policy(name, loss_scale=...)`: the loss scale moves."""
+    replacement, change = table.FUNCTIONS[name]
+    held = _facts.policy_call_loss_scale(original)
+    float16 = _facts.policy_name(original) == "mixed_float16"
+    dropped = [i for i, arg in enumerate(original.args) if (
+        arg.keyword.value == "loss_scale" if arg.keyword else i == 1)]
+    keep = [new for i, new in enumerate(updated.args) if i not in dropped]
+    if dropped:
+      why = self._policy_loss_scale_problem(held, float16)
+      if why is not None:
+        self._add(original, name, replacement, why, "manual")
+        return updated
+      for i in dropped:
+        self._drop_findings_in(original.args[i])
+      change = ("same dtypes; its loss scale dropped (a policy holds none "
+                "now; Keras 3's compile gives a mixed_float16 model's "
+                "optimizer the same dynamic one)")
+    self._add(original, name, replacement, change, "rewrite")
+    self.needs_keras = True
+    if keep:
+      keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(func=_expr(str(replacement)), args=keep)
+
+  def _policy_loss_scale_problem(self, held: _facts.LossScale,
+                                 float16: bool) -> Optional[str]:
+    """Why dropping a policy's loss scale would change the job, or None."""
+    if not self.facts.has_compile:
+      return None  # Only compile() read a policy's loss scale.
+    if held == "default" or _is_string(held, "dynamic") and float16:
+      return None  # Keras 3's compile wraps mixed_float16 the same way.
+    if _is_string(held, "dynamic"):
+      return (_NO_LOSS_SCALE + ". compile() wrapped the optimizer of this "
+              "(not mixed_float16) policy: drop the argument and compile "
+              "with keras.optimizers.LossScaleOptimizer(optimizer)")
+    if isinstance(held, cst.Name) and held.value == "None":
+      if not float16:
+        return None  # Neither TF 2.3 nor Keras 3 wraps it in compile().
+      return (_NO_LOSS_SCALE + ". This policy asked for none, but Keras 3's "
+              "compile() wraps a mixed_float16 model's optimizer: drop the "
+              "argument and pass auto_scale_loss=False to compile()")
+    if isinstance(held, cst.Call) and not held.args and float16:
+      return None  # DynamicLossScale(): Keras 3's defaults are TF's.
+    if isinstance(held, cst.Call):
+      return (_NO_LOSS_SCALE + f". compile() used {code(held)}: drop the "
+              "argument and compile with keras.optimizers."
+              "LossScaleOptimizer(optimizer, initial_scale=..., "
+              "dynamic_growth_steps=...) carrying its initial_loss_scale "
+              "and increment_period")
+    return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
+
+  def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
+                   ) -> cst.BaseExpression:
+    """`policy.loss_scale`: TF's own LossScale object, as the policy held."""
+    api = "Policy.loss_scale"
+    held = self.facts.policy_loss_scale(original.value, self.scope)
+    if held == "default":
+      held = (cst.SimpleString("'dynamic'") if self.facts.policy_is_float16(
+          original.value, self.scope) else cst.Name("None"))
+    if held is None or isinstance(held, str):
+      self._add(original, api, None, _NO_LOSS_SCALE + ": read the "
+                "optimizer's `dynamic_scale`, or delete this read", "manual")
+      return updated
+    if isinstance(held, cst.Name) and held.value == "None":
+      new = "None"
+    elif _is_string(held, "dynamic"):
+      new = _V1 + "DynamicLossScale()"
+    elif isinstance(held, (cst.Integer, cst.Float)):
+      new = f"{_V1}FixedLossScale({code(held)})"
+    elif isinstance(held, cst.Call) and _facts.dynamic_arguments(held):
+      new = (_V1 + "DynamicLossScale(" + ", ".join(
+          code(a.value) if a.keyword is None else
+          f"{a.keyword.value}={code(a.value)}" for a in held.args) + ")")
+    else:
+      self._add(original, api, None, _NO_LOSS_SCALE, "manual")
+      return updated
+    self._drop_findings_in(original.value)
+    self._add(original, api, new, "the loss scale object this policy held: "
+              "TF's own class, still shipped under tf.compat.v1 "
+              "(a fresh one, as each TF 2.3 policy made its own)", "rewrite")
+    self.needs_tf = True
+    return _expr(new)
 
   def _layer_policy(self, original: cst.Call, updated: cst.Call, name: str
                     ) -> cst.BaseExpression:
@@ -222,12 +382,46 @@ class Migrator(cst.CSTTransformer):
     return cst.Attribute(value=updated.args[0].value,
                          attr=cst.Name("dtype_policy"))
 
+  # The graph rewrite.
+  def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
+                     ) -> cst.BaseExpression:
+    api = name
+    family = (self.facts.optimizer_family(original.args[0].value, self.scope)
+              if original.args and original.args[0].keyword is None
+              else None)
+    if family == "v1":
+      new = _V1 + "enable_mixed_precision_graph_rewrite"
+      self._add(original, api, new, "the same TF function, still shipped "
+                "(tf.compat.v1 optimizers only)", "rewrite")
+      return updated.with_changes(func=_expr(new))
+    lso = table.FUNCTIONS[
+        "keras.mixed_precision.experimental.LossScaleOptimizer"][0]
+    args, why = ((None, "the optimizer's kind (Keras or tf.compat.v1) is "
+                  "not known from this file") if family is None else
+                 self._lso_args(original, updated, "experimental"))
+    if args is None:
+      self._add(original, api, None, f"not rewritten: {why}. For a Keras "
+                f"optimizer: {table.GRAPPLER_ON}, then wrap it in {lso}; "
+                f"for a tf.compat.v1 one: {_V1}"
+                "enable_mixed_precision_graph_rewrite", "manual")
+      return updated
+    self._add(original, api, f"{table.GRAPPLER_ON}; {lso}(...)",
+              table.GRAPH_REWRITE_CHANGES + table.METHODS[
+                  "loss_scale"][1], "rewrite")
+    self.needs_keras = self.needs_tf = True
+    self._before.append(cst.parse_statement(table.GRAPPLER_ON + "\n"))
+    if len(args) < len(updated.args):
+      args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(func=_expr(str(lso)), args=args)
+
+  # Methods and attributes of optimizers.
   def _method_call(self, original: cst.Call, updated: cst.Call
                    ) -> cst.BaseExpression:
     func = original.func
     if not isinstance(func, cst.Attribute):
       return updated
     attr = func.attr.value
+    optimizer = self.facts.kind_of(func.value, self.scope) == "optimizer"
     if attr == "get_scaled_loss" and len(original.args) == 1:
       self._add(original, "LossScaleOptimizer.get_scaled_loss",
                 "scale_loss", table.METHODS[attr][1], "rewrite")
@@ -238,57 +432,89 @@ class Migrator(cst.CSTTransformer):
                 "(the gradients as they are)", table.METHODS[attr][1],
                 "rewrite")
       return updated.args[0].value
+    if attr == "variables" and not original.args and optimizer:
+      self._add(original, "Optimizer.variables()", "variables",
+                "Keras 3's `variables` is a list property (a method in TF "
+                "2.x); a LossScaleOptimizer's list also holds its scale and "
+                "counter", "rewrite")
+      return updated.func
+    if attr == "apply_gradients" and len(original.args) > 1:
+      return self._apply_extra_args(original, updated)
     new_func = updated.func
     if attr == "loss_scale" and not original.args and m.matches(
         new_func, m.Call(func=m.Attribute(attr=m.Name("convert_to_tensor")))):
       return new_func  # TF 2.3's `loss_scale()` call: the same tensor.
     return updated
 
+  def _apply_extra_args(self, original: cst.Call, updated: cst.Call
+                        ) -> cst.BaseExpression:
+    """TF 2.x's `name` and `experimental_aggregate_gradients` arguments."""
+    api = "LossScaleOptimizer.apply_gradients"
+    keys = [a.keyword.value if a.keyword else ("name" if i == 1 else "")
+            for i, a in enumerate(original.args)]
+    if not self.facts.is_lso(original.func.value,  # type: ignore
+                             self.scope):
+      return updated  # Another optimizer's own signature: left alone.
+    aggregate = [a for a, k in zip(original.args, keys)
+                 if k == "experimental_aggregate_gradients"]
+    if any(k not in ("", "name", "experimental_aggregate_gradients")
+           for k in keys[1:]) or aggregate and not m.matches(
+               aggregate[0].value, m.Name("True")):
+      self._add(original, api, None, "Keras 3's apply_gradients takes the "
+                "gradients and variables only, and aggregates across "
+                "replicas itself: drop the other arguments (for "
+                "experimental_aggregate_gradients=False, pass gradients "
+                "not yet summed across replicas)", "manual")
+      return updated
+    self._add(original, api, "apply_gradients(grads_and_vars)",
+              "TF 2.x's other arguments dropped: `name` named the ops only, "
+              "and aggregating across replicas is what Keras 3 does",
+              "rewrite")
+    first = updated.args[0].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(args=[first])
+
   def _method_attribute(self, original: cst.Attribute,
                         updated: cst.Attribute) -> cst.BaseExpression:
     attr = original.attr.value
-    if attr not in ("loss_scale", "dynamic_counter"):
+    if attr not in ("loss_scale", "dynamic_counter", "lr"):
       return updated
+    kind = self.facts.kind_of(original.value, self.scope)
+    if attr == "lr":
+      if kind != "optimizer":
+        return updated
+      self._add(original, "Optimizer.lr", "learning_rate", "the same "
+                "hyperparameter: Keras 3 dropped the `lr` alias", "rewrite")
+      return updated.with_changes(attr=cst.Name("learning_rate"))
+    if attr == "loss_scale" and kind == "policy":
+      return self._policy_read(original, updated)
     replacement, change = table.METHODS[attr]
-    receiver = original.value
-    if isinstance(receiver, cst.Name) and receiver.value in self.lso_names \
-        or m.matches(receiver, m.Attribute(attr=m.Name("optimizer"))):
-      renamed = updated.with_changes(attr=cst.Name(str(replacement)))
-      if attr == "dynamic_counter":
-        self._add(original, "LossScaleOptimizer." + attr, replacement,
-                  change, "rewrite")
-        return renamed
-      # TF 2.3's `loss_scale()` and TF 2.4's `loss_scale` gave a tensor
-      # (also of a mirrored variable, which `float()` cannot take).
-      self._add(original, "LossScaleOptimizer." + attr,
-                "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
+    if kind != "optimizer":
+      self._add(original, "LossScaleOptimizer." + attr, replacement,
+                "not rewritten: not known to be a loss-scale optimizer or a "
+                "policy. " + change, "manual")
+      return updated
+    renamed = updated.with_changes(attr=cst.Name(str(replacement)))
+    if attr == "dynamic_counter":
+      self._add(original, "LossScaleOptimizer." + attr, replacement, change,
                 "rewrite")
-      self.needs_tf = True
-      return cst.Call(func=_expr("tf.convert_to_tensor"),
-                      args=[cst.Arg(value=renamed)])
-    self._add(original, "LossScaleOptimizer." + attr, replacement,
-              "not rewritten: not known to be a loss-scale optimizer (a "
-              "TF 2.3 Policy has `loss_scale` too). " + change, "manual")
-    return updated
+      return renamed
+    # TF 2.3's `loss_scale()` and TF 2.4's `loss_scale` gave a tensor
+    # (also of a mirrored variable, which `float()` cannot take).
+    self._add(original, "LossScaleOptimizer." + attr,
+              "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
+              "rewrite")
+    self.needs_tf = True
+    return cst.Call(func=_expr("tf.convert_to_tensor"),
+                    args=[cst.Arg(value=renamed)])
 
-  def visit_Assign(self, node: cst.Assign) -> None:
-    if isinstance(node.value, cst.Call) and any(
-        n.endswith("LossScaleOptimizer") for n in self._names(
-            node.value.func)):
-      line = self.get_metadata(PositionProvider, node).start.line
-      for target in node.targets:
-        if isinstance(target.target, cst.Name):
-          self.lso_names.add(target.target.value)
-          self.lso_lines.add((target.target.value, line))
-
+  # Statements: the package import, builds, the graph rewrite's option.
   def leave_Module(self, original: cst.Module, updated: cst.Module
                    ) -> cst.Module:
-    manual = any(f.status == "manual" for f in self.findings)
+    manual = any(f.status == "manual" and f.old_api for f in self.findings)
     for statement in original.body:
       if _imports_package(statement):
         self.findings.append(Finding(
-            self.get_metadata(PositionProvider, statement).start.line, 1,
-            "import tf_mixed_precision_compat",
+            self._pos(statement)[0], 1, "import tf_mixed_precision_compat",
             "(kept: some uses need manual work)" if manual else "(removed)",
             "the package is no longer needed",
             "manual" if manual else "rewrite"))
@@ -298,17 +524,22 @@ class Migrator(cst.CSTTransformer):
     return updated.with_changes(body=[
         s for s in updated.body if not _imports_package(s)])
 
+  def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+    self._before = []
+
   def leave_SimpleStatementLine(
       self, original: cst.SimpleStatementLine,
       updated: cst.SimpleStatementLine) -> Any:
-    """Builds Keras 3 optimizers where TF 2.x had their variables already."""
-    line = self.get_metadata(PositionProvider, original).start.line
-    found = [self._build_for_checkpoint(call, line) for call in m.findall(
-        original, m.Call(func=m.Attribute(attr=m.Name("Checkpoint"))))]
-    before = [statement for statement in found if statement is not None]
-    found = [self._build_after(name, line) for name, at in
-             sorted(self.lso_lines) if at == line]
-    after = [statement for statement in found if statement is not None]
+    """Statements Keras 3 needs around this one."""
+    line = self._pos(original)[0]
+    before = self._before + [s for s in (
+        self._build_for_checkpoint(call, line) for call in m.findall(
+            original, m.Call(func=m.Attribute(attr=m.Name("Checkpoint")))))
+                             if s is not None]
+    self._before = []
+    after = [s for s in (self._build_after(name, scope) for name, at, scope
+                         in self.facts.lso_sites if at == line)
+             if s is not None]
     if not before and not after:
       return updated
     if before:  # Blank lines and comments above the statement go first.
@@ -316,11 +547,41 @@ class Migrator(cst.CSTTransformer):
       updated = updated.with_changes(leading_lines=())
     return cst.FlattenSentinel([*before, updated, *after])
 
-  def _build_after(self, name: str, line: int) -> Optional[cst.BaseStatement]:
+  def _pos_of_site(self, name: str, scope: str) -> int:
+    return next(at for n, at, where in self.facts.lso_sites
+                if (n, where) == (name, scope))
+
+  def _build_after(self, name: str, scope: str
+                   ) -> Optional[cst.BaseStatement]:
     """`opt.build(model.trainable_variables)` right after the optimizer."""
-    var_list = self.prepass.apply_vars.get(name)
-    if var_list is None or self.prepass.assigned.get(
-        var_list.split(".")[0], line) >= line:
+    if name in self.facts.built_after:
+      return None
+    if "." in name:  # self.optimizer = ...: the model may not be built yet.
+      self.findings.append(Finding(
+          self._pos_of_site(name, scope), 1, f"{name} = LossScaleOptimizer"
+          "(...)", "(none)", f"build it once the model's variables exist, "
+          f"before the first step: `{name}.build(<the model's trainable "
+          "variables>)` (Keras 3 creates the scale variable when the "
+          "optimizer is built; unbuilt, scale_loss in a tf.function bakes "
+          "in initial_scale). Not inserted: an attribute's model may not "
+          "be built where the optimizer is made", "manual", False))
+      return None
+    var_list = self.facts.apply_vars.get(name)
+    found = self.facts.lookup(scope, name)
+    if var_list is None or found is None:
+      return None
+    root, _, attr = var_list.partition(".")
+    line = found.line
+    if attr not in ("trainable_variables", "trainable_weights") or \
+        not self.facts.is_model(root, scope, line):
+      self.findings.append(Finding(
+          line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
+          f"build it once {var_list} exist, before the first step: "
+          f"`{name}.build({var_list})` (Keras 3 creates the scale variable "
+          "when the optimizer is built; unbuilt, scale_loss in a "
+          "tf.function bakes in initial_scale). Not inserted: "
+          f"{var_list} is not known to be a model's variables here",
+          "manual", False))
       return None
     self.findings.append(Finding(
         line, 1, f"{name} = LossScaleOptimizer(...)",
@@ -342,6 +603,8 @@ class Migrator(cst.CSTTransformer):
           m.matches(arg.value, m.Attribute(value=m.Name(),
                                            attr=m.Name("optimizer"))):
         model = arg.value.value.value
+        if model in self.facts.built_guards or model == "self":
+          return None
         self.findings.append(Finding(
             line, 1, f"tf.train.Checkpoint(optimizer={model}.optimizer)",
             f"{model}.optimizer built before it (if not yet)",
@@ -354,23 +617,16 @@ class Migrator(cst.CSTTransformer):
     return None
 
 
-def _special(name: str) -> bool:
-  """Names rewritten as whole calls (arguments change), not as names."""
-  return name in table.FUNCTIONS and name.startswith("keras.") and (
-      name.endswith(("LossScaleOptimizer", "get_layer_policy")))
-
-
 def _imports_package(statement: cst.CSTNode) -> bool:
   if not isinstance(statement, cst.SimpleStatementLine):
     return False
   for small in statement.body:
     if isinstance(small, cst.Import) and any(
-        cst.Module([]).code_for_node(a.name).startswith(
-            "tf_mixed_precision_compat") for a in small.names):
+        code(a.name).startswith("tf_mixed_precision_compat")
+        for a in small.names):
       return True
     if isinstance(small, cst.ImportFrom) and small.module is not None and (
-        cst.Module([]).code_for_node(small.module).startswith(
-            "tf_mixed_precision_compat")):
+        code(small.module).startswith("tf_mixed_precision_compat")):
       return True
   return False
 
@@ -383,7 +639,7 @@ def migrate_source(source: str) -> tuple[str, list[Finding]]:
 
   Returns:
     `(new source, findings)`; the new source differs only where a finding
-    has status "rewrite".
+    has status "rewrite". Rewriting the new source again changes nothing.
 
   Raises:
     libcst.ParserSyntaxError: If `source` is not valid Python.
@@ -403,9 +659,9 @@ def migrate_source(source: str) -> tuple[str, list[Finding]]:
   from libcst.codemod.visitors import AddImportsVisitor
   from libcst.metadata import MetadataWrapper
   wrapper = MetadataWrapper(cst.parse_module(source))
-  prepass = Prepass()
-  wrapper.visit(prepass)
-  migrator = Migrator(prepass)
+  facts = _facts.Facts()
+  wrapper.visit(facts)
+  migrator = Migrator(facts)
   new = wrapper.visit(migrator)
   context = CodemodContext()
   if migrator.needs_keras:
@@ -429,7 +685,7 @@ def _remove_unused_experimental(module: cst.Module, context: Any
     for small in statement.body:
       if isinstance(small, cst.ImportFrom) and small.module is not None and \
           not isinstance(small.names, cst.ImportStar):
-        mod = cst.Module([]).code_for_node(small.module)
+        mod = code(small.module)
         for alias in small.names:
           # Names the rewrites replaced leave their imports unused; unused
           # imports of the old API are removed (it no longer exists).

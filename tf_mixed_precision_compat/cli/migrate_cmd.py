@@ -62,13 +62,32 @@ def run(args: Any, out: Optional[TextIO] = None,
     out.write(json.dumps({p: [dataclasses.asdict(f) for f in fs]
                           for p, fs in report.items()}, indent=1) + "\n")
     return 1 if manual else 0
-  done = "rewritten" if args.write else "rewrite (with --write)"
+  verbose = getattr(args, "verbose", False)
   for path, findings in report.items():
+    out.write(summary(path, findings, args.write) + "\n")
     for f in findings:
-      status = {"rewrite": done, "native": "unchanged",
-                "manual": "MANUAL"}[f.status]
-      out.write(f"{path}:{f.line}:{f.column}: [{status}] {f.api} -> "
-                f"{f.replacement}\n    {f.change}\n")
+      if verbose or f.status == "manual":
+        out.write(detail(path, f, args.write, verbose) + "\n")
   total = sum(len(fs) for fs in report.values())
-  out.write(f"{total} uses, {manual} need manual work\n")
+  out.write(f"{total} uses, {manual} need manual work"
+            + ("" if verbose else " (--verbose: every use, and why)") + "\n")
   return 1 if manual else 0
+
+
+def summary(path: str, findings: list[Any], write: bool) -> str:
+  """One line per file: how many uses, rewritten, needing manual work."""
+  counts = {s: sum(f.status == s for f in findings)
+            for s in ("rewrite", "native", "manual")}
+  done = "rewritten" if write else "to rewrite (--write)"
+  return (f"{path}: {len(findings)} uses: {counts['rewrite']} {done}, "
+          f"{counts['native']} native, {counts['manual']} manual")
+
+
+def detail(path: str, finding: Any, write: bool, verbose: bool) -> str:
+  """One finding: where, what, and (verbose) its replacement and change."""
+  status = {"rewrite": "rewritten" if write else "rewrite (with --write)",
+            "native": "unchanged", "manual": "MANUAL"}[finding.status]
+  head = f"  {path}:{finding.line}:{finding.column}: [{status}] {finding.api}"
+  if not verbose:
+    return f"{head}: {finding.change}"
+  return f"{head} -> {finding.replacement}\n      {finding.change}"

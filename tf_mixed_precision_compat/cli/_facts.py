@@ -1,0 +1,315 @@
+"""What `migrate` learns from a whole file before it rewrites any of it.
+
+One read-only pass over the module: which names hold optimizers, policies
+and models (and in which function scope they were assigned), what loss
+scale each TF 2.3 policy carried, which optimizers `apply_gradients` to
+which variables, and which builds an earlier `migrate --write` inserted.
+The rewrites (`_rewrite.py`) ask these facts; nothing here changes code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Optional, Union
+
+import libcst as cst
+from libcst import matchers as m
+from libcst.metadata import PositionProvider
+from libcst.metadata import QualifiedNameProvider
+
+from tf_mixed_precision_compat.cli import _api_table as table
+
+# A receiver's last name that says "optimizer" (self.optimizer, gen_optimizer,
+# self._optimizer); a bare `opt` counts only when assigned from an optimizer
+# (argparse namespaces are often called `opt` too).
+_OPTIMIZER_WORD = re.compile(r"optimi[sz]er", re.IGNORECASE)
+_POLICY_WORD = re.compile(r"policy", re.IGNORECASE)
+# Calls whose result is a Keras model (builders are named after it).
+_MODEL_WORD = re.compile(r"model|sequential|net\b|network", re.IGNORECASE)
+_DYNAMIC_ARG_ORDER = ("initial_loss_scale", "increment_period", "multiplier")
+
+
+@dataclasses.dataclass
+class Assignment:
+  """Where a name was first bound in a scope, and to what kind of value."""
+  line: int
+  kind: str  # "optimizer", "lso", "policy", "model", "loss_scale" or "other"
+  value: Optional[cst.BaseExpression] = None
+
+
+# A policy's loss scale as TF 2.3 held it: the original argument, "default"
+# (absent or 'auto': dynamic for mixed_float16, None otherwise), or None for
+# an unknown one.
+LossScale = Union[cst.BaseExpression, str, None]
+
+
+def code(node: cst.CSTNode) -> str:
+  """The source text of `node`."""
+  return cst.Module([]).code_for_node(node)
+
+
+def last_name(node: cst.BaseExpression) -> Optional[str]:
+  """`b` of `a.b`, `a` of `a`; None for other expressions."""
+  if isinstance(node, cst.Name):
+    return node.value
+  if isinstance(node, cst.Attribute):
+    return node.attr.value
+  return None
+
+
+class Facts(cst.CSTVisitor):
+  """The facts of one module; `Migrator` reads them while it rewrites."""
+
+  METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+
+  def __init__(self) -> None:
+    super().__init__()
+    self._scopes: list[str] = ["<module>"]
+    # (scope, name) -> first assignment in that scope.
+    self.assigned: dict[tuple[str, str], Assignment] = {}
+    # Attribute names bound on `self` (self.opt = ...) -> kind.
+    self.self_attrs: dict[str, str] = {}
+    self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
+    self.lso_sites: list[tuple[str, int, str]] = []  # name, line, scope
+    self.policy_calls: set[cst.Call] = set()
+    self.global_policy_calls: set[cst.Call] = set()
+    self.families: dict[cst.Call, str] = {}  # optimizer constructors' kind
+    self.global_policies: list[cst.BaseExpression] = []  # set_policy args
+    self.has_compile = False
+    self.built_guards: set[str] = set()  # models with a migrate build guard
+    self.built_after: set[str] = set()  # optimizers with `.build(` after them
+
+  # Scopes.
+  def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    line = self.get_metadata(PositionProvider, node).start.line
+    self._scopes.append(f"{node.name.value}@{line}")
+
+  def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+    self._scopes.pop()
+
+  @property
+  def scope(self) -> str:
+    return self._scopes[-1]
+
+  def names(self, node: cst.CSTNode) -> list[str]:
+    """The normalised qualified names of `node` (during this pass only)."""
+    return sorted(table.normalise(q.name) for q in
+                  self.get_metadata(QualifiedNameProvider, node, set()))
+
+  def _kind(self, value: cst.BaseExpression) -> str:
+    if isinstance(value, cst.Attribute) and value.attr.value == "loss_scale":
+      return "loss_scale"
+    if m.matches(value, m.Attribute(attr=m.Name("optimizer"))):
+      return "optimizer"
+    if not isinstance(value, cst.Call):
+      return "other"
+    names = self.names(value.func)
+    if any(n.endswith("LossScaleOptimizer") for n in names):
+      return "lso"
+    if any(n.endswith("enable_mixed_precision_graph_rewrite") or
+           n.startswith("keras.optimizers.") or
+           n.startswith("tf.compat.v1.train.") and n.endswith("Optimizer")
+           for n in names):
+      return "optimizer"
+    if any(n.endswith(("Policy", "global_policy")) for n in names):
+      return "policy"
+    name = last_name(value.func) or ""
+    if _OPTIMIZER_WORD.search(name):
+      return "optimizer"
+    if any(n.startswith(("keras.Model", "keras.Sequential", "keras.models."))
+           for n in names) or _MODEL_WORD.search(name):
+      return "model"
+    return "other"
+
+  def visit_Assign(self, node: cst.Assign) -> None:
+    line = self.get_metadata(PositionProvider, node).start.line
+    kind = self._kind(node.value)
+    for target in node.targets:
+      t = target.target
+      if isinstance(t, cst.Name):
+        self.assigned.setdefault((self.scope, t.value),
+                                 Assignment(line, kind, node.value))
+        if self._wraps_for_loss_scaling(node.value):
+          self.lso_sites.append((t.value, line, self.scope))
+      elif m.matches(t, m.Attribute(value=m.Name("self"))):
+        self.self_attrs.setdefault(t.attr.value, kind)  # type: ignore
+        if self._wraps_for_loss_scaling(node.value):
+          self.lso_sites.append((code(t), line, self.scope))
+
+  def _wraps_for_loss_scaling(self, value: cst.BaseExpression) -> bool:
+    """A TF 2.x call returning a Keras 3 LossScaleOptimizer once migrated."""
+    if not (isinstance(value, cst.Call) and value.args):
+      return False
+    names = self.names(value.func)
+    if any(n in table.GRAPH_REWRITE for n in names):
+      return self.optimizer_family(value.args[0].value) != "v1"
+    return any(n in table.FUNCTIONS and n.startswith("keras.") and
+               n.endswith("LossScaleOptimizer") for n in names)
+
+  def optimizer_family(self, node: cst.BaseExpression,
+                       scope: Optional[str] = None) -> Optional[str]:
+    """"keras" or "v1": the kind of optimizer `node` builds or names."""
+    if isinstance(node, cst.Name):
+      found = self.lookup(scope or self.scope, node.value)
+      node = found.value if found is not None and found.value is not None \
+          else node
+    return self.families.get(node) if isinstance(node, cst.Call) else None
+
+  def visit_Call(self, node: cst.Call) -> None:
+    func = node.func
+    names = self.names(func)
+    if any(n.startswith("keras.optimizers.") for n in names):
+      self.families[node] = "keras"
+    elif any(n.startswith(("tf.compat.v1.train.", "tf.train.")) and
+             n.endswith("Optimizer") for n in names):
+      self.families[node] = "v1"
+    if any(n in table.FUNCTIONS and n.endswith(".Policy") for n in names):
+      self.policy_calls.add(node)
+    if any(n.endswith("global_policy") for n in names):
+      self.global_policy_calls.add(node)
+    if any(n.endswith("experimental.set_policy") for n in names) and \
+        node.args:
+      self.global_policies.append(node.args[0].value)
+    if not isinstance(func, cst.Attribute):
+      return
+    attr = func.attr.value
+    if attr == "compile" and not m.matches(func.value, m.Name("re")):
+      self.has_compile = True
+    elif attr == "build":
+      self.built_after.add(code(func.value))
+    elif attr == "apply_gradients" and isinstance(func.value, cst.Name) and \
+        node.args and m.matches(node.args[0].value, m.Call(
+            func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
+      var_list = node.args[0].value.args[1].value  # type: ignore
+      self.apply_vars[func.value.value] = code(var_list)
+
+  def visit_If(self, node: cst.If) -> None:
+    # `if not M.optimizer.built: ...`, inserted by an earlier --write.
+    test = node.test
+    if m.matches(test, m.UnaryOperation(
+        operator=m.Not(), expression=m.Attribute(
+            value=m.Attribute(value=m.Name(), attr=m.Name("optimizer")),
+            attr=m.Name("built")))):
+      self.built_guards.add(
+          test.expression.value.value.value)  # type: ignore
+
+  # Queries (used while rewriting).
+  def lookup(self, scope: str, name: str) -> Optional[Assignment]:
+    """`name`'s assignment seen from `scope` (its own, else the module's)."""
+    return (self.assigned.get((scope, name)) or
+            self.assigned.get(("<module>", name)))
+
+  def kind_of(self, node: cst.BaseExpression, scope: str) -> str:
+    """"optimizer", "policy" or "other": what a receiver holds."""
+    if isinstance(node, cst.Call):
+      return "policy" if (node in self.global_policy_calls or
+                          node in self.policy_calls) else "other"
+    name = last_name(node)
+    if name is None:
+      return "other"
+    kind = None
+    if isinstance(node, cst.Name):
+      found = self.lookup(scope, name)
+      kind = found.kind if found else None
+    elif m.matches(node, m.Attribute(value=m.Name("self"))):
+      kind = self.self_attrs.get(name)
+    if kind in ("optimizer", "lso"):
+      return "optimizer"
+    if kind == "policy" or name in ("dtype_policy", "_dtype_policy"):
+      return "policy"
+    if kind in (None, "other"):
+      if _OPTIMIZER_WORD.search(name):
+        return "optimizer"
+      if _POLICY_WORD.search(name):
+        return "policy"
+    return "other"
+
+  def is_lso(self, node: cst.BaseExpression, scope: str) -> bool:
+    """Whether `node` names a loss-scale optimizer this file assigned."""
+    if isinstance(node, cst.Name):
+      found = self.lookup(scope, node.value)
+      return found is not None and found.kind == "lso"
+    return m.matches(node, m.Attribute(value=m.Name("self"))) and \
+        self.self_attrs.get(node.attr.value) == "lso"  # type: ignore
+
+  def policy_loss_scale(self, node: cst.BaseExpression, scope: str
+                        ) -> LossScale:
+    """The loss scale the policy `node` holds, if the file tells."""
+    for _ in range(4):  # name -> global_policy() -> set_policy's argument
+      if isinstance(node, cst.Name):
+        found = self.lookup(scope, node.value)
+        if found is None or found.kind != "policy":
+          return None
+        node = found.value  # type: ignore[assignment]
+      elif node in self.global_policy_calls:
+        if len(self.global_policies) != 1:
+          return None
+        node = self.global_policies[0]
+      elif isinstance(node, cst.SimpleString):
+        return "default"
+      elif isinstance(node, cst.Call) and node in self.policy_calls:
+        return policy_call_loss_scale(node)
+      else:
+        return None
+    return None
+
+  def policy_is_float16(self, node: cst.BaseExpression, scope: str) -> bool:
+    """Whether the policy `node` is known to be "mixed_float16"."""
+    for _ in range(4):
+      if isinstance(node, cst.Name):
+        found = self.lookup(scope, node.value)
+        if found is None or found.value is None:
+          return False
+        node = found.value
+      elif node in self.global_policy_calls:
+        if len(self.global_policies) != 1:
+          return False
+        node = self.global_policies[0]
+      elif isinstance(node, cst.SimpleString):
+        return node.evaluated_value == "mixed_float16"
+      elif isinstance(node, cst.Call):
+        return policy_name(node) == "mixed_float16"
+      else:
+        return False
+    return False
+
+  def is_model(self, name: str, scope: str, before: int) -> bool:
+    """Whether `name` holds a model assigned in `scope` before `before`."""
+    found = self.assigned.get((scope, name))
+    return found is not None and found.line < before and (
+        found.kind == "model" or found.kind == "other" and
+        _MODEL_WORD.search(name) is not None)
+
+
+def policy_call_loss_scale(call: cst.Call) -> LossScale:
+  """The `loss_scale` argument of a TF 2.3 `Policy(name, loss_scale)` call."""
+  for i, arg in enumerate(call.args):
+    if arg.keyword is not None and arg.keyword.value == "loss_scale" or (
+        arg.keyword is None and i == 1):
+      if isinstance(arg.value, cst.SimpleString) and \
+          arg.value.evaluated_value == "auto":
+        return "default"
+      return arg.value
+  return "default"
+
+
+def policy_name(call: cst.Call) -> Optional[str]:
+  """The literal policy name of a `Policy(...)` call, if it is one."""
+  for i, arg in enumerate(call.args):
+    if (arg.keyword is None and i == 0 or arg.keyword is not None and
+        arg.keyword.value == "name") and isinstance(arg.value,
+                                                    cst.SimpleString):
+      value = arg.value.evaluated_value
+      return value if isinstance(value, str) else None
+  return None
+
+
+def dynamic_arguments(call: cst.Call) -> Optional[dict[str, cst.Arg]]:
+  """`DynamicLossScale(...)`'s arguments by name, or None if starred."""
+  out = {}
+  for i, arg in enumerate(call.args):
+    if arg.star or arg.keyword is None and i >= len(_DYNAMIC_ARG_ORDER):
+      return None
+    out[arg.keyword.value if arg.keyword else _DYNAMIC_ARG_ORDER[i]] = arg
+  return out
