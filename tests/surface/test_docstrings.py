@@ -12,6 +12,7 @@ MODULES = [
     "cli",
     "cli._api_table",
     "cli._ckpt",
+    "cli._facts",
     "cli._files",
     "cli._plan",
     "cli._rewrite",

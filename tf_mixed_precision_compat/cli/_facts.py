@@ -50,7 +50,13 @@ def code(node: cst.CSTNode) -> str:
 
 
 def last_name(node: cst.BaseExpression) -> Optional[str]:
-  """`b` of `a.b`, `a` of `a`; None for other expressions."""
+  """`b` of `a.b`, `a` of `a`; None for other expressions.
+
+  Example:
+
+  >>> last_name(cst.parse_expression("self.optimizer"))
+  'optimizer'
+  """
   if isinstance(node, cst.Name):
     return node.value
   if isinstance(node, cst.Attribute):
@@ -295,7 +301,13 @@ def policy_call_loss_scale(call: cst.Call) -> LossScale:
 
 
 def policy_name(call: cst.Call) -> Optional[str]:
-  """The literal policy name of a `Policy(...)` call, if it is one."""
+  """The literal policy name of a `Policy(...)` call, if it is one.
+
+  Example:
+
+  >>> policy_name(cst.parse_expression("Policy('mixed_float16', 128)"))
+  'mixed_float16'
+  """
   for i, arg in enumerate(call.args):
     if (arg.keyword is None and i == 0 or arg.keyword is not None and
         arg.keyword.value == "name") and isinstance(arg.value,
