@@ -448,3 +448,25 @@ def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
   assert len(lines) == 5 and "need manual work" in lines[-1]
   assert main(["migrate", str(done), "--verbose"]) == 0
   assert len(capsys.readouterr().out.splitlines()) == 2 + 2 * 7
+
+
+def test_optimizers_from_factories_are_built_or_reported():
+  code, findings = _migrate(_header(
+      "def configure_optimizer(optimizer, use_float16=True):",
+      "  if use_float16:",
+      "    optimizer = tf.keras.mixed_precision.LossScaleOptimizer(optimizer)",
+      "  return optimizer",
+      "def make():",
+      "  return configure_optimizer(tf.keras.optimizers.Adam())",
+      "model = make_model()",
+      "opt = configure_optimizer(tf.keras.optimizers.SGD(0.1))",
+      "opt.apply_gradients(zip(grads, model.trainable_variables))",
+      "class Trainer:",
+      "  def __init__(self):",
+      "    self.optimizer = make()"))
+  assert ("opt = configure_optimizer(tf.keras.optimizers.SGD(0.1))\n"
+          "opt.build(model.trainable_variables)\n") in code
+  (note,) = [f for f in findings if f.status == "manual"]
+  assert note.api == "self.optimizer = LossScaleOptimizer(...)"
+  assert "tf_mixed_precision_compat" not in code  # Keras 3 code throughout.
+  assert _migrate(code)[0] == code

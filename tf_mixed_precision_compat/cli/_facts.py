@@ -72,6 +72,10 @@ class Facts(cst.CSTVisitor):
   def __init__(self) -> None:
     super().__init__()
     self._scopes: list[str] = ["<module>"]
+    self._functions: list[str] = []
+    self._factories: set[str] = set()  # functions wrapping an optimizer
+    self._factory_results: list[tuple[tuple[str, int, str], str]] = []
+    self._callees: dict[str, set[str]] = {}  # function -> what it calls
     # (scope, name) -> first assignment in that scope.
     self.assigned: dict[tuple[str, str], Assignment] = {}
     # Attribute names bound on `self` (self.opt = ...) -> kind.
@@ -90,9 +94,24 @@ class Facts(cst.CSTVisitor):
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
     self._scopes.append(f"{node.name.value}@{line}")
+    self._functions.append(node.name.value)
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     self._scopes.pop()
+    self._functions.pop()
+
+  def leave_Module(self, original_node: cst.Module) -> None:
+    # Optimizers from this file's factories (functions that wrap one for
+    # loss scaling, e.g. `configure_optimizer`, or call one that does) are
+    # sites like direct ones.
+    grew = True
+    while grew:
+      more = {f for f, callees in self._callees.items()
+              if callees & self._factories} - self._factories
+      self._factories |= more
+      grew = bool(more)
+    self.lso_sites += [site for site, callee in self._factory_results
+                       if callee in self._factories]
 
   @property
   def scope(self) -> str:
@@ -131,8 +150,13 @@ class Facts(cst.CSTVisitor):
   def visit_Assign(self, node: cst.Assign) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
     kind = self._kind(node.value)
+    callee = (last_name(node.value.func) if isinstance(node.value, cst.Call)
+              else None)
     for target in node.targets:
       t = target.target
+      if callee is not None and (isinstance(t, cst.Name) or m.matches(
+          t, m.Attribute(value=m.Name("self")))):
+        self._factory_results.append(((code(t), line, self.scope), callee))
       if isinstance(t, cst.Name):
         self.assigned.setdefault((self.scope, t.value),
                                  Assignment(line, kind, node.value))
@@ -165,6 +189,11 @@ class Facts(cst.CSTVisitor):
   def visit_Call(self, node: cst.Call) -> None:
     func = node.func
     names = self.names(func)
+    if self._wraps_for_loss_scaling(node):
+      self._factories.update(self._functions)
+    callee = last_name(func)
+    for function in self._functions:
+      self._callees.setdefault(function, set()).add(callee or "")
     if any(n.startswith("keras.optimizers.") for n in names):
       self.families[node] = "keras"
     elif any(n.startswith(("tf.compat.v1.train.", "tf.train.")) and
