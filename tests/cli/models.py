@@ -61,3 +61,25 @@ def func_model_swapped():
   h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
   h = keras.layers.BatchNormalization(dtype=policy, name="bn")(h)
   return keras.Model(x, h)
+
+
+def resume_func_model():
+  """The `functional` model of tests/fixtures/resume (Dense 6, Dense 1)."""
+  policy = "mixed_float16"
+  x = keras.Input((4,), name="x")
+  h = keras.layers.Dense(6, activation="relu", dtype=policy, name="d1")(x)
+  h = keras.layers.Dense(1, dtype=policy, name="d2")(h)
+  out = keras.layers.Activation("linear", dtype="float32", name="out")(h)
+  return keras.Model(x, out, name="func")
+
+
+def trainer_job_model():
+  """tests/cli/job_trainer's model, its layers named as TF 2.3.4 named them."""
+  policy = "mixed_float16"
+  return keras.Sequential([
+      keras.Input((6,)),
+      keras.layers.Dense(16, activation="relu", dtype=policy, name="dense"),
+      keras.layers.Dense(8, activation="relu", dtype=policy, name="dense_1"),
+      keras.layers.Dense(1, dtype=policy, name="dense_2"),
+      keras.layers.Activation("linear", dtype="float32", name="activation"),
+  ])

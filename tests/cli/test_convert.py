@@ -15,6 +15,8 @@ import tensorflow as tf
 
 from tests import testing
 from tests.cli import models
+from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.cli import convert_cmd
 from tf_mixed_precision_compat.cli import main
 
 CASES = {  # fixture (one per TF version) -> (model function, inner class)
@@ -143,15 +145,6 @@ def test_root_counters_are_carried_over(capsys, tmp_path):
                                                      record["epoch"])
 
 
-def test_nested_jobs_are_refused(capsys, tmp_path):
-  old = testing.fixture_path("resume", "tf23_trainer_adam_save")
-  assert main(["convert", old, str(tmp_path / "new"), "--model",
-               "tests.cli.models:seq_model"]) == 1
-  assert "needs exactly one optimizer under `optimizer`" in (
-      capsys.readouterr().err)
-  assert os.listdir(tmp_path) == []
-
-
 def _record_resume(name):
   with open(testing.fixture_path("resume", name + ".json")) as f:
     return json.load(f)
@@ -167,3 +160,184 @@ def test_keras3_checkpoints_are_not_converted(capsys, tmp_path):
                "--model", "tests.cli.models:seq_model"]) == 1
   assert "was written on Keras 3" in capsys.readouterr().err
   assert not os.path.exists(tmp_path / "new")
+
+
+# TF 2.x slot names -> Keras 3's slot lists, for the fixtures' optimizers.
+_SLOTS = {"m": "_momentums", "v": "_velocities", "momentum": "momentums"}
+
+
+def _convert(capsys, old, new, *options):
+  code = main(["convert", old, str(new), *options])
+  out, err = capsys.readouterr()
+  assert code == 0, err
+  assert "read back exactly" in out
+  return err
+
+
+def _restore_with_extras(directory, model, inner, extras=None):
+  """A Keras 3 job's own resume, with its own root variables."""
+  opt = keras.optimizers.LossScaleOptimizer(inner)
+  status = tf.train.Checkpoint(model=model, optimizer=opt,
+                               **(extras or {})).restore(
+                                   tf.train.latest_checkpoint(directory))
+  opt.build(model.trainable_variables)
+  status.assert_consumed()
+  return opt
+
+
+def _assert_state(model, opt, saved, zero_slots=False):
+  """`model` and `opt` hold what TF 2.3.4 recorded at the save, exactly."""
+  inner = opt.inner_optimizer
+  assert int(inner.iterations.numpy()) == saved["iterations"]
+  assert float(opt.dynamic_scale.numpy()) == saved["loss_scale"]
+  assert int(opt.step_counter.numpy()) == saved["counter"]
+  for key, value in saved["weights"].items():
+    layer, name = key.split("/")
+    variable = getattr(model.get_layer(layer), name)
+    np.testing.assert_array_equal(variable.numpy(), value, err_msg=key)
+    for slot, slot_value in saved["slots"].get(key, {}).items():
+      got = getattr(inner, _SLOTS[slot])[inner._get_variable_index(variable)]  # pylint: disable=protected-access
+      np.testing.assert_array_equal(
+          got.numpy(), np.zeros_like(slot_value) if zero_slots else
+          slot_value, err_msg=f"{key} {slot}")
+
+
+def _int64_variables(*names):
+  return {n: tf.Variable(0, dtype=tf.int64) for n in names}
+
+
+@pytest.mark.parametrize("paths", [[], ["--model-path", "trainer.model",
+                                        "--optimizer-path",
+                                        "trainer.optimizer"]])
+def test_trainer_job_with_policy_loss_scale(capsys, tmp_path, paths):
+  # tests/cli/job_trainer run by TF 2.3.4: model and optimizer on a trainer
+  # tf.Module, step and epoch at the root, the policy's loss scale.
+  old = testing.fixture_path("convert", "trainer_tf23")
+  with open(os.path.join(old, "job.json")) as f:
+    record = json.load(f)
+  err = _convert(capsys, old, tmp_path / "new", "--model",
+                 "tests.cli.models:trainer_job_model", *paths)
+  assert "model at trainer.model, optimizer at trainer.optimizer" in err
+  model = models.trainer_job_model()
+  extras = _int64_variables("step", "epoch")
+  opt = _restore_with_extras(tmp_path / "new", model,
+                             keras.optimizers.Adam(), extras)
+  _assert_state(model, opt, record)
+  assert (int(extras["step"].numpy()), int(extras["epoch"].numpy())) == (
+      record["step"], record["epoch"]) == (12, 2)
+  assert float(opt.dynamic_scale.numpy()) == 8192.0  # Halved twice.
+
+
+def test_dicts_and_nested_extras(capsys, tmp_path):
+  # Model and optimizer in a dict and a list; `trainer.epoch` kept nested.
+  for case, model_fn, inner in (
+      ("tf23_dicts_sgd_manager", "seq_model",
+       lambda: keras.optimizers.SGD(momentum=0.9)),
+      ("tf23_trainer_adam_save", "resume_func_model", keras.optimizers.Adam)):
+    new = tmp_path / case
+    _convert(capsys, testing.fixture_path("resume", case), new, "--model",
+             f"tests.cli.models:{model_fn}")
+    record = _record_resume(case)
+    model = getattr(models, model_fn)()
+    extras = _int64_variables("step")
+    if case.endswith("trainer_adam_save"):
+      trainer = tf.Module()
+      trainer.epoch = tf.Variable(0, dtype=tf.int64)
+      extras["trainer"] = trainer
+    opt = _restore_with_extras(new, model, inner(), extras)
+    _assert_state(model, opt, record["saved"])
+    assert int(extras["step"].numpy()) == record["step"]
+    if "trainer" in extras:
+      assert int(extras["trainer"].epoch.numpy()) == record["epoch"]
+
+
+def test_save_weights_tf_format(capsys, tmp_path):
+  # model.save_weights(prefix): the model is the root, its compiled
+  # optimizer under `optimizer` inside it.
+  case = "weights_tf23_seq_adam_dynamic"
+  _convert(capsys, testing.fixture_path("legacy", case, "ckpt"),
+           tmp_path / "new", "--model", "tests.cli.models:seq_model")
+  model = models.seq_model()
+  opt = _restore_with_extras(tmp_path / "new", model, keras.optimizers.Adam())
+  _assert_state(model, opt, _record(case))
+
+
+def test_optimizer_only_checkpoint_with_h5_weights(capsys, tmp_path):
+  old = testing.fixture_path("convert", "optonly_h5_tf23")
+  with open(old + ".json") as f:
+    record = json.load(f)
+  # No slots, so the class is told by --optimizer: beta_1 and beta_2 say
+  # only "Adam, Adamax or Nadam".
+  model_option = ["--model", "tests.cli.models:seq_model", "--optimizer",
+                  "Adam"]
+  assert main(["convert", old, str(tmp_path / "refused"),
+               *model_option]) == 1
+  assert "pass --weights-h5 FILE" in capsys.readouterr().err
+  err = _convert(capsys, old, tmp_path / "new", *model_option,
+                 "--weights-h5", os.path.join(old, "weights.h5"))
+  assert "they start at zero" in err
+  model = models.seq_model()
+  extras = _int64_variables("step", "epoch")
+  opt = _restore_with_extras(tmp_path / "new", model,
+                             keras.optimizers.Adam(), extras)
+  # TF saved no slots without their variables: TF's own resume started
+  # them at zero too.
+  _assert_state(model, opt, record["saved"], zero_slots=True)
+  assert (int(extras["step"].numpy()), int(extras["epoch"].numpy())) == (
+      record["step"], record["epoch"])
+
+
+def test_whole_model_h5(capsys, tmp_path):
+  h5 = testing.fixture_path("legacy", "h5_tf23_func_adam.h5")
+  new = tmp_path / "new"
+  err = _convert(capsys, h5, new)
+  assert "never stored the dynamic loss scale" in err
+  # NEW/model.keras: the model with its optimizer; NEW's checkpoint
+  # restores into the model uncompiled and an optimizer of the job's own.
+  compiled = keras.models.load_model(new / "model.keras")
+  loaded = keras.models.load_model(new / "model.keras", compile=False)
+  package = legacy.load_model(h5)  # What the package restores.
+  for mine, theirs in zip(loaded.weights, package.weights):
+    np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+  opt = _restore_with_extras(new, loaded, keras.optimizers.Adam())
+  inner, theirs = opt.inner_optimizer, package.optimizer.inner_optimizer
+  assert [v.shape for v in inner.variables] == [v.shape for v in
+                                                theirs.variables]
+  for mine, value in zip(inner.variables, theirs.variables):
+    np.testing.assert_array_equal(mine.numpy(), value.numpy())
+  assert int(inner.iterations.numpy()) == 8
+  # H5 files never stored the scale: both start again from the initial.
+  assert float(opt.dynamic_scale.numpy()) == float(
+      package.optimizer.loss_scale.numpy()) == 32768.0
+  assert compiled.optimizer.dynamic_growth_steps == 3
+  assert compiled.loss == "mse"
+  for mine, value in zip(compiled.optimizer.variables, opt.variables):
+    np.testing.assert_array_equal(mine.numpy(), value.numpy())
+
+
+def test_fixed_loss_scale_on_request(capsys, tmp_path):
+  case = "ckpt_tf24_seq_sgd_fixed"
+  err = _convert(capsys, testing.fixture_path("legacy", case),
+                 tmp_path / "new", "--model", "tests.cli.models:seq_model",
+                 "--fixed-loss-scale", "32")
+  assert "fixed loss scale 32.0 written as" in err and "skipped" in err
+  model = models.seq_model()
+  opt = _restore_with_extras(tmp_path / "new", model,
+                             keras.optimizers.SGD(momentum=0.9))
+  record = _record(case)
+  _assert_state(model, opt, {**record, "counter": 0})
+  assert convert_cmd.FIXED_GROWTH_STEPS == 2**31 - 1
+
+
+def test_layout_usage_errors(capsys, tmp_path):
+  old = testing.fixture_path("convert", "trainer_tf23")
+  model = ["--model", "tests.cli.models:trainer_job_model"]
+  assert main(["convert", old, str(tmp_path / "n1"), *model,
+               "--model-path", "trainer.net"]) == 2
+  assert "no 'net' there" in capsys.readouterr().err
+  assert main(["convert", old, str(tmp_path / "n2"), *model,
+               "--optimizer-path", "step"]) == 2
+  assert main(["convert", old, str(tmp_path / "n3"), *model,
+               "--fixed-loss-scale", "128"]) == 2
+  assert "dynamic loss scale" in capsys.readouterr().err
+  assert not os.listdir(tmp_path)

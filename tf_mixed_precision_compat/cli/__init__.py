@@ -58,27 +58,53 @@ def _convert_parser(sub: Any) -> None:
   p = sub.add_parser(
       "convert", epilog=EXIT_CODES,
       help="write a TF 2.x checkpoint as a native Keras 3 checkpoint",
-      description="Restores OLD (a TF 2.2-2.4 checkpoint) through the "
-      "package into the model MODULE:FUNCTION builds and writes NEW, a "
-      "directory tf.train.CheckpointManager reads, laid out as "
-      "tf.train.Checkpoint(model=model, optimizer=optimizer) with "
+      description="Restores OLD (a TF 2.2-2.4 checkpoint, or a whole-model "
+      "H5 file) through the package into the model MODULE:FUNCTION builds "
+      "(an H5 file's own model) and writes NEW, a directory "
+      "tf.train.CheckpointManager reads, laid out as "
+      "tf.train.Checkpoint(model=model, optimizer=optimizer, <the "
+      "checkpoint's other scalars, e.g. step, epoch>) with "
       "keras.optimizers.LossScaleOptimizer around the Keras 3 inner "
-      "optimizer (scale, counter and iterations carried over). NEW is "
-      "read back in a fresh interpreter without the package; on any "
-      "difference it is deleted and the exit code is 1.")
-  p.add_argument("old", help="TF 2.2-2.4 checkpoint: a prefix, or a "
-                 "directory with a `checkpoint` file (its latest)")
+      "optimizer (scale, counter and iterations carried over). The model "
+      "and optimizer are found wherever the checkpoint keeps them (under "
+      "`model`/`optimizer`, a trainer object, dicts and lists, or the root "
+      "as model.save_weights wrote it). NEW is read back in a fresh "
+      "interpreter without the package; on any difference it is deleted "
+      "and the exit code is 1.")
+  p.add_argument("old", help="TF 2.2-2.4 checkpoint (a prefix, or a "
+                 "directory with a `checkpoint` file: its latest), "
+                 "model.save_weights TF-format prefix, or whole-model H5 "
+                 "file (model.save('m.h5'))")
   p.add_argument("new", help="output directory (new or empty)")
-  p.add_argument("--model", metavar="MODULE:FUNCTION", required=True,
+  p.add_argument("--model", metavar="MODULE:FUNCTION",
                  help="your function building the Keras 3 model (a dotted "
                  "module or a .py path); its module must not import this "
-                 "package")
+                 "package. Needed for checkpoints; an H5 file's model comes "
+                 "from its config")
   _optimizer_args(p)
-  p.add_argument("--growth-steps", type=int, default=2000, metavar="N",
+  p.add_argument("--model-path", metavar="DOTTED",
+                 help="where the checkpoint keeps the model, as an object "
+                 "path (e.g. trainer.model; `.` for the root) when convert "
+                 "cannot tell")
+  p.add_argument("--optimizer-path", metavar="DOTTED",
+                 help="where it keeps the optimizer (e.g. trainer.optimizer)"
+                 " when it holds several")
+  p.add_argument("--weights-h5", metavar="FILE.h5",
+                 help="the model's weights, for a checkpoint of the "
+                 "optimizer alone (tf.train.Checkpoint(optimizer=...)): the "
+                 "H5 file the job's model.save_weights wrote")
+  p.add_argument("--fixed-loss-scale", type=float, metavar="VALUE",
+                 help="the job's fixed loss scale (TF never stored it): "
+                 "written as a LossScaleOptimizer that starts there and never "
+                 "grows; unlike TF's, it skips a step whose gradients "
+                 "overflow and halves (docs/migration.md)")
+  p.add_argument("--growth-steps", type=int, metavar="N",
                  help="dynamic_growth_steps of the written optimizer "
-                 "(TF 2.x did not store it; default 2000, TF's default)")
+                 "(checkpoints did not store it; default 2000, TF's default,"
+                 " or the H5 file's)")
   p.add_argument("--keras", metavar="FILE.keras",
-                 help="also save the model (with optimizer) as .keras")
+                 help="also save the model (with optimizer) as .keras (an "
+                 "H5 file's model: by default NEW/model.keras)")
   p.add_argument("--weights", metavar="FILE.weights.h5",
                  help="also save the model's weights as .weights.h5")
 

@@ -3,9 +3,11 @@
 Run as a script in a fresh interpreter by `convert` (never imported by the
 package): `python _verify.py SPEC.json`. Importing `tf_mixed_precision_compat`
 is blocked, so the restore below is TensorFlow's and Keras 3's own. SPEC
-names the model function, the optimizer, the checkpoint directory and an
-`.npz` of the values every variable must hold; exit code 0 when all are
-exact, 1 (with the differences on stdout) otherwise.
+names the model function (or, for an H5 model, the `.keras` file written),
+the optimizer, the checkpoint directory, the extra variables by path and an
+`.npz` of the values every variable must hold; a `.keras` file written is
+loaded and checked against the same values. Exit code 0 when all are exact,
+1 (with the differences on stdout) otherwise.
 """
 
 import importlib
@@ -43,22 +45,67 @@ def _function(spec):
   return getattr(module, function)
 
 
+def _tree(entries, make_node):
+  """`{root name: variable, or a node holding those below it}` of
+  `(path, variable)` entries, nested as the old checkpoint had them."""
+  tree = {}
+  for path, variable in entries:
+    node = tree
+    for name in path[:-1]:
+      node = node.setdefault(name, {})
+    node[path[-1]] = variable
+
+  def build(value):
+    if not isinstance(value, dict):
+      return value
+    node = make_node()
+    for name, child in value.items():
+      setattr(node, name, build(child))
+    return node
+
+  return {name: build(value) for name, value in tree.items()}
+
+
+def _model(spec):
+  """The `--model` function's model, else the `.keras` file's."""
+  import keras  # pylint: disable=g-import-not-at-top
+  if spec["model"]:
+    return _function(spec["model"])()
+  # Uncompiled, as convert wrote the checkpoint: its optimizer is the root's.
+  return keras.models.load_model(spec["keras_file"], compile=False)
+
+
 def _restore(spec):
+  """The model, a native optimizer and the extras, restored from SPEC."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if spec["policy"]:
     keras.mixed_precision.set_global_policy(spec["policy"])
-  model = _function(spec["model"])()
+  model = _model(spec)
   inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
   opt = keras.optimizers.LossScaleOptimizer(
-      inner, dynamic_growth_steps=spec["growth_steps"])
-  extra = {name: tf.Variable(tf.zeros([], dtype)) for name, dtype in
-           spec["extra"].items()}
-  ckpt = tf.train.Checkpoint(model=model, optimizer=opt, **extra)
+      inner, initial_scale=spec["initial_scale"],
+      dynamic_growth_steps=spec["growth_steps"])
+  extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
+           for path, dtype in spec["extra"]}
+  tree = _tree(extra.items(), tf.__internal__.tracking.AutoTrackable)
+  ckpt = tf.train.Checkpoint(model=model, optimizer=opt, **tree)
   status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
   opt.build(model.trainable_variables)
   status.assert_consumed()
-  return model, opt, extra
+  return model, opt, {".".join(path): v for path, v in extra.items()}
+
+
+def _keras_file(spec):
+  """`{key: value}` of what the `.keras` file holds, as in `expected`."""
+  import keras  # pylint: disable=g-import-not-at-top
+  if not spec.get("keras_file"):
+    return {}
+  model = keras.models.load_model(spec["keras_file"])
+  got = {f"keras:weight/{i}": v for i, v in enumerate(model.weights)}
+  got.update({f"keras:optimizer/{i}": v
+              for i, v in enumerate(model.optimizer.variables)})
+  return got
 
 
 def main(spec_path):
@@ -66,14 +113,19 @@ def main(spec_path):
   import numpy as np  # pylint: disable=g-import-not-at-top
   with open(spec_path) as f:
     spec = json.load(f)
+  keras_file = _keras_file(spec)
   model, opt, extra = _restore(spec)
   expected = np.load(spec["expected"])
-  got = {f"weight/{i}": v for i, v in enumerate(model.weights)}
+  got = dict(keras_file)
+  got.update({f"weight/{i}": v for i, v in enumerate(model.weights)})
   got.update({f"optimizer/{i}": v for i, v in enumerate(opt.variables)})
   got.update({f"extra/{k}": v for k, v in extra.items()})
-  wrong = [key for key in expected.files if key not in got or not
-           np.array_equal(np.asarray(got[key].numpy()), expected[key])]
-  wrong += [key for key in got if key not in expected.files]
+  # The `.keras` file's values are checked against the same numbers.
+  wrong = [key for key, value in got.items()
+           if key.replace("keras:", "") not in expected.files or
+           not np.array_equal(np.asarray(value.numpy()),
+                              expected[key.replace("keras:", "")])]
+  wrong += [key for key in expected.files if key not in got]
   print(json.dumps({"wrong": wrong, "iterations": int(
                         opt.inner_optimizer.iterations.numpy()),
                     "loss_scale": float(opt.dynamic_scale.numpy()),

@@ -1,8 +1,13 @@
 """`convert OLD NEW --model MODULE:FUNCTION`: a TF 2.x checkpoint, made native.
 
-OLD is restored through the package (exactly, or refused) into the model the
-function builds; NEW is written as `tf.train.Checkpoint(model=model,
-optimizer=keras.optimizers.LossScaleOptimizer(inner))` by a
+OLD is a TF 2.2-2.4 checkpoint in any layout the object graph tells
+(`model=`/`optimizer=` entries, a trainer object, dicts and lists,
+`model.save_weights` TF format, the optimizer alone with the weights in an
+H5 file: cli/_sources.py) or a whole-model H5 file. It is restored through
+the package (exactly, or refused) into the model the function builds (or,
+for an H5 file, the model its config describes); NEW is written as
+`tf.train.Checkpoint(model=model,
+optimizer=keras.optimizers.LossScaleOptimizer(inner), <extras>)` by a
 `tf.train.CheckpointManager`, then read back in a fresh interpreter that
 cannot import the package. Only a conversion that reads back exactly is
 left at NEW.
@@ -10,6 +15,7 @@ left at NEW.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -25,13 +31,54 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
-from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import _plan
+from tf_mixed_precision_compat.cli import _sources
 from tf_mixed_precision_compat.cli import inspect_cmd
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _read_h5
+
+# A fixed loss scale as Keras 3's dynamic LossScaleOptimizer: it never grows
+# (2**31 - 1 finite steps; its counter is an int32).
+FIXED_GROWTH_STEPS = 2**31 - 1
+_DEFAULT_GROWTH_STEPS = 2000  # TF 2.x's default, never stored.
+_DEFAULT_INITIAL_SCALE = 2.0**15  # TF 2.x's and Keras 3's default.
+FIXED_NOTE = (
+    "fixed loss scale {scale} written as Keras 3's LossScaleOptimizer("
+    "initial_scale={scale}, dynamic_growth_steps=2**31-1): every step with "
+    "finite gradients is the same as before; a step whose gradients "
+    "overflow is now skipped and the scale halved for good (TF 2.x's fixed "
+    "scale applied it, writing inf/NaN into the weights)")
 
 
 class Refused(Exception):
   """The conversion cannot be exact (exit code 1); says why."""
+
+
+@dataclasses.dataclass
+class Restored:
+  """What the package restored from OLD, to be written natively.
+
+  Attributes:
+    model: The Keras 3 model, restored.
+    source: The package's optimizer (or the plain inner one), restored.
+    choice: `(class name, constructor kwargs, why)` of the inner optimizer.
+    loss_scale: The scale to write.
+    counter: The good-steps counter to write.
+    initial_scale: `initial_scale` of the written optimizer.
+    growth_steps: Its `dynamic_growth_steps`.
+    notes: What the user should know about the conversion.
+    extras: `{path tuple: tf.Variable}` carried over beside model and
+      optimizer.
+  """
+  model: Any
+  source: Any
+  choice: tuple
+  loss_scale: float
+  counter: int
+  initial_scale: float = _DEFAULT_INITIAL_SCALE
+  growth_steps: int = _DEFAULT_GROWTH_STEPS
+  notes: list = dataclasses.field(default_factory=list)
+  extras: dict = dataclasses.field(default_factory=dict)
 
 
 def _progress(step: int, text: str, err: TextIO) -> None:
@@ -39,111 +86,244 @@ def _progress(step: int, text: str, err: TextIO) -> None:
   err.flush()
 
 
-def check_convertible(info: _ckpt.CheckpointInfo) -> _ckpt.OptimizerInfo:
-  """The checkpoint's optimizer, if the native layout can hold everything."""
-  if len(info.optimizers) != 1 or info.optimizers[0].path != "optimizer":
-    raise Refused(
-        f"{info.prefix} holds optimizers at "
-        f"{[o.path for o in info.optimizers] or 'no path'}; convert writes "
-        "tf.train.Checkpoint(model=..., optimizer=...) and needs exactly one "
-        "optimizer under `optimizer` (restore nested jobs with the package)")
-  opt = info.optimizers[0]
-  if opt.layout != "keras2":
+def _refuse_keras3(info: _ckpt.CheckpointInfo) -> None:
+  if any(o.layout != "keras2" for o in info.optimizers):
     raise Refused(
         f"{info.prefix} was written on Keras 3 ({info.generation}); convert "
         "reads TF 2.2-2.4 checkpoints. A checkpoint this package wrote "
         "restores with the package installed (tf.train.Checkpoint.restore); "
         "save it again from a Keras 3 LossScaleOptimizer to leave it.")
-  if opt.loss_scale is None:
+
+
+def check_convertible(info: _ckpt.CheckpointInfo, layout: _sources.Layout,
+                      fixed: Optional[float]) -> _ckpt.OptimizerInfo:
+  """The optimizer `layout` found, if the native layout can hold it."""
+  opt = next(o for o in info.optimizers if o.inner_path == layout.inner_key)
+  if opt.loss_scale is None and fixed is None:
     raise Refused(
         "The checkpoint stores no loss scale: the job used a fixed loss "
         "scale (TF never stored its value) or none. Keras 3's "
-        "LossScaleOptimizer is dynamic only, so the job's behaviour would "
-        "change; keep the package for this job, or drop loss scaling.")
+        "LossScaleOptimizer is dynamic only; pass --fixed-loss-scale VALUE "
+        "(the job's value, e.g. LossScaleOptimizer(opt, loss_scale=128) or "
+        "(opt, dynamic=False, initial_scale=128)) to write it as one that "
+        "never grows, or keep the package for this job.")
+  if opt.loss_scale is not None and fixed is not None:
+    raise _plan.UsageError(
+        "--fixed-loss-scale: the checkpoint holds a dynamic loss scale "
+        f"({opt.loss_scale['value']}), converted as it is")
   if opt.hyperparameters.get("decay", 0.0) != 0.0:
     raise Refused(f"decay={opt.hyperparameters['decay']}: Keras 3's "
                   "optimizers have no `decay`; use a LearningRateSchedule")
-  outside = [k for k in info.weights if not k.startswith("model/")]
-  outside += [k for k in info.other if "/" in k]
-  if outside:
-    raise Refused(f"Variables outside `model` and `optimizer`: {outside}")
   return opt
 
 
-def _restore(args: Any, info: _ckpt.CheckpointInfo,
-             opt_info: _ckpt.OptimizerInfo) -> tuple[Any, Any, tuple]:
-  """The model, the package's optimizer, the choice and the report."""
-  model = _plan.build_model(args.model, args.policy)
-  choice = _plan.optimizer_choice(opt_info, args.optimizer,
-                                  args.optimizer_args)
-  optimizer = _plan.package_optimizer(opt_info,
-                                      _plan.make_inner(*choice[:2]))
-  report, error = _plan.dry_run(info.prefix, model, optimizer)
-  root = _explain.root_entries(report.unmatched_checkpoint) if report else []
-  unmatched = [k for k in getattr(report, "unmatched_checkpoint", [])
-               if k.split("/")[0] not in root]  # carried by _extras
-  if error is None and (unmatched or report.unmatched_objects):
-    error = legacy.RestoreError(info.prefix, unmatched,
+def _refuse_leftovers(args: Any, report: Any, error: Any) -> None:
+  if error is None and (report.unmatched_checkpoint or
+                        report.unmatched_objects):
+    error = legacy.RestoreError(report.source, report.unmatched_checkpoint,
                                 report.unmatched_objects)
   if error is not None:
     _, plan = inspect_cmd.explain(None, error)
     raise Refused("The checkpoint does not restore into --model "
                   f"{args.model}:\n  - " + "\n  - ".join(plan["why"]))
-  return model, optimizer, (choice, report)
 
 
-def native_optimizer(model: Any, source: Any, choice: tuple, report: Any,
-                     growth_steps: int) -> Any:
-  """Keras 3's own `LossScaleOptimizer` holding `source`'s restored state."""
-  name, kwargs, _ = choice
+def _extras(layout: _sources.Layout) -> dict:
+  """Scalars beside model and optimizer (a step, an epoch), kept by path."""
+  dtypes = layout.reader.get_variable_to_dtype_map()
+  out = {}
+  for path, node in layout.extras.items():
+    key = layout.graph.variable(node)[0]
+    out[path] = tf.Variable(layout.reader.get_tensor(key), dtype=dtypes[key])
+  return out
+
+
+def _growth_steps(args: Any, fixed: Optional[float]) -> int:
+  if fixed is not None:
+    if args.growth_steps is not None:
+      raise _plan.UsageError("--growth-steps: a fixed loss scale never grows")
+    return FIXED_GROWTH_STEPS
+  return args.growth_steps or _DEFAULT_GROWTH_STEPS
+
+
+def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
+  """Restores a TF 2.x checkpoint through the package."""
+  _progress(1, f"reading {args.old}", err)
+  if not args.model:
+    raise _plan.UsageError("--model MODULE:FUNCTION is needed for a "
+                           "checkpoint (only H5 files describe their model)")
+  info = _ckpt.describe(args.old)
+  _refuse_keras3(info)
+  try:
+    layout = _sources.find_optimizer(args.old, args.optimizer_path)
+    opt_info = check_convertible(info, layout, args.fixed_loss_scale)
+    model = _plan.build_model(args.model, args.policy)
+    _sources.find(layout, model, args.model_path, args.weights_h5)
+  except _sources.NotConvertible as e:
+    raise Refused(str(e)) from None
+  _progress(2, f"restoring into {args.model} through the package", err)
+  where = (f"model at {layout.model_path}" if layout.model_path else
+           f"model weights from {args.weights_h5}")
+  err.write(f"      {where}, optimizer at {layout.optimizer_path}\n")
+  choice = _plan.optimizer_choice(opt_info, args.optimizer,
+                                  args.optimizer_args)
+  source = _plan.package_optimizer(opt_info, _plan.make_inner(*choice[:2]))
+  report: Any = None
+  error: Optional[ValueError] = None
+  try:
+    report = _sources.restore(layout, model, source, args.weights_h5)
+  except ValueError as e:  # A RestoreError, or an H5 file that does not fit.
+    error = e
+  _refuse_leftovers(args, report, error)
+  fixed = args.fixed_loss_scale
+  restored = Restored(
+      model, source, choice,
+      fixed if fixed is not None else float(report.loss_scale),
+      0 if fixed is not None else int(report.counter),
+      initial_scale=fixed or _DEFAULT_INITIAL_SCALE,
+      growth_steps=_growth_steps(args, fixed), extras=_extras(layout))
+  if fixed is not None:
+    restored.notes.append(FIXED_NOTE.format(scale=fixed))
+  if layout.model_node is None:
+    restored.notes.append(
+        f"weights from {args.weights_h5}; the checkpoint holds no slots (TF "
+        "saved a slot only beside its variable), so they start at zero, as "
+        "in the job's own resume")
+  return restored
+
+
+def _h5_choice(inner: Any) -> tuple:
+  name = type(inner).__name__
+  if name not in _plan.OPTIMIZERS:
+    raise Refused(f"The H5 file's inner optimizer is {name}; convert writes "
+                  f"{', '.join(_plan.OPTIMIZERS)}")
+  config = {k: v for k, v in inner.get_config().items() if k != "name"}
+  try:
+    json.dumps(config)
+  except TypeError:
+    raise Refused(f"{name}'s configuration holds objects (a learning-rate "
+                  "schedule?) convert cannot pass on") from None
+  return name, _plan.accepted(name, config), "from the file's training config"
+
+
+def _h5_scale(args: Any, opt: Any, restored: Restored) -> None:
+  """Fills in the loss scale of an H5 file's optimizer."""
+  if opt.dynamic:
+    if args.fixed_loss_scale is not None:
+      raise _plan.UsageError("--fixed-loss-scale: the file's optimizer has a "
+                             "dynamic loss scale")
+    restored.loss_scale = float(opt.loss_scale.numpy())
+    restored.counter = int(opt.dynamic_counter.numpy())
+    restored.initial_scale = float(opt.initial_scale)
+    restored.growth_steps = args.growth_steps or opt.dynamic_growth_steps
+    restored.notes.append(
+        "H5 files never stored the dynamic loss scale or its counter: they "
+        f"start again at {opt.initial_scale} and 0, as when the package "
+        "loads the file")
+    return
+  if args.fixed_loss_scale != float(opt.initial_scale):
+    raise Refused(
+        f"The file's optimizer has a fixed loss scale of {opt.initial_scale}"
+        ". Keras 3's LossScaleOptimizer is dynamic only; pass "
+        f"--fixed-loss-scale {opt.initial_scale:g} to write it as one that "
+        "never grows, or keep the package for this job.")
+  restored.loss_scale = restored.initial_scale = args.fixed_loss_scale
+  restored.growth_steps = _growth_steps(args, args.fixed_loss_scale)
+  restored.notes.append(FIXED_NOTE.format(scale=args.fixed_loss_scale))
+
+
+def _restore_h5(args: Any, err: TextIO) -> Restored:
+  """Loads a whole-model TF 2.x H5 file through the package."""
+  _progress(1, f"reading {args.old}", err)
+  for option in ("model", "model_path", "optimizer_path", "weights_h5",
+                 "optimizer", "optimizer_args"):
+    if getattr(args, option, None):
+      raise _plan.UsageError(
+          f"--{option.replace('_', '-')} is not used with an H5 model file: "
+          "the model and optimizer come from its own config")
+  _progress(2, "loading it through the package (legacy.load_model)", err)
+  try:
+    model = legacy.load_model(args.old)
+  except ValueError as e:
+    raise Refused(f"The package does not load {args.old}: {e}") from None
+  opt = model.optimizer
+  if not isinstance(opt, legacy.LossScaleOptimizer):
+    raise Refused(f"{args.old} holds no loss-scale optimizer (saved without "
+                  "one, or without its training config): nothing to convert;"
+                  " legacy.load_model gives the model")
+  restored = Restored(model, opt, _h5_choice(opt.inner_optimizer), 0.0, 0)
+  _h5_scale(args, opt, restored)
+  return restored
+
+
+def native_optimizer(restored: Restored) -> Any:
+  """Keras 3's own `LossScaleOptimizer` holding the restored state."""
+  name, kwargs, _ = restored.choice
   inner = _plan.make_inner(name, kwargs)
   opt = keras.optimizers.LossScaleOptimizer(
-      inner, dynamic_growth_steps=growth_steps)
-  opt.build(model.trainable_variables)
-  old = source.inner_optimizer.variables
+      inner, initial_scale=restored.initial_scale,
+      dynamic_growth_steps=restored.growth_steps)
+  opt.build(restored.model.trainable_variables)
+  old = _match.inner_optimizer_of(restored.source).variables
   if [tuple(v.shape) for v in old] != [tuple(v.shape) for v in
                                        inner.variables]:
     raise Refused(f"The restored {name} and Keras 3's {name} keep different "
                   "variables; pass --optimizer with the job's class")
   for target, value in zip(inner.variables, old):
     target.assign(value)
-  opt.dynamic_scale.assign(float(report.loss_scale))
-  opt.step_counter.assign(int(report.counter))
+  opt.dynamic_scale.assign(restored.loss_scale)
+  opt.step_counter.assign(restored.counter)
   return opt
 
 
-def _extras(info: _ckpt.CheckpointInfo) -> dict:
-  """Root scalars beside model and optimizer (a step, an epoch), kept."""
-  reader = legacy.open_checkpoint(info.prefix)
-  dtypes = reader.get_variable_to_dtype_map()
-  return {name: tf.Variable(value, dtype=dtypes[
-      name + "/.ATTRIBUTES/VARIABLE_VALUE"])
-          for name, value in info.other.items() if name != "save_counter"}
+def _root_extras(extras: dict) -> dict:
+  """`tf.train.Checkpoint` keyword arguments holding `extras` by path."""
+  tree: dict = {}
+  for path, variable in extras.items():
+    node = tree
+    for name in path[:-1]:
+      node = node.setdefault(name, {})
+    node[path[-1]] = variable
+
+  def build(value: Any) -> Any:
+    if not isinstance(value, dict):
+      return value
+    holder = tf.__internal__.tracking.AutoTrackable()
+    for name, child in value.items():
+      setattr(holder, name, build(child))
+    return holder
+
+  return {name: build(value) for name, value in tree.items()}
 
 
-def _write(directory: str, model: Any, opt: Any, extras: dict,
-           number: Any) -> str:
-  ckpt = tf.train.Checkpoint(model=model, optimizer=opt, **extras)
+def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
+  ckpt = tf.train.Checkpoint(model=restored.model, optimizer=opt,
+                             **_root_extras(restored.extras))
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
   return manager.save(checkpoint_number=number)
 
 
-def _expected(model: Any, opt: Any, extras: dict, path: str) -> None:
-  values = {f"weight/{i}": v.numpy() for i, v in enumerate(model.weights)}
+def _expected(restored: Restored, opt: Any, path: str) -> None:
+  values = {f"weight/{i}": v.numpy()
+            for i, v in enumerate(restored.model.weights)}
   values.update({f"optimizer/{i}": np.asarray(v.numpy())
                  for i, v in enumerate(opt.variables)})
-  values.update({f"extra/{k}": v.numpy() for k, v in extras.items()})
+  values.update({f"extra/{'.'.join(k)}": v.numpy()
+                 for k, v in restored.extras.items()})
   np.savez(path, **values)
 
 
-def verify(work: str, directory: str, args: Any, choice: tuple,
-           extras: dict) -> dict:
+def verify(work: str, directory: str, args: Any, restored: Restored,
+           keras_file: Optional[str]) -> dict:
   """Reads `directory` back in a fresh interpreter without the package."""
   spec = {"model": args.model, "policy": args.policy,
-          "optimizer": choice[0], "kwargs": choice[1],
-          "growth_steps": args.growth_steps, "directory": directory,
+          "keras_file": keras_file, "optimizer": restored.choice[0],
+          "kwargs": restored.choice[1],
+          "initial_scale": restored.initial_scale,
+          "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
-          "extra": {k: v.dtype.name for k, v in extras.items()}}
+          "extra": [[list(k), v.dtype.name]
+                    for k, v in restored.extras.items()]}
   with open(os.path.join(work, "spec.json"), "w") as f:
     json.dump(spec, f)
   # PYTHONPATH stays (the model's module may need it): _verify.py blocks
@@ -167,52 +347,99 @@ def _number(prefix: str) -> Any:
   return int(match.group(1)) if match else None
 
 
-def _extra_files(args: Any, model: Any, opt: Any, work: str) -> list:
-  """`--weights` / `--keras` outputs, written under `work` first."""
+def _compile_like(model: Any, opt: Any) -> None:
+  """Compiles `model` with `opt` and the loss and metrics it had."""
+  config = (model.get_compile_config() or {}) if model.compiled else {}
+  kept = {k: config[k] for k in ("loss", "loss_weights", "metrics",
+                                 "weighted_metrics") if config.get(k)}
+  model.compile(optimizer=opt, **kept)
+
+
+def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
+                 staged: str) -> list:
+  """`--weights` / `--keras` outputs, written under `work` first.
+
+  An H5 model file is always written as `.keras` too (`--keras`, else
+  NEW/model.keras): the model is described by no code of the user's.
+  """
   written = []
   if args.weights:
     path = os.path.join(work, os.path.basename(args.weights))
-    model.save_weights(path)
+    restored.model.save_weights(path)
     written.append((path, args.weights))
-  if args.keras:
-    path = os.path.join(work, os.path.basename(args.keras))
-    model.compile(optimizer=opt)
-    model.save(path)
+  if args.keras or not args.model:
+    path = (os.path.join(work, os.path.basename(args.keras)) if args.keras
+            else os.path.join(staged, "model.keras"))
+    _compile_like(restored.model, opt)
+    restored.model.save(path)
     written.append((path, args.keras))
   return written
+
+
+def _uncompiled(path: str, model: Any) -> Any:
+  """The `.keras` file's model, uncompiled, holding `model`'s weights.
+
+  The package compiled the H5 file's model with its own optimizer, which
+  the model tracks: written as it is, the checkpoint would hold that
+  optimizer under `model/optimizer` beside the native one.
+  """
+  plain = keras.models.load_model(path, compile=False)
+  for target, value in zip(plain.weights, model.weights):
+    target.assign(value)
+  return plain
+
+
+def is_h5_model(path: str) -> bool:
+  """Whether `path` is a TF 2.x H5 file (rather than a checkpoint).
+
+  Example:
+
+  >>> is_h5_model("/no/such/ckpt")
+  False
+  """
+  return os.path.isfile(path) and _read_h5.is_tf2x_h5(path)
 
 
 def convert(args: Any, err: TextIO) -> dict:
   """Converts `args.old` to `args.new`; returns what the read-back saw."""
   if os.path.exists(args.new) and os.listdir(args.new):
     raise _plan.UsageError(f"NEW {args.new!r} exists and is not empty")
-  _progress(1, f"reading {args.old}", err)
-  info = _ckpt.describe(args.old)
-  opt_info = check_convertible(info)
-  _progress(2, f"restoring into {args.model} through the package", err)
-  model, source, (choice, report) = _restore(args, info, opt_info)
-  err.write(f"      optimizer {choice[0]}({choice[1]}): {choice[2]}\n")
-  opt = native_optimizer(model, source, choice, report, args.growth_steps)
-  extras = _extras(info)
+  h5 = is_h5_model(args.old)
+  restored = (_restore_h5 if h5 else _restore_checkpoint)(args, err)
+  name, kwargs, why = restored.choice
+  err.write(f"      optimizer {name}({kwargs}): {why}\n")
+  for note in restored.notes:
+    err.write(f"      note: {note}\n")
+  opt = native_optimizer(restored)
   work = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(
       os.path.abspath(args.new)))
   try:
     _progress(3, "writing the native checkpoint", err)
     staged = os.path.join(work, "ckpt")
-    _write(staged, model, opt, extras, _number(info.prefix))
-    _expected(model, opt, extras, os.path.join(work, "expected.npz"))
-    files = _extra_files(args, model, opt, work)
+    os.makedirs(staged)
+    files = _extra_files(args, restored, opt, work, staged) if h5 else []
+    if h5:  # Keras 3 optimizers track the variables they were built for.
+      restored.model = _uncompiled(files[-1][0], restored.model)
+      opt = native_optimizer(restored)
+    _write(staged, restored, opt, None if h5 else _number(
+        legacy.checkpoint_prefix(args.old)))
+    _expected(restored, opt, os.path.join(work, "expected.npz"))
+    if not h5:  # After the write: the checkpoint's model has no optimizer.
+      files = _extra_files(args, restored, opt, work, staged)
     _progress(4, "reading it back in a fresh interpreter without the "
               "package", err)
-    seen = verify(work, staged, args, choice, extras)
+    seen = verify(work, staged, args, restored,
+                  files[-1][0] if args.keras or h5 else None)
     _progress(5, f"moving it to {args.new}", err)
     if os.path.exists(args.new):
       os.rmdir(args.new)
     shutil.move(staged, args.new)
     for path, target in files:
-      shutil.move(path, target)
+      if target:  # (NEW/model.keras moved with NEW.)
+        shutil.move(path, target)
   finally:
     shutil.rmtree(work, ignore_errors=True)
+  seen["notes"] = restored.notes
   return seen
 
 

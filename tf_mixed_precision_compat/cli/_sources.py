@@ -1,0 +1,362 @@
+"""Where `convert` finds the model and the optimizer in a TF 2.x checkpoint.
+
+TF 2.x jobs saved them in many layouts: `tf.train.Checkpoint(model=...,
+optimizer=...)`; below a trainer object (`trainer=trainer`, the trainer
+holding `.model` and `.optimizer`), a dict or a list; at the root
+(`model.save_weights(prefix)`: the model is the root, its compiled optimizer
+under `optimizer`); or the optimizer alone, with the weights in an H5 file.
+The object graph tells where each Keras object sits, so they are found
+wherever they are (or named with `--model-path` / `--optimizer-path`), and
+the restore pipeline of `legacy/` binds them: the same matcher and gate as
+`legacy.restore_checkpoint`, given the two nodes instead of the root's
+`model` and `optimizer` entries. Other scalar variables (a step, an epoch,
+`trainer.epoch`) are carried over under their paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.cli import _plan
+from tf_mixed_precision_compat.legacy import _entry_points
+from tf_mixed_precision_compat.legacy import _gate
+from tf_mixed_precision_compat.legacy import _layout
+from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _read_checkpoint
+
+ROOT = "."  # How `--model-path` names the checkpoint's root.
+_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+class NotConvertible(ValueError):
+  """The checkpoint's layout is not one `convert` can write (exit code 1)."""
+
+
+@dataclasses.dataclass
+class Layout:
+  """Where a checkpoint keeps what `convert` restores and carries over.
+
+  Attributes:
+    prefix: The checkpoint prefix.
+    reader: Its `tf.train.CheckpointReader`.
+    graph: Its object graph (`_read_checkpoint.ObjectGraph`).
+    optimizer_node: The optimizer's node.
+    optimizer_path: Its object path, dotted (`trainer.optimizer`).
+    inner_key: The checkpoint key prefix of its inner optimizer's state.
+    model_node: The model's node, or None (an optimizer-only checkpoint).
+    model_path: Its dotted path (`.`: the root), or None.
+    extras: `{path (tuple of names): checkpoint key}` of the scalar
+      variables outside model and optimizer, `save_counter` aside.
+  """
+  prefix: str
+  reader: Any
+  graph: Any
+  optimizer_node: int
+  optimizer_path: str
+  inner_key: str
+  model_node: Optional[int] = None
+  model_path: Optional[str] = None
+  extras: dict = dataclasses.field(default_factory=dict)
+
+
+def dotted(path: tuple) -> str:
+  """An object path as `--model-path` takes it.
+
+  Example:
+
+  >>> dotted(("trainer", "model")), dotted(())
+  ('trainer.model', '.')
+  """
+  return ".".join(path) or ROOT
+
+
+def _paths(graph: Any) -> dict:
+  """`{node id: its shortest path from the root}`."""
+  return {node: min(found, key=len)
+          for node, found in graph.paths(0).items() if found}
+
+
+def _resolve(graph: Any, path: str, option: str) -> int:
+  """The node `path` (dotted, from the root) names, or a usage error."""
+  node = 0
+  for name in ([] if path in (ROOT, "") else path.split(".")):
+    child = graph.child(node, name)
+    if child is None:
+      names = [n for n, _ in graph.children(node)]
+      raise _plan.UsageError(f"{option} {path}: no {name!r} there; its "
+                             f"children are {names}")
+    node = child
+  return node
+
+
+def optimizer_nodes(graph: Any) -> list[int]:
+  """The nodes of TF 2.x Keras optimizers (the wrapper, for TF 2.2's)."""
+  wrapper_of = {child: node for node in range(len(graph.nodes))
+                for name, child in graph.children(node)
+                if name == "base_optimizer"}
+  return sorted({wrapper_of.get(node, node)
+                 for node in range(len(graph.nodes))
+                 if graph.variable_child(node, "iter") is not None})
+
+
+def model_nodes(graph: Any) -> list[int]:
+  """The outermost nodes that TF 2.x Sequential/functional models wrote.
+
+  Those number their layers (`layer_with_weights-N`, `layer-N`); a model
+  inside another (a Sequential in a functional model) is not counted.
+  """
+  found = [node for node in range(len(graph.nodes))
+           if any(_match.LAYER_INDEX.match(name)
+                  for name, _ in graph.children(node))]
+  inner = {n for node in found
+           for n in graph.paths(node, skip=_match.MODEL_ALIASES) if n != node}
+  return [node for node in found if node not in inner]
+
+
+def _fits(layout: Layout, node: int, model: Any) -> bool:
+  """Whether everything below `node` (the optimizer's entries aside)
+  restores into `model`, and all of `model`'s weights from it."""
+  try:
+    plan = _match.plan_restore(layout.reader, layout.graph, layout.prefix,
+                               [(node, model)], [],
+                               ignored_nodes=[layout.optimizer_node],
+                               scope=[node])
+  except ValueError:
+    return False
+  matched = {id(target) for _, target, _, _ in plan.assignments}
+  return (not plan.problems and not plan.unmatched_checkpoint and
+          all(id(v) in matched for v in model.weights))
+
+
+def _subclassed_model_node(layout: Layout, model: Any,
+                           paths: dict) -> Optional[int]:
+  """The one shallow node `model` restores from completely, else None.
+
+  A subclassed model names its layers by attribute, so only a trial
+  match with the user's model tells its node (at most two names deep).
+  """
+  covered = layout.graph.variable_node_set([layout.optimizer_node])
+  fits = [node for node, path in paths.items()
+          if len(path) <= 2 and node != layout.optimizer_node and
+          node not in covered and layout.graph.variable(node) is None and
+          _fits(layout, node, model)]
+  return fits[0] if len(fits) == 1 else None
+
+
+def _locate_optimizer(graph: Any, paths: dict, given: Optional[str]) -> int:
+  if given is not None:
+    node = _resolve(graph, given, "--optimizer-path")
+    if node not in optimizer_nodes(graph):
+      raise _plan.UsageError(f"--optimizer-path {given}: not a TF 2.x Keras "
+                             "optimizer (it has no `iter`)")
+    return node
+  found = optimizer_nodes(graph)
+  if len(found) != 1:
+    raise NotConvertible(
+        f"{len(found)} TF 2.x Keras optimizers in the checkpoint "
+        f"({', '.join(dotted(paths[n]) for n in found if n in paths)}): "
+        "convert writes one; name it with --optimizer-path (dotted, e.g. "
+        "trainer.optimizer)" if found else
+        "No TF 2.x Keras optimizer in the checkpoint (no `iter` "
+        "variable): convert writes a model with its optimizer's state")
+  return found[0]
+
+
+def _locate_model(layout: Layout, paths: dict, given: Optional[str],
+                  model: Any, weights_h5: Optional[str]) -> Optional[int]:
+  if given is not None:
+    return _resolve(layout.graph, given, "--model-path")
+  if weights_h5 is not None:
+    return None  # The weights come from the H5 file.
+  found = model_nodes(layout.graph)
+  if len(found) > 1:
+    raise NotConvertible(
+        f"{len(found)} Keras models in the checkpoint "
+        f"({', '.join(dotted(paths.get(n, ())) for n in found)}): name "
+        "the one --model builds with --model-path (dotted, e.g. "
+        "trainer.model; `.` for the root)")
+  if found:
+    return found[0]
+  node = _subclassed_model_node(layout, model, paths)
+  if node is None:
+    # The usual entry: the restore then says why it does not fit.
+    node = layout.graph.child(0, "model")
+  if node is None and not _has_weights_outside(layout):
+    raise NotConvertible(
+        "The checkpoint holds no model weights, only the optimizer's: pass "
+        "--weights-h5 FILE, the H5 file the job's model.save_weights wrote")
+  if node is None:
+    raise NotConvertible(
+        "Cannot tell where the model is in the checkpoint (no node restores "
+        "into --model completely): name it with --model-path (dotted, e.g. "
+        "trainer.model; `.` for the root), or see `inspect --model`")
+  return node
+
+
+def _has_weights_outside(layout: Layout) -> bool:
+  """Whether any non-scalar variable lies outside the optimizer."""
+  covered = layout.graph.variable_node_set([layout.optimizer_node])
+  shapes = layout.reader.get_variable_to_shape_map()
+  return any(node not in covered and
+             len(shapes[layout.graph.variable(node)[0]]) > 0
+             for node in layout.graph.variable_nodes_under(0))
+
+
+def _extras(layout: Layout, paths: dict) -> dict:
+  """`{path: node}` of the scalars to carry over; refuses other leftovers."""
+  graph = layout.graph
+  owned = graph.variable_node_set(
+      [n for n in (layout.model_node, layout.optimizer_node) if n is not None])
+  shapes = layout.reader.get_variable_to_shape_map()
+  extras, outside = {}, []
+  for node, path in sorted(paths.items(), key=lambda item: item[1]):
+    info = graph.variable(node)
+    if info is None or node in owned or path == (_layout.SAVE_COUNTER,):
+      continue
+    if len(shapes[info[0]]) > 0:
+      outside.append(dotted(path))
+    elif path[0] in ("model", "optimizer"):
+      # The native checkpoint's own `model` and `optimizer` take the name.
+      outside.append(dotted(path))
+    else:
+      extras[path] = node
+  if outside:
+    raise NotConvertible(
+        f"Variables outside the model ({layout.model_path}) and the "
+        f"optimizer ({layout.optimizer_path}): {outside}; convert carries "
+        "over only scalars (a step, an epoch) beside `model` and "
+        "`optimizer` (name them with --model-path / --optimizer-path)")
+  return extras
+
+
+def _inner_key(graph: Any, optimizer_node: int) -> str:
+  inner = _match.inner_optimizer_node(graph, optimizer_node)
+  return graph.variable_child(inner, "iter")[:-len("/iter" + _VALUE)]
+
+
+def find_optimizer(path: str,
+                   optimizer_path: Optional[str] = None) -> Layout:
+  """Where the checkpoint at `path` keeps its optimizer (`find` goes on).
+
+  Args:
+    path: A checkpoint prefix or a `tf.train.CheckpointManager` directory.
+    optimizer_path: Dotted object path of the optimizer
+      (`trainer.optimizer`), or None to find the one there is.
+
+  Returns:
+    A `Layout` without the model and extras yet.
+
+  Raises:
+    NotConvertible: If there is no TF 2.x Keras optimizer, or several.
+    _plan.UsageError: If `optimizer_path` names no optimizer.
+
+  Example:
+
+  >>> find_optimizer("/no/such/ckpt")
+  Traceback (most recent call last):
+  ...
+  FileNotFoundError: No checkpoint at '/no/such/ckpt': ...
+  """
+  prefix = legacy.checkpoint_prefix(path)
+  reader = legacy.open_checkpoint(prefix)
+  graph = _read_checkpoint.read_object_graph(reader, prefix)
+  paths = _paths(graph)
+  node = _locate_optimizer(graph, paths, optimizer_path)
+  return Layout(prefix, reader, graph, node, dotted(paths.get(node, ())),
+                _inner_key(graph, node))
+
+
+def find(layout: Layout, model: Any, model_path: Optional[str] = None,
+         weights_h5: Optional[str] = None) -> Layout:
+  """Adds where the model is, and the scalars to carry over, to `layout`.
+
+  Args:
+    layout: What `find_optimizer` found.
+    model: The built Keras 3 model `--model` made (a subclassed model's node
+      is found by a trial match with it).
+    model_path: Dotted object path of the model (`trainer.model`; `.`: the
+      root), or None to find it.
+    weights_h5: The H5 file holding the model's weights, for a checkpoint
+      of the optimizer alone.
+
+  Returns:
+    `layout`, completed.
+
+  Raises:
+    NotConvertible: If the model cannot be told, or other variables than
+      scalars lie outside model and optimizer.
+    _plan.UsageError: If `model_path` names nothing, or `weights_h5` is
+      given for a checkpoint that holds the model.
+
+  Example (the TF 2.3.4 demo job's checkpoint, shipped with the package):
+
+  >>> import keras
+  >>> from tf_mixed_precision_compat import demo
+  >>> model = keras.Sequential([keras.Input((8,)),
+  ...                           keras.layers.Dense(32), keras.layers.Dense(16),
+  ...                           keras.layers.Dense(1)])
+  >>> layout = find(find_optimizer(demo.DATA_DIR), model)
+  >>> layout.model_path, layout.optimizer_path, layout.extras
+  ('model', 'optimizer', {})
+  """
+  paths = _paths(layout.graph)
+  if weights_h5 is not None and model_nodes(layout.graph):
+    raise _plan.UsageError(
+        "--weights-h5 is for checkpoints of the optimizer alone; this one "
+        "holds the model's weights too")
+  layout.model_node = _locate_model(layout, paths, model_path, model,
+                                    weights_h5)
+  if layout.model_node is not None:
+    layout.model_path = dotted(paths.get(layout.model_node, ()))
+  layout.extras = _extras(layout, paths)
+  return layout
+
+
+def _slots(optimizer: Any) -> set:
+  """Ids of the inner optimizer's slot variables."""
+  inner = _match.inner_optimizer_of(optimizer)
+  own = {id(inner.iterations), id(getattr(inner, "_learning_rate", None))}
+  return {id(v) for v in inner.variables if id(v) not in own}
+
+
+def restore(layout: Layout, model: Any, optimizer: Any,
+            weights_h5: Optional[str] = None) -> Any:
+  """Restores into the fresh `model` and `optimizer` through the pipeline.
+
+  Leftovers either way are listed in the report, not raised: `convert`
+  refuses them itself. A checkpoint of the optimizer alone holds no slots
+  (TF saved a slot only beside its variable), so they stay at zero, as in
+  the job's own resume.
+
+  Example (the demo job's checkpoint, as in `find`):
+
+  >>> import keras
+  >>> from tf_mixed_precision_compat import LossScaleOptimizer, demo
+  >>> model = keras.Sequential([keras.Input((8,)),
+  ...                           keras.layers.Dense(32), keras.layers.Dense(16),
+  ...                           keras.layers.Dense(1)])
+  >>> optimizer = LossScaleOptimizer(keras.optimizers.SGD(momentum=0.9))
+  >>> report = restore(find(find_optimizer(demo.DATA_DIR), model), model,
+  ...                  optimizer)
+  >>> report.iterations, report.loss_scale, report.counter
+  (40, 1024.0, 19)
+  """
+  graph = layout.graph
+  if weights_h5 is not None:
+    # TF 2.x `model.load_weights("w.h5")`: by topology.
+    _entry_points.load_h5_weights(model, weights_h5)
+  _match.build_optimizer(optimizer, [model])
+  models = [] if layout.model_node is None else [(layout.model_node, model)]
+  ignored = list(layout.extras.values()) + [
+      node for name, node in graph.children(0)
+      if name == _layout.SAVE_COUNTER]
+  plan = _match.plan_restore(layout.reader, graph, layout.prefix, models,
+                             [(layout.optimizer_node, optimizer)], ignored)
+  expected = _match.expected_objects([m for _, m in models], [optimizer])
+  if not models:
+    slots = _slots(optimizer)
+    expected = [(obj, text) for obj, text in expected if id(obj) not in slots]
+  _gate.check(plan, expected, allow_partial=True)
+  return _gate.assign(plan, [optimizer])
