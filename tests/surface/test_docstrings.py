@@ -16,6 +16,7 @@ MODULES = [
     "cli._files",
     "cli._plan",
     "cli._rewrite",
+    "cli._sources",
     "endpoints",
     "graph_rewrite",
     "install",
