@@ -98,7 +98,11 @@ def _refuse_keras3(info: _ckpt.CheckpointInfo) -> None:
 def check_convertible(info: _ckpt.CheckpointInfo, layout: _sources.Layout,
                       fixed: Optional[float]) -> _ckpt.OptimizerInfo:
   """The optimizer `layout` found, if the native layout can hold it."""
-  opt = next(o for o in info.optimizers if o.inner_path == layout.inner_key)
+  opt = next((o for o in info.optimizers if o.inner_path == layout.inner_key),
+             None)
+  if opt is None:  # The root itself (a checkpoint of an optimizer object).
+    raise Refused(f"The optimizer at {layout.optimizer_path} is the "
+                  "checkpoint's root; convert reads optimizers below it")
   if opt.loss_scale is None and fixed is None:
     raise Refused(
         "The checkpoint stores no loss scale: the job used a fixed loss "
