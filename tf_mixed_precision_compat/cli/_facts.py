@@ -260,13 +260,14 @@ class Facts(cst.CSTVisitor):
         return "policy"
     return "other"
 
+  def is_factory(self, scope: str) -> bool:
+    """Whether `scope` is a function that returns a wrapped optimizer."""
+    return scope.partition("@")[0] in self._factories
+
   def is_lso(self, node: cst.BaseExpression, scope: str) -> bool:
     """Whether `node` names a loss-scale optimizer this file assigned."""
-    if isinstance(node, cst.Name):
-      found = self.lookup(scope, node.value)
-      return found is not None and found.kind == "lso"
-    return m.matches(node, m.Attribute(value=m.Name("self"))) and \
-        self.self_attrs.get(node.attr.value) == "lso"  # type: ignore
+    return any(name == code(node) and where in (scope, "<module>")
+               for name, _, where in self.lso_sites)
 
   def policy_loss_scale(self, node: cst.BaseExpression, scope: str
                         ) -> LossScale:

@@ -572,6 +572,9 @@ class Migrator(cst.CSTTransformer):
       return None
     root, _, attr = var_list.partition(".")
     line = found.line
+    if self.facts.is_factory(scope) and (scope, root) not in \
+        self.facts.assigned:
+      return None  # Built where the factory's caller keeps the optimizer.
     if attr not in ("trainable_variables", "trainable_weights") or \
         not self.facts.is_model(root, scope, line):
       self.findings.append(Finding(
