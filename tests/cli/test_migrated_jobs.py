@@ -63,7 +63,8 @@ def _run(job_dir, name, out, with_package):
      {"tf.train.experimental.enable_mixed_precision_graph_rewrite",
       "tf.train.experimental.disable_mixed_precision_graph_rewrite"}),
     ("tf24_factory_loop.py",
-     {"optimizer = LossScaleOptimizer(...)", "LossScaleOptimizer.dynamic_counter",
+     {"optimizer = LossScaleOptimizer(...)",
+      "LossScaleOptimizer.dynamic_counter",
       "keras.mixed_precision.LossScaleOptimizer"}),
 ])
 def test_migrated_job_matches_the_job_with_the_package(
