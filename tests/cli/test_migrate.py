@@ -397,17 +397,21 @@ def test_apply_gradients_tf2x_arguments():
 
 
 def test_build_is_inserted_only_after_a_model_in_the_same_scope():
-  (change,) = _manual(_header(
-      "class Trainer(tf.Module):",
-      "  def __init__(self, model):",
-      "    self.model = model",
-      "    self.optimizer = mp.LossScaleOptimizer(",
-      "        tf.keras.optimizers.SGD(), 'dynamic')",
-      "  @tf.function",
-      "  def step(self, grads):",
-      "    self.optimizer.apply_gradients(",
-      "        zip(grads, self.model.trainable_variables))"))
-  assert "self.optimizer.build(" in change
+  trainer = ("class Trainer(tf.Module):",
+             "  def __init__(self, model):",
+             "    self.model = model",
+             "    self.optimizer = mp.LossScaleOptimizer(",
+             "        tf.keras.optimizers.SGD(), 'dynamic')",
+             "  @tf.function",
+             "  def step(self, grads):",
+             "    self.optimizer.apply_gradients(",
+             "        zip(grads, self.model.trainable_variables))")
+  assert ("        tf.keras.optimizers.SGD())\n"
+          "    self.optimizer.build(self.model.trainable_variables)\n"
+          in _rewritten(_header(*trainer)))
+  (change,) = _manual(_header(*trainer[:3], "    self.critic_model = c",
+                              *trainer[3:]))
+  assert "self.optimizer.build(" in change and "which model" in change
   (change,) = _manual(_header(
       "class Trainer(tf.Module):",
       "  def train(self):",

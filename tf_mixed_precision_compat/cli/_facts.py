@@ -74,6 +74,7 @@ class Facts(cst.CSTVisitor):
     self._scopes: list[str] = ["<module>"]
     self._functions: list[str] = []
     self._factories: set[str] = set()  # functions wrapping an optimizer
+    self._returning: set[str] = set()  # functions returning a value
     self._factory_results: list[tuple[tuple[str, int, str], str]] = []
     self._callees: dict[str, set[str]] = {}  # function -> what it calls
     # (scope, name) -> first assignment in that scope.
@@ -82,6 +83,7 @@ class Facts(cst.CSTVisitor):
     self.self_attrs: dict[str, str] = {}
     self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
     self.lso_sites: list[tuple[str, int, str]] = []  # name, line, scope
+    self.lso_names: set[tuple[str, str]] = set()  # (scope, name), any LSO
     self.policy_calls: set[cst.Call] = set()
     self.global_policy_calls: set[cst.Call] = set()
     self.families: dict[cst.Call, str] = {}  # optimizer constructors' kind
@@ -100,14 +102,20 @@ class Facts(cst.CSTVisitor):
     self._scopes.pop()
     self._functions.pop()
 
+  def visit_Return(self, node: cst.Return) -> None:
+    if node.value is not None and self._functions:
+      self._returning.add(self._functions[-1])
+
   def leave_Module(self, original_node: cst.Module) -> None:
     # Optimizers from this file's factories (functions that wrap one for
     # loss scaling, e.g. `configure_optimizer`, or call one that does) are
     # sites like direct ones.
+    self._factories &= self._returning
     grew = True
     while grew:
       more = {f for f, callees in self._callees.items()
-              if callees & self._factories} - self._factories
+              if callees & self._factories and f in self._returning
+              } - self._factories
       self._factories |= more
       grew = bool(more)
     self.lso_sites += [site for site, callee in self._factory_results
@@ -150,6 +158,9 @@ class Facts(cst.CSTVisitor):
   def visit_Assign(self, node: cst.Assign) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
     kind = self._kind(node.value)
+    if kind == "lso":
+      self.lso_names.update((self.scope, code(t.target))
+                            for t in node.targets)
     callee = (last_name(node.value.func) if isinstance(node.value, cst.Call)
               else None)
     for target in node.targets:
@@ -164,6 +175,8 @@ class Facts(cst.CSTVisitor):
           self.lso_sites.append((t.value, line, self.scope))
       elif m.matches(t, m.Attribute(value=m.Name("self"))):
         self.self_attrs.setdefault(t.attr.value, kind)  # type: ignore
+        self.assigned.setdefault((self.scope, code(t)),
+                                 Assignment(line, kind, node.value))
         if self._wraps_for_loss_scaling(node.value):
           self.lso_sites.append((code(t), line, self.scope))
 
@@ -266,8 +279,11 @@ class Facts(cst.CSTVisitor):
 
   def is_lso(self, node: cst.BaseExpression, scope: str) -> bool:
     """Whether `node` names a loss-scale optimizer this file assigned."""
-    return any(name == code(node) and where in (scope, "<module>")
-               for name, _, where in self.lso_sites)
+    name = code(node)
+    return any((where, name) in self.lso_names
+               for where in (scope, "<module>")) or any(
+                   site == name and where in (scope, "<module>")
+                   for site, _, where in self.lso_sites)
 
   def policy_loss_scale(self, node: cst.BaseExpression, scope: str
                         ) -> LossScale:
@@ -309,6 +325,12 @@ class Facts(cst.CSTVisitor):
       else:
         return False
     return False
+
+  def self_models(self, scope: str, before: int) -> list[str]:
+    """`self.M` attributes `scope` binds to a model before line `before`."""
+    return [name for (where, name) in self.assigned
+            if where == scope and name.startswith("self.") and
+            self.is_model(name, scope, before)]
 
   def is_model(self, name: str, scope: str, before: int) -> bool:
     """Whether `name` holds a model assigned in `scope` before `before`."""

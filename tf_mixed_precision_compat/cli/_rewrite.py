@@ -30,6 +30,11 @@ _V1 = "tf.compat.v1.mixed_precision."
 _NO_LOSS_SCALE = (
     "Keras 3 policies hold no loss scale; the loss scale is the "
     "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
+_BUILT = (
+    "Keras 3 creates the scale variable when the optimizer is built; built "
+    "here, scale_loss in a tf.function reads the (restored) variable "
+    "instead of baking in initial_scale, and `dynamic_scale` exists before "
+    "the first step")
 _FIXED = (
     "a fixed loss scale has no Keras 3 counterpart (Keras 3's "
     "LossScaleOptimizer is dynamic only, and a fixed TF scale applied "
@@ -551,21 +556,39 @@ class Migrator(cst.CSTTransformer):
     return next(at for n, at, where in self.facts.lso_sites
                 if (n, where) == (name, scope))
 
+  def _build_attribute(self, name: str, scope: str
+                       ) -> Optional[cst.BaseStatement]:
+    """`self.optimizer.build(self.model.trainable_variables)`, if one model.
+
+    Only where the same method bound exactly one model attribute before the
+    optimizer: a trainer of several models, or of a model from elsewhere,
+    is reported instead.
+    """
+    line = self._pos_of_site(name, scope)
+    models = self.facts.self_models(scope, line)
+    if len(models) != 1:
+      self.findings.append(Finding(
+          line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
+          f"build it once the model's variables exist, before the first "
+          f"step: `{name}.build(<the model's trainable variables>)` (Keras "
+          "3 creates the scale variable when the optimizer is built; "
+          "unbuilt, scale_loss in a tf.function bakes in initial_scale). "
+          "Not inserted: which model it trains is not known here",
+          "manual", False))
+      return None
+    var_list = f"{models[0]}.trainable_variables"
+    self.findings.append(Finding(
+        line, 1, f"{name} = LossScaleOptimizer(...)",
+        f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
+    return cst.parse_statement(f"{name}.build({var_list})\n")
+
   def _build_after(self, name: str, scope: str
                    ) -> Optional[cst.BaseStatement]:
     """`opt.build(model.trainable_variables)` right after the optimizer."""
     if name in self.facts.built_after:
       return None
-    if "." in name:  # self.optimizer = ...: the model may not be built yet.
-      self.findings.append(Finding(
-          self._pos_of_site(name, scope), 1, f"{name} = LossScaleOptimizer"
-          "(...)", "(none)", f"build it once the model's variables exist, "
-          f"before the first step: `{name}.build(<the model's trainable "
-          "variables>)` (Keras 3 creates the scale variable when the "
-          "optimizer is built; unbuilt, scale_loss in a tf.function bakes "
-          "in initial_scale). Not inserted: an attribute's model may not "
-          "be built where the optimizer is made", "manual", False))
-      return None
+    if "." in name:
+      return self._build_attribute(name, scope)
     var_list = self.facts.apply_vars.get(name)
     found = self.facts.lookup(scope, name)
     if var_list is None or found is None:
@@ -588,11 +611,7 @@ class Migrator(cst.CSTTransformer):
       return None
     self.findings.append(Finding(
         line, 1, f"{name} = LossScaleOptimizer(...)",
-        f"{name}.build({var_list}) inserted after it",
-        "Keras 3 creates the scale variable when the optimizer is built; "
-        "built here, scale_loss in a tf.function reads the (restored) "
-        "variable instead of baking in initial_scale, and `dynamic_scale` "
-        "exists before the first step", "rewrite"))
+        f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
     return cst.parse_statement(f"{name}.build({var_list})\n")
 
   def _build_for_checkpoint(self, call: Any, line: int
