@@ -445,8 +445,8 @@ def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
       "0 manual"
   assert lines[1].startswith(f"{todo}: 2 uses: 0 to rewrite")
   assert lines[2] == (f"  {todo}:2:1: [MANUAL] import "
-                      "tf_mixed_precision_compat: the package is no longer "
-                      "needed")
+                      "tf_mixed_precision_compat: kept until the uses marked "
+                      "MANUAL are changed by hand")
   assert lines[3].startswith(f"  {todo}:4:7: [MANUAL] keras.mixed_precision."
                              "experimental.LossScaleOptimizer: not rewritten")
   assert len(lines) == 5 and "need manual work" in lines[-1]

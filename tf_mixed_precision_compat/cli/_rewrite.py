@@ -282,8 +282,8 @@ class Migrator(cst.CSTTransformer):
     replacement, change = table.FUNCTIONS[name]
     args, why = self._lso_args(original, updated, name)
     if args is None:
-      self._add(original, name, replacement, f"not rewritten: {why}. "
-                + change, "manual")
+      self._add(original, name, replacement, f"not rewritten: {why}",
+                "manual")
       return updated
     self._add(original, name, replacement, change, "rewrite")
     self.needs_keras = True
@@ -521,7 +521,8 @@ class Migrator(cst.CSTTransformer):
         self.findings.append(Finding(
             self._pos(statement)[0], 1, "import tf_mixed_precision_compat",
             "(kept: some uses need manual work)" if manual else "(removed)",
-            "the package is no longer needed",
+            "kept until the uses marked MANUAL are changed by hand" if manual
+            else "the package is no longer needed",
             "manual" if manual else "rewrite"))
     if manual:
       return updated
