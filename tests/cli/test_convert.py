@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 
 from tests import testing
 from tests.cli import models
@@ -206,57 +207,109 @@ def _int64_variables(*names):
   return {n: tf.Variable(0, dtype=tf.int64) for n in names}
 
 
+def _children(directory, depth=2):
+  """`{dotted object path: its children's names}` in `directory`'s object
+  graph, down to `depth` names."""
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  graph.ParseFromString(tf.train.load_checkpoint(str(directory)).get_tensor(
+      "_CHECKPOINTABLE_OBJECT_GRAPH"))
+  found, todo = {}, [((), 0)]
+  while todo:
+    path, node = todo.pop()
+    children = graph.nodes[node].children
+    found[".".join(path)] = sorted(c.local_name for c in children)
+    if len(path) < depth:
+      todo += [(path + (c.local_name,), c.node_id) for c in children]
+  return found
+
+
+def _holder(model, optimizer):
+  """Any object with `.model` and `.optimizer`, as a job's trainer."""
+  holder = tf.Module()
+  holder.model, holder.optimizer = model, optimizer
+  return holder
+
+
 @pytest.mark.parametrize("paths", [[], ["--model-path", "trainer.model",
                                         "--optimizer-path",
                                         "trainer.optimizer"]])
 def test_trainer_job_with_policy_loss_scale(capsys, tmp_path, paths):
   # tests/cli/job_trainer run by TF 2.3.4: model and optimizer on a trainer
-  # tf.Module, step and epoch at the root, the policy's loss scale.
+  # tf.Module, step and epoch at the root, the policy's loss scale. NEW
+  # keeps them there, so the job's own resume code restores it.
   old = testing.fixture_path("convert", "trainer_tf23")
   with open(os.path.join(old, "job.json")) as f:
     record = json.load(f)
-  err = _convert(capsys, old, tmp_path / "new", "--model",
+  new = tmp_path / "new"
+  err = _convert(capsys, old, new, "--model",
                  "tests.cli.models:trainer_job_model", *paths)
   assert "model at trainer.model, optimizer at trainer.optimizer" in err
+  assert ("model at trainer.model, optimizer at trainer.optimizer, epoch at "
+          "epoch, step at step (their paths in the old checkpoint)") in err
+  children = _children(new)
+  assert children[""] == ["epoch", "save_counter", "step", "trainer"]
+  assert children["trainer"] == ["model", "optimizer"]
+  keys = {k for k, _ in tf.train.list_variables(str(new))}
+  assert {k.split("/")[0] for k in keys} == {
+      "_CHECKPOINTABLE_OBJECT_GRAPH", "epoch", "save_counter", "step",
+      "trainer"}
+  assert "trainer/optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE" in keys
+  # A Keras 3 job's own resume, the trainer any object holding both.
   model = models.trainer_job_model()
+  opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam())
+  opt.build(model.trainable_variables)  # As migrate's rewrite does.
   extras = _int64_variables("step", "epoch")
-  opt = _restore_with_extras(tmp_path / "new", model,
-                             keras.optimizers.Adam(), extras)
+  tf.train.Checkpoint(trainer=_holder(model, opt), **extras).restore(
+      tf.train.latest_checkpoint(new)).assert_existing_objects_matched()
   _assert_state(model, opt, record)
   assert (int(extras["step"].numpy()), int(extras["epoch"].numpy())) == (
       record["step"], record["epoch"]) == (12, 2)
   assert float(opt.dynamic_scale.numpy()) == 8192.0  # Halved twice.
 
 
+def _trainer_with_epoch(model, opt):
+  trainer = _holder(model, opt)
+  trainer.epoch = tf.Variable(0, dtype=tf.int64)
+  return {"trainer": trainer}
+
+
 def test_dicts_and_nested_extras(capsys, tmp_path):
-  # Model and optimizer in a dict and a list; `trainer.epoch` kept nested.
-  for case, model_fn, inner in (
+  # Model and optimizer in a dict and a list, or on a trainer beside its
+  # `trainer.epoch`: NEW keeps all at their paths, restored by the job's
+  # own dict, list and trainer.
+  for case, model_fn, inner, root in (
       ("tf23_dicts_sgd_manager", "seq_model",
-       lambda: keras.optimizers.SGD(momentum=0.9)),
-      ("tf23_trainer_adam_save", "resume_func_model", keras.optimizers.Adam)):
+       lambda: keras.optimizers.SGD(momentum=0.9),
+       lambda model, opt: {"models": {"main": model}, "optimizers": [opt]}),
+      ("tf23_trainer_adam_save", "resume_func_model", keras.optimizers.Adam,
+       _trainer_with_epoch)):
     new = tmp_path / case
     _convert(capsys, testing.fixture_path("resume", case), new, "--model",
              f"tests.cli.models:{model_fn}")
     record = _record_resume(case)
     model = getattr(models, model_fn)()
-    extras = _int64_variables("step")
-    if case.endswith("trainer_adam_save"):
-      trainer = tf.Module()
-      trainer.epoch = tf.Variable(0, dtype=tf.int64)
-      extras["trainer"] = trainer
-    opt = _restore_with_extras(new, model, inner(), extras)
+    opt = keras.optimizers.LossScaleOptimizer(inner())
+    objects = root(model, opt)
+    step = tf.Variable(0, dtype=tf.int64)
+    status = tf.train.Checkpoint(step=step, **objects).restore(
+        tf.train.latest_checkpoint(new))
+    opt.build(model.trainable_variables)
+    status.assert_consumed()
     _assert_state(model, opt, record["saved"])
-    assert int(extras["step"].numpy()) == record["step"]
-    if "trainer" in extras:
-      assert int(extras["trainer"].epoch.numpy()) == record["epoch"]
+    assert int(step.numpy()) == record["step"]
+    if "trainer" in objects:
+      assert int(objects["trainer"].epoch.numpy()) == record["epoch"]
 
 
 def test_save_weights_tf_format(capsys, tmp_path):
   # model.save_weights(prefix): the model is the root, its compiled
-  # optimizer under `optimizer` inside it.
+  # optimizer under `optimizer` inside it. Keras 3's load_weights reads no
+  # TF checkpoint, so NEW is `Checkpoint(model=..., optimizer=...)`.
   case = "weights_tf23_seq_adam_dynamic"
-  _convert(capsys, testing.fixture_path("legacy", case, "ckpt"),
-           tmp_path / "new", "--model", "tests.cli.models:seq_model")
+  err = _convert(capsys, testing.fixture_path("legacy", case, "ckpt"),
+                 tmp_path / "new", "--model", "tests.cli.models:seq_model")
+  assert ("model at model, optimizer at optimizer (the model was the "
+          "checkpoint's root)") in err
   model = models.seq_model()
   opt = _restore_with_extras(tmp_path / "new", model, keras.optimizers.Adam())
   _assert_state(model, opt, _record(case))
@@ -276,6 +329,7 @@ def test_optimizer_only_checkpoint_with_h5_weights(capsys, tmp_path):
   err = _convert(capsys, old, tmp_path / "new", *model_option,
                  "--weights-h5", os.path.join(old, "weights.h5"))
   assert "they start at zero" in err
+  assert "model at model, optimizer at optimizer, epoch at epoch" in err
   model = models.seq_model()
   extras = _int64_variables("step", "epoch")
   opt = _restore_with_extras(tmp_path / "new", model,

@@ -10,7 +10,10 @@ wherever they are (or named with `--model-path` / `--optimizer-path`), and
 the restore pipeline of `legacy/` binds them: the same matcher and gate as
 `legacy.restore_checkpoint`, given the two nodes instead of the root's
 `model` and `optimizer` entries. Other scalar variables (a step, an epoch,
-`trainer.epoch`) are carried over under their paths.
+`trainer.epoch`) are carried over under their paths. `written_paths` tells
+where the native checkpoint keeps model and optimizer: where the old one
+did, so the job's own `tf.train.Checkpoint(trainer=trainer, ...)` restores
+it, unless the model was the root or absent.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from tf_mixed_precision_compat.legacy import _read_checkpoint
 
 ROOT = "."  # How `--model-path` names the checkpoint's root.
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+# Model and optimizer at the native checkpoint's root.
+NATIVE = (("model",), ("optimizer",))
 
 
 class NotConvertible(ValueError):
@@ -45,10 +50,13 @@ class Layout:
     optimizer_node: The optimizer's node.
     optimizer_path: Its object path, dotted (`trainer.optimizer`).
     inner_key: The checkpoint key prefix of its inner optimizer's state.
+    optimizer_names: Its object path, a tuple of names.
     model_node: The model's node, or None (an optimizer-only checkpoint).
     model_path: Its dotted path (`.`: the root), or None.
-    extras: `{path (tuple of names): checkpoint key}` of the scalar
-      variables outside model and optimizer, `save_counter` aside.
+    model_names: Its object path, a tuple of names (`()`: the root), or
+      None.
+    extras: `{path (tuple of names): node}` of the scalar variables outside
+      model and optimizer, `save_counter` aside.
   """
   prefix: str
   reader: Any
@@ -56,8 +64,10 @@ class Layout:
   optimizer_node: int
   optimizer_path: str
   inner_key: str
+  optimizer_names: tuple = ()
   model_node: Optional[int] = None
   model_path: Optional[str] = None
+  model_names: Optional[tuple] = None
   extras: dict = dataclasses.field(default_factory=dict)
 
 
@@ -204,21 +214,63 @@ def _has_weights_outside(layout: Layout) -> bool:
              for node in layout.graph.variable_nodes_under(0))
 
 
+def written_paths(layout: Layout) -> tuple[tuple, tuple, str]:
+  """Where the native checkpoint keeps the model and the optimizer.
+
+  At their paths in the old checkpoint (`trainer.model`,
+  `trainer.optimizer`), so that the job's own resume code restores it.
+  At the root's `model` and `optimizer` when the model was the root
+  (`model.save_weights`) or absent (the optimizer alone): Keras 3 reads
+  no TF checkpoint with `load_weights`, so no job code restores those as
+  they were; likewise when one lies inside the other.
+
+  Args:
+    layout: What `find` found.
+
+  Returns:
+    `(model path, optimizer path, why)`: tuples of names, and why they are
+    not the old paths ("" when they are).
+
+  Example:
+
+  >>> layout = Layout("p", None, None, 1, "trainer.optimizer", "k",
+  ...                 ("trainer", "optimizer"), 2, "trainer.model",
+  ...                 ("trainer", "model"))
+  >>> written_paths(layout)
+  (('trainer', 'model'), ('trainer', 'optimizer'), '')
+  >>> layout.model_names = ()
+  >>> written_paths(layout)[2]
+  "the model was the checkpoint's root"
+  """
+  model, optimizer = layout.model_names, layout.optimizer_names
+  if model is None:
+    return NATIVE + ("the checkpoint holds no model",)
+  if not model:
+    return NATIVE + ("the model was the checkpoint's root",)
+  if _overlap(model, optimizer):
+    return NATIVE + ("the optimizer was inside the model",)
+  return model, optimizer, ""
+
+
+def _overlap(path: tuple, other: tuple) -> bool:
+  """Whether one of two object paths lies at or below the other."""
+  return path[:len(other)] == other or other[:len(path)] == path
+
+
 def _extras(layout: Layout, paths: dict) -> dict:
   """`{path: node}` of the scalars to carry over; refuses other leftovers."""
   graph = layout.graph
   owned = graph.variable_node_set(
       [n for n in (layout.model_node, layout.optimizer_node) if n is not None])
   shapes = layout.reader.get_variable_to_shape_map()
+  taken = written_paths(layout)[:2]
   extras, outside = {}, []
   for node, path in sorted(paths.items(), key=lambda item: item[1]):
     info = graph.variable(node)
     if info is None or node in owned or path == (_layout.SAVE_COUNTER,):
       continue
-    if len(shapes[info[0]]) > 0:
-      outside.append(dotted(path))
-    elif path[0] in ("model", "optimizer"):
-      # The native checkpoint's own `model` and `optimizer` take the name.
+    # Nor where the native checkpoint writes its model and optimizer.
+    if len(shapes[info[0]]) > 0 or any(_overlap(path, p) for p in taken):
       outside.append(dotted(path))
     else:
       extras[path] = node
@@ -226,8 +278,8 @@ def _extras(layout: Layout, paths: dict) -> dict:
     raise NotConvertible(
         f"Variables outside the model ({layout.model_path}) and the "
         f"optimizer ({layout.optimizer_path}): {outside}; convert carries "
-        "over only scalars (a step, an epoch) beside `model` and "
-        "`optimizer` (name them with --model-path / --optimizer-path)")
+        "over only scalars (a step, an epoch) beside the model and the "
+        "optimizer (name them with --model-path / --optimizer-path)")
   return extras
 
 
@@ -264,8 +316,9 @@ def find_optimizer(path: str,
   graph = _read_checkpoint.read_object_graph(reader, prefix)
   paths = _paths(graph)
   node = _locate_optimizer(graph, paths, optimizer_path)
-  return Layout(prefix, reader, graph, node, dotted(paths.get(node, ())),
-                _inner_key(graph, node))
+  names = paths.get(node, ())
+  return Layout(prefix, reader, graph, node, dotted(names),
+                _inner_key(graph, node), names)
 
 
 def find(layout: Layout, model: Any, model_path: Optional[str] = None,
@@ -309,7 +362,8 @@ def find(layout: Layout, model: Any, model_path: Optional[str] = None,
   layout.model_node = _locate_model(layout, paths, model_path, model,
                                     weights_h5)
   if layout.model_node is not None:
-    layout.model_path = dotted(paths.get(layout.model_node, ()))
+    layout.model_names = paths.get(layout.model_node, ())
+    layout.model_path = dotted(layout.model_names)
   layout.extras = _extras(layout, paths)
   return layout
 

@@ -46,8 +46,8 @@ def _function(spec):
 
 
 def _tree(entries, make_node):
-  """`{root name: variable, or a node holding those below it}` of
-  `(path, variable)` entries, nested as the old checkpoint had them."""
+  """`{root name: object, or a node holding those below it}` of
+  `(path, object)` entries, nested as convert wrote them."""
   tree = {}
   for path, variable in entries:
     node = tree
@@ -88,8 +88,13 @@ def _restore(spec):
       dynamic_growth_steps=spec["growth_steps"])
   extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
            for path, dtype in spec["extra"]}
-  tree = _tree(extra.items(), tf.__internal__.tracking.AutoTrackable)
-  ckpt = tf.train.Checkpoint(model=model, optimizer=opt, **tree)
+  # Model and optimizer where convert wrote them (`trainer.model`, as the
+  # job's own `Checkpoint(trainer=trainer)` restores them, or `model`).
+  entries = [(tuple(spec.get("model_path", ["model"])), model),
+             (tuple(spec.get("optimizer_path", ["optimizer"])), opt)]
+  tree = _tree(entries + list(extra.items()),
+               tf.__internal__.tracking.AutoTrackable)
+  ckpt = tf.train.Checkpoint(**tree)
   status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
   opt.build(model.trainable_variables)
   status.assert_consumed()

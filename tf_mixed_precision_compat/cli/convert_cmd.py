@@ -5,12 +5,15 @@ OLD is a TF 2.2-2.4 checkpoint in any layout the object graph tells
 `model.save_weights` TF format, the optimizer alone with the weights in an
 H5 file: cli/_sources.py) or a whole-model H5 file. It is restored through
 the package (exactly, or refused) into the model the function builds (or,
-for an H5 file, the model its config describes); NEW is written as
-`tf.train.Checkpoint(model=model,
-optimizer=keras.optimizers.LossScaleOptimizer(inner), <extras>)` by a
-`tf.train.CheckpointManager`, then read back in a fresh interpreter that
-cannot import the package. Only a conversion that reads back exactly is
-left at NEW.
+for an H5 file, the model its config describes). NEW is written by a
+`tf.train.CheckpointManager` holding the model and
+`keras.optimizers.LossScaleOptimizer(inner)` at their old object paths
+(`trainer.model`, `trainer.optimizer`: the job's own
+`tf.train.Checkpoint(trainer=trainer, ...)` restores it) or, when the model
+was the root or absent, as `tf.train.Checkpoint(model=model,
+optimizer=...)`; the other scalars at their paths. It is then read back in
+a fresh interpreter that cannot import the package. Only a conversion that
+reads back exactly is left at NEW.
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ class Restored:
     notes: What the user should know about the conversion.
     extras: `{path tuple: tf.Variable}` carried over beside model and
       optimizer.
+    paths: The object paths (tuples of names) to write the model and the
+      optimizer at.
+    why_native: Why `paths` are not the old checkpoint's ("" when they are).
   """
   model: Any
   source: Any
@@ -79,6 +85,8 @@ class Restored:
   growth_steps: int = _DEFAULT_GROWTH_STEPS
   notes: list = dataclasses.field(default_factory=list)
   extras: dict = dataclasses.field(default_factory=dict)
+  paths: tuple = _sources.NATIVE
+  why_native: str = "the model came from an H5 file"
 
 
 def _progress(step: int, text: str, err: TextIO) -> None:
@@ -186,6 +194,9 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
       0 if fixed is not None else int(report.counter),
       initial_scale=fixed or _DEFAULT_INITIAL_SCALE,
       growth_steps=_growth_steps(args, fixed), extras=_extras(layout))
+  model_path, optimizer_path, restored.why_native = _sources.written_paths(
+      layout)
+  restored.paths = (model_path, optimizer_path)
   if fixed is not None:
     restored.notes.append(FIXED_NOTE.format(scale=fixed))
   if layout.model_node is None:
@@ -280,14 +291,22 @@ def native_optimizer(restored: Restored) -> Any:
   return opt
 
 
-def _root_extras(extras: dict) -> dict:
-  """`tf.train.Checkpoint` keyword arguments holding `extras` by path."""
+def _root(objects: dict) -> dict:
+  """`tf.train.Checkpoint` keyword arguments holding `objects` by path.
+
+  Args:
+    objects: `{path (tuple of names): object}`; no path lies below
+      another's.
+
+  Returns:
+    `{name: object, or an AutoTrackable holding those below it}`.
+  """
   tree: dict = {}
-  for path, variable in extras.items():
+  for path, obj in objects.items():
     node = tree
     for name in path[:-1]:
       node = node.setdefault(name, {})
-    node[path[-1]] = variable
+    node[path[-1]] = obj
 
   def build(value: Any) -> Any:
     if not isinstance(value, dict):
@@ -300,9 +319,36 @@ def _root_extras(extras: dict) -> dict:
   return {name: build(value) for name, value in tree.items()}
 
 
+def _objects(restored: Restored, opt: Any) -> dict:
+  """`{path: object}` of everything NEW holds."""
+  model_path, optimizer_path = restored.paths
+  return {model_path: restored.model, optimizer_path: opt, **restored.extras}
+
+
+def written(restored: Restored) -> str:
+  """Where NEW holds what, in words.
+
+  Example:
+
+  >>> print(written(Restored(
+  ...     None, None, (), 1.0, 0, paths=(("trainer", "model"),
+  ...                                    ("trainer", "optimizer")),
+  ...     why_native="", extras={("step",): 0})).replace(", ", ",\\n"))
+  model at trainer.model,
+  optimizer at trainer.optimizer,
+  step at step (their paths in the old checkpoint)
+  """
+  names = ["model", "optimizer"] + [path[-1] for path in restored.extras]
+  paths = list(restored.paths) + list(restored.extras)
+  where = ", ".join(f"{name} at {_sources.dotted(path)}"
+                    for name, path in zip(names, paths))
+  if restored.why_native:
+    return f"{where} ({restored.why_native})"
+  return f"{where} (their paths in the old checkpoint)"
+
+
 def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
-  ckpt = tf.train.Checkpoint(model=restored.model, optimizer=opt,
-                             **_root_extras(restored.extras))
+  ckpt = tf.train.Checkpoint(**_root(_objects(restored, opt)))
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
   return manager.save(checkpoint_number=number)
 
@@ -326,6 +372,8 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
           "initial_scale": restored.initial_scale,
           "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
+          "model_path": list(restored.paths[0]),
+          "optimizer_path": list(restored.paths[1]),
           "extra": [[list(k), v.dtype.name]
                     for k, v in restored.extras.items()]}
   with open(os.path.join(work, "spec.json"), "w") as f:
@@ -427,6 +475,7 @@ def convert(args: Any, err: TextIO) -> dict:
       opt = native_optimizer(restored)
     _write(staged, restored, opt, None if h5 else _number(
         legacy.checkpoint_prefix(args.old)))
+    err.write(f"      {written(restored)}\n")
     _expected(restored, opt, os.path.join(work, "expected.npz"))
     if not h5:  # After the write: the checkpoint's model has no optimizer.
       files = _extra_files(args, restored, opt, work, staged)
