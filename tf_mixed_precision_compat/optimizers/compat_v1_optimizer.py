@@ -16,6 +16,7 @@ from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
+from tf_mixed_precision_compat.loss_scale import _graph_update
 from tf_mixed_precision_compat.optimizers import _step
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
@@ -298,7 +299,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
       The grouped op of the loss scale update and the conditional apply.
     """
     name = name if name is not None else self.get_name()
-    update_op, should_apply = self._loss_scale.update(
+    update_op, should_apply = self._update_loss_scale(
         [g for g, _ in grads_and_vars])
 
     def apply_fn():
@@ -310,12 +311,38 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return tf.group(
         *_local_ops(distribution, [maybe_apply, update_op]), name=name)
 
+  def _update_loss_scale(self, grads):
+    """The loss scale's `update`, in graphs built as TF's own class built it.
+
+    Our `DynamicLossScale` updates with selects (`_scaling`); in a graph this
+    optimizer builds TF 2.3/2.4's conditionals instead, with the scale's
+    reads inside them, so a job's graph is TF's own class's graph and the
+    executor orders what the job leaves unordered (its read of
+    `global_step` and its increment) as with TF's class
+    (docs/graph_mode.md). Values are the same either way.
+    """
+    scale = self._loss_scale
+    if (tf.executing_eagerly() or
+        not isinstance(scale, loss_scale_module.DynamicLossScale) or
+        type(scale).update is not loss_scale_module.DynamicLossScale.update):
+      return scale.update(grads)
+    # This graph's variables, as checkpoints find them; a scale made in
+    # another graph has none here and is left to its own update's error.
+    current = _private_api.lookup_dependency(scale, "current_loss_scale")
+    counter = dynamic_state.counter_variable(scale)
+    if current is None or counter is None:
+      return scale.update(grads)
+    return _graph_update.update_in_conditionals(
+        current, counter, grads, scale.increment_period, scale.multiplier)
+
   def _apply_gradients(self, distribution, grads_and_vars, global_step, name):
     """Applies unconditionally: each replica runs the wrapped optimizer."""
     update_ops = distribution.extended.call_for_each_replica(
         self._optimizer.apply_gradients,
         args=(grads_and_vars, global_step, name))
-    return tf.group(*_local_ops(distribution, update_ops))
+    # The strategy's group, as TF's class: one replica's apply op is returned
+    # as is, without a NoOp around it.
+    return distribution.group(update_ops)
 
   # The wrapped optimizer does all the applying; these are never reached.
   def _apply_dense(self, grad, var):
