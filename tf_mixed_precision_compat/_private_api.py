@@ -305,6 +305,21 @@ def tf_keras_optimizer_is_built(optimizer):
   return bool(getattr(optimizer, "_built", False))
 
 
+# tf_keras marks an optimizer its LossScaleOptimizer wrapped only with this
+# flag (set before its argument checks); the package refuses a second wrapper
+# with TF 2.4's message before tf_keras does with its own, also when tf_keras
+# built the first one itself, and clears it after a refused first wrapper.
+def tf_keras_wrapped_by_loss_scale_optimizer(optimizer):
+  """Whether a tf_keras LossScaleOptimizer ever wrapped `optimizer`."""
+  return bool(getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False))
+
+
+def tf_keras_unmark_wrapped(optimizer):
+  """Clears the flag after a refused wrapper set it (see the caller)."""
+  if getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False):
+    optimizer._is_wrapped_by_loss_scale_optimizer = False
+
+
 def tf_keras_v2_create_slots(optimizer, variables):
   """Creates an OptimizerV2's slots for `variables`; False for other kinds."""
   create = getattr(optimizer, "_create_all_weights", None)

@@ -183,3 +183,85 @@ def fit_and_check_policy_loss_scale(model, policy):
   assert model.optimizer.loss_scale == policy.loss_scale
   assert float(policy.loss_scale()) == float(model.optimizer.loss_scale()) == (
       32.)
+
+
+# --- A second wrapper around one optimizer (tools/gen_double_wrap_fixtures.py
+# recorded TF 2.4.4's and TF 2.3.4's refusals in double_wrap.json).
+
+WRAPPERS = ("dynamic", "fixed", "tf23", "tf23_fixed")
+WRAPPER_PAIRS = [(first, second) for first in WRAPPERS for second in WRAPPERS]
+
+
+def wrap(kind, inner):
+  """Wraps `inner` as a TF 2.3/2.4 job does (see the fixture's script)."""
+  mp = tf.keras.mixed_precision
+  if kind == "dynamic":
+    return mp.LossScaleOptimizer(inner)
+  if kind == "fixed":
+    return mp.LossScaleOptimizer(inner, dynamic=False, initial_scale=8.)
+  return mp.experimental.LossScaleOptimizer(
+      inner, "dynamic" if kind == "tf23" else 8.)
+
+
+def double_wrap_fixture():
+  with open(testing.fixture_path("keras_lso", "double_wrap.json")) as f:
+    return json.load(f)
+
+
+def expected_refusal(first, second):
+  """The `[type, message]` TF raised for `second` around `first`'s inner.
+
+  The experimental class is TF 2.3's, whose checkpoint holds every loss
+  scale, fixed ones too, under "loss_scale": with only experimental wrappers
+  the record is TF 2.3.4's, else TF 2.4.4's, whose experimental class held
+  no fixed scale; a fixed experimental wrapper with a dynamic one therefore
+  clashes on "loss_scale" where TF 2.4.4 said "base_optimizer"
+  (docs/api_differences.md).
+  """
+  data = double_wrap_fixture()
+  if first.startswith("tf23") and second.startswith("tf23"):
+    return data["tf23"][f"{first} {second}"]["alive"]
+  kind, message = data["tf24"][f"{first} {second}"]["alive"]
+  if {first, second} == {"dynamic", "tf23_fixed"}:
+    message = message.replace("'base_optimizer'", "'loss_scale'")
+  return kind, message
+
+
+def check_second_wrapper_refused(first, second, make_inner, collected,
+                                 context=None):
+  """`second` around `first`'s inner raises as TF did; alive or collected.
+
+  Args:
+    first, second: Wrapper kinds (`WRAPPERS`).
+    make_inner: Builds the inner optimizer.
+    collected: Whether the first wrapper is deleted and garbage-collected
+      before the second wrap.
+    context: Optional context manager factory both wraps run in (a
+      strategy's scope).
+  """
+  import contextlib  # pylint: disable=g-import-not-at-top
+  import gc  # pylint: disable=g-import-not-at-top
+  context = context or contextlib.nullcontext
+  with context():
+    inner = make_inner()
+    kept = wrap(first, inner)
+  if collected:
+    del kept
+    gc.collect()
+  kind, message = expected_refusal(first, second)
+  with context():
+    try:
+      wrap(second, inner)
+    except Exception as e:  # pylint: disable=broad-except
+      raised = e
+    else:
+      raise AssertionError(f"{second} around {first}'s inner: no error")
+  assert type(raised).__name__ == kind
+  # TF's text first, then the deliberate way.
+  assert str(raised).startswith(message), str(raised)
+  assert "type(opt).from_config(opt.get_config())" in str(raised)
+  # A fresh copy of the same configuration is the deliberate way.
+  copy = type(inner).from_config(inner.get_config())
+  with context():
+    wrapper = wrap(second, copy)
+  assert wrapper.inner_optimizer is copy

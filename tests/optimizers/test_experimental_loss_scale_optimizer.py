@@ -7,6 +7,7 @@ or TF 2.4.4 (tools/gen_tf24_weights_lists.py -> weights_tf24.json). The
 tf_keras target's twin is tests/targets/tf_keras/test_tf_keras_v1_tf23.py.
 """
 
+import gc
 import json
 
 import keras
@@ -146,24 +147,54 @@ def test_non_experimental_class_keeps_tf24_rules():
   assert not callable(opt.loss_scale)
 
 
-@pytest.mark.parametrize("first,second", [
-    (LossScaleOptimizer, LossScaleOptimizer),
-    (LossScaleOptimizer, LossScaleOptimizerV1),
-    (LossScaleOptimizerV1, LossScaleOptimizerV1),
-])
-def test_second_wrapper_around_same_inner_raises(first, second):
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+@pytest.mark.parametrize("first,second", cases.WRAPPER_PAIRS)
+def test_second_wrapper_around_same_inner_raises_as_tf(first, second,
+                                                       collected):
+  cases.check_second_wrapper_refused(first, second, keras.optimizers.SGD,
+                                     collected)
 
-  def wrap(cls, inner):
-    return cls(inner) if cls is LossScaleOptimizer else cls(inner, "dynamic")
 
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+def test_second_wrapper_refused_under_mirrored_strategy(mirrored_strategy,
+                                                        collected):
+  cases.check_second_wrapper_refused("dynamic", "tf23", keras.optimizers.SGD,
+                                     collected, mirrored_strategy.scope)
+
+
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+def test_second_wrapper_refused_in_tf_function(collected):
   inner = keras.optimizers.SGD()
-  kept = wrap(first, inner)
-  with pytest.raises(ValueError, match="already wrapped by another "
-                     "LossScaleOptimizer.*Use the existing"):
-    wrap(second, inner)
-  assert kept.inner_optimizer is inner
-  # Another inner optimizer of the same kind is fine.
-  wrap(second, keras.optimizers.SGD())
+  kept = cases.wrap("dynamic", inner)
+  if collected:
+    del kept
+    gc.collect()
+
+  @tf.function
+  def wrap_again():
+    cases.wrap("dynamic", inner)
+    return tf.constant(1.)
+
+  with pytest.raises(ValueError, match=r"Called Trackable\._track_trackable"
+                     r"\(\) with name='loss_scale'"):
+    wrap_again()
+
+
+def test_refused_arguments_leave_the_inner_optimizer_unwrapped():
+  inner = keras.optimizers.SGD()
+  with pytest.raises(ValueError, match='"initial_scale" must be specified'):
+    LossScaleOptimizer(inner, dynamic=False)
+  assert LossScaleOptimizer(inner).inner_optimizer is inner
+
+
+def test_compat_v1_optimizer_may_wrap_one_optimizer_twice_as_in_tf():
+  record = cases.double_wrap_fixture()
+  assert record["tf24"]["v1"] == record["tf23"]["v1"] == {
+      "alive": None, "collected": None}
+  inner = tf.compat.v1.train.GradientDescentOptimizer(1.0)
+  v1 = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
+  first = v1(inner, "dynamic")
+  assert v1(inner, "dynamic")._optimizer is first._optimizer  # pylint: disable=protected-access
 
 
 def test_policy_loss_scale_is_the_optimizers():

@@ -67,6 +67,9 @@ class LossScaleOptimizerV1(LossScaleOptimizer):
   (32768.0, 4.0)
   """
 
+  # TF 2.3 checkpointed every loss scale, fixed ones too.
+  _TRACKS_ANY_LOSS_SCALE = True
+
   def __init__(self, optimizer: Any, loss_scale: Any) -> None:
     """Wraps `optimizer` with the loss scaling `loss_scale` describes.
 

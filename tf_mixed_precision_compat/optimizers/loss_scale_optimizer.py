@@ -42,34 +42,111 @@ def serializable(cls: type) -> type:
       package=SERIALIZATION_PACKAGE)(cls)
 
 
-# Inner optimizer -> weak reference to the LossScaleOptimizer wrapping it.
-_WRAPPERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+# Inner optimizer -> the checkpoint dependency names TF 2.4 declared on it
+# when a LossScaleOptimizer wrapped it. Keyed on the inner optimizer, never
+# on the wrapper: TF 2.4's wrapper declared them on the inner optimizer
+# itself, so a second wrapper was refused for as long as the inner optimizer
+# lived, whether or not the first was still alive.
+_DECLARED: "weakref.WeakKeyDictionary[Any, tuple[str, ...]]" = (
+    weakref.WeakKeyDictionary())
+
+_DUPLICATE_DEPENDENCY = (
+    "Called Trackable._track_trackable() with name='{name}', but a "
+    "Trackable with this name is already declared as a dependency. Names "
+    "must be unique (or overwrite=True).")
 
 
-def _claim_inner(wrapper, inner_optimizer):
-  """Records that `wrapper` wraps `inner_optimizer`; refuses a second one.
+def declared_names(tracks_loss_scale: bool) -> tuple[str, ...]:
+  """The dependency names a wrapper declares on its inner optimizer, in order.
 
-  TF 2.4.4 (and TF 2.3.4) raised `ValueError` when a second
-  `LossScaleOptimizer` tracked its loss scale on an already wrapped
-  optimizer; both would scale the loss and share the inner optimizer's
-  slots and iterations.
+  TF 2.4's `LossScaleOptimizer` declared "loss_scale" when dynamic, then
+  "base_optimizer"; TF 2.3's experimental class declared "loss_scale" for
+  every loss scale.
+
+  Args:
+    tracks_loss_scale: Whether the wrapper checkpoints a loss scale object.
+
+  Returns:
+    The names, in the order TF declared them.
+
+  Example:
+
+  >>> declared_names(True)
+  ('loss_scale', 'base_optimizer')
+  """
+  return (("loss_scale", "base_optimizer") if tracks_loss_scale else
+          ("base_optimizer",))
+
+
+def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
+                    wrapped_elsewhere: bool = False) -> None:
+  """Raises TF 2.4's `ValueError` if a wrapper ever wrapped `inner_optimizer`.
+
+  TF 2.4.4 and TF 2.3.4 refused a second Keras loss-scale optimizer (either
+  class) around the same optimizer, alive or not the first: both would scale
+  the loss and share its slots and iterations. The message starts with TF's
+  text (user code may match it); its second sentence gives the deliberate
+  way. `tf.compat.v1`'s optimizer never refused, and does not call this.
+
+  Args:
+    inner_optimizer: The optimizer about to be wrapped.
+    tracks_loss_scale: Whether the new wrapper checkpoints a loss scale
+      object (see `declared_names`).
+    wrapped_elsewhere: Whether a wrapper this package did not build (tf_keras's
+      own) marked `inner_optimizer` as wrapped; taken as TF 2.4's default,
+      dynamic wrapper.
 
   Raises:
-    ValueError: If a live `LossScaleOptimizer` already wraps it.
+    ValueError: If `inner_optimizer` was wrapped before.
+
+  Example:
+
+  >>> inner = tf.keras.optimizers.SGD()
+  >>> _ = LossScaleOptimizer(inner)
+  >>> check_unwrapped(inner, tracks_loss_scale=True)
+  Traceback (most recent call last):
+  ...
+  ValueError: Called Trackable._track_trackable() with name='loss_scale', ...
   """
   try:
-    previous = _WRAPPERS.get(inner_optimizer)
-  except TypeError:  # Not weakly referenceable: nothing to track.
+    previous = _DECLARED.get(inner_optimizer)
+  except TypeError:  # Not weakly referenceable: nothing was recorded.
     return
-  if previous is not None and previous() is not None:
-    raise ValueError(
-        f'"inner_optimizer" ({type(inner_optimizer).__name__} '
-        f"{getattr(inner_optimizer, 'name', '')!r}) is already wrapped by "
-        "another LossScaleOptimizer; two of them would both scale the loss "
-        "and share its slots and iterations. Use the existing "
-        "LossScaleOptimizer (its `inner_optimizer` is this optimizer), or wrap "
-        "a new optimizer.")
-  _WRAPPERS[inner_optimizer] = weakref.ref(wrapper)
+  if previous is None and wrapped_elsewhere:
+    previous = declared_names(True)
+  if previous is None:
+    return
+  name = next(n for n in declared_names(tracks_loss_scale) if n in previous)
+  raise ValueError(
+      _DUPLICATE_DEPENDENCY.format(name=name) +
+      f" The inner optimizer ({type(inner_optimizer).__name__} "
+      f"{getattr(inner_optimizer, 'name', '')!r}) is already wrapped by a "
+      "LossScaleOptimizer, alive or not, which shares its slots and "
+      "iterations; to wrap it again deliberately, wrap a fresh copy (same "
+      "configuration, new slots): `LossScaleOptimizer("
+      "type(opt).from_config(opt.get_config()))`.")
+
+
+def record_wrapped(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
+  """Records that a wrapper now wraps `inner_optimizer` (see `check_unwrapped`).
+
+  Args:
+    inner_optimizer: The optimizer just wrapped.
+    tracks_loss_scale: Whether its wrapper checkpoints a loss scale object.
+
+  Example:
+
+  >>> inner = tf.keras.optimizers.SGD()
+  >>> record_wrapped(inner, tracks_loss_scale=False)
+  >>> check_unwrapped(inner, tracks_loss_scale=True)
+  Traceback (most recent call last):
+  ...
+  ValueError: Called Trackable._track_trackable() with name='base_optimizer'...
+  """
+  try:
+    _DECLARED[inner_optimizer] = declared_names(tracks_loss_scale)
+  except TypeError:  # Not weakly referenceable: cannot be checked later.
+    pass
 
 
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
@@ -127,6 +204,11 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
   (0.5, 32768.0, 1)
   """
 
+  # Whether every instance checkpoints a loss scale object (TF 2.3's
+  # experimental class), not only dynamic ones: it decides which name TF's
+  # refusal of a second wrapper names (`check_unwrapped`).
+  _TRACKS_ANY_LOSS_SCALE = False
+
   def __init__(self, inner_optimizer: Any, dynamic: bool = True,
                initial_scale: Optional[float] = None,
                dynamic_growth_steps: Optional[int] = None) -> None:
@@ -145,8 +227,10 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
       ValueError: If `inner_optimizer` is already a loss scale optimizer
-        (also an `AttributeError` as in TF 2.4), is already wrapped by
-        another `LossScaleOptimizer` (as TF 2.4), or scales losses itself;
+        (also an `AttributeError` as in TF 2.4), was wrapped before by a
+        `LossScaleOptimizer` of either class, alive or not (TF 2.4's
+        message, then how to wrap a fresh copy deliberately), or scales
+        losses itself;
         if `initial_scale` is missing with `dynamic=False`,
         `dynamic_growth_steps` is given with `dynamic=False`, a number is out
         of range, or the current strategy does not support loss scaling.
@@ -164,7 +248,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     initial_scale, dynamic_growth_steps = _scale_arguments(
         dynamic, initial_scale, dynamic_growth_steps)
     _step.raise_if_strategy_unsupported()
-    _claim_inner(self, inner_optimizer)
+    tracks_loss_scale = dynamic or self._TRACKS_ANY_LOSS_SCALE
+    check_unwrapped(inner_optimizer, tracks_loss_scale)
+    record_wrapped(inner_optimizer, tracks_loss_scale)
 
     # The wrapper's own attributes are no checkpoint dependencies: to
     # `tf.train.Checkpoint` it looks like the inner optimizer (see

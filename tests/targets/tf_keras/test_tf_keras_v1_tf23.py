@@ -8,6 +8,7 @@ tests/fixtures/keras_lso/v1_tf23.json), the same job code (`tf.keras` and
 optimizer families (`tf.keras.optimizers.SGD` and `.legacy.SGD`).
 """
 
+import gc
 import json
 
 import numpy as np
@@ -130,13 +131,66 @@ def test_session_fetches_loss_scale():
       assert sess.run(opt.loss_scale()) == sess.run(opt.loss_scale) == 32.
 
 
+def _sgd(family):
+  return (tf.keras.optimizers if family == "current" else
+          tf.keras.optimizers.legacy).SGD
+
+
 @pytest.mark.parametrize("family", FAMILIES)
-def test_second_wrapper_around_same_inner_raises(family):
-  inner = (tf.keras.optimizers if family == "current" else
-           tf.keras.optimizers.legacy).SGD()
-  tf.keras.mixed_precision.experimental.LossScaleOptimizer(inner, "dynamic")
-  with pytest.raises(ValueError, match="already wrapped"):
-    tf.keras.mixed_precision.LossScaleOptimizer(inner)
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+@pytest.mark.parametrize("first,second", cases.WRAPPER_PAIRS)
+def test_second_wrapper_around_same_inner_raises_as_tf(first, second,
+                                                       collected, family):
+  cases.check_second_wrapper_refused(first, second, _sgd(family), collected)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+def test_second_wrapper_refused_under_mirrored_strategy(mirrored_strategy,
+                                                        collected, family):
+  cases.check_second_wrapper_refused("tf23", "dynamic", _sgd(family),
+                                     collected, mirrored_strategy.scope)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
+def test_second_wrapper_refused_in_tf_function(collected, family):
+  inner = _sgd(family)()
+  kept = cases.wrap("fixed", inner)
+  if collected:
+    del kept
+    gc.collect()
+
+  @tf.function
+  def wrap_again():
+    cases.wrap("dynamic", inner)
+    return tf.constant(1.)
+
+  with pytest.raises(ValueError, match=r"Called Trackable\._track_trackable"
+                     r"\(\) with name='base_optimizer'"):
+    wrap_again()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tf_keras_own_wrapper_refuses_a_second_with_tfs_message(family):
+  # Wrapped by tf_keras's class directly, not through the endpoints (as
+  # tf_keras's own `compile` does): TF 2.4's message all the same.
+  inner = _sgd(family)()
+  kept = tf_keras.mixed_precision.LossScaleOptimizer(inner)
+  del kept
+  gc.collect()
+  with pytest.raises(ValueError, match=r"^Called Trackable\._track_trackable"
+                     r"\(\) with name='loss_scale'.*from_config"):
+    tf.keras.mixed_precision.experimental.LossScaleOptimizer(inner, "dynamic")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_refused_arguments_leave_the_inner_optimizer_unwrapped(family):
+  inner = _sgd(family)()
+  with pytest.raises(ValueError, match='"initial_scale" must be specified'):
+    tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=False)
+  assert tf.keras.mixed_precision.LossScaleOptimizer(
+      inner).inner_optimizer is inner
 
 
 def test_policy_loss_scale_is_the_optimizers():

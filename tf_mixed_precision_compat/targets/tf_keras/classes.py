@@ -62,14 +62,66 @@ def _for_session(optimizer):
   return converted
 
 
+def check_unwrapped(optimizer: Any, tracks_loss_scale: bool) -> None:
+  """TF 2.4's refusal of a second wrapper, before tf_keras's own.
+
+  tf_keras marks an optimizer it wrapped and refuses another wrapper with a
+  message of its own; TF 2.4.4 refused it with `_track_trackable`'s. Both
+  targets raise TF's (`loss_scale_optimizer.check_unwrapped`), for wrappers
+  built through the endpoints and tf_keras's own alike.
+
+  Args:
+    optimizer: The optimizer about to be wrapped.
+    tracks_loss_scale: Whether the new wrapper checkpoints a loss scale.
+
+  Raises:
+    ValueError: If `optimizer` was wrapped before.
+
+  Example:
+
+  >>> inner = tf_keras.optimizers.SGD()
+  >>> _ = tf_keras.mixed_precision.LossScaleOptimizer(inner)
+  >>> check_unwrapped(inner, True)
+  Traceback (most recent call last):
+  ...
+  ValueError: Called Trackable._track_trackable() with name='loss_scale', ...
+  """
+  loss_scale_optimizer.check_unwrapped(
+      optimizer, tracks_loss_scale,
+      wrapped_elsewhere=bool(
+          _private_api.tf_keras_wrapped_by_loss_scale_optimizer(optimizer)))
+
+
+def _wrap_once(optimizer, tracks_loss_scale, build):
+  """`build()`, refused as TF 2.4 did if `optimizer` was ever wrapped.
+
+  Checked and recorded on the optimizer the job passed, which `_for_session`
+  may replace by a new one.
+  """
+  check_unwrapped(optimizer, tracks_loss_scale)
+  try:
+    wrapper = build()
+  except Exception:
+    # tf_keras marks the optimizer wrapped before it checks the scale
+    # arguments; TF 2.4 let a corrected call wrap it after a refused one.
+    _private_api.tf_keras_unmark_wrapped(optimizer)
+    raise
+  loss_scale_optimizer.record_wrapped(optimizer, tracks_loss_scale)
+  return wrapper
+
+
 class _LossScaleOptimizerMeta(_LSO_META):
   """tf_keras's class choice, after `_for_session`."""
 
   def __call__(cls, inner_optimizer, *args, **kwargs):
     if cls is not LossScaleOptimizer:
       return super().__call__(inner_optimizer, *args, **kwargs)
-    return _BaseLossScaleOptimizer(_for_session(inner_optimizer), *args,
-                                   **kwargs)
+    dynamic = kwargs.get("dynamic", args[0] if args else True)
+    if not isinstance(dynamic, bool):  # tf_keras raises TF 2.4's TypeError.
+      return _BaseLossScaleOptimizer(inner_optimizer, *args, **kwargs)
+    return _wrap_once(
+        inner_optimizer, dynamic, lambda: _BaseLossScaleOptimizer(
+            _for_session(inner_optimizer), *args, **kwargs))
 
   def __instancecheck__(cls, instance):
     if cls is LossScaleOptimizer:  # Also those tf_keras builds itself.
@@ -99,11 +151,13 @@ class _V1Meta(_LossScaleOptimizerMeta):
   def __call__(cls, optimizer, loss_scale):
     if cls is not LossScaleOptimizerV1:
       return type.__call__(cls, optimizer, loss_scale)
-    optimizer = _for_session(optimizer)
-    if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-      return type.__call__(_V1OnOptimizerV2, optimizer, loss_scale)
-    if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-      return type.__call__(_V1OnOptimizer, optimizer, loss_scale)
+    inner = _for_session(optimizer)
+    for family, v1_class in ((tf_keras.optimizers.legacy.Optimizer,
+                              _V1OnOptimizerV2),
+                             (tf_keras.optimizers.Optimizer, _V1OnOptimizer)):
+      if isinstance(inner, family):
+        return _wrap_once(optimizer, True, lambda v1_class=v1_class:
+                          type.__call__(v1_class, inner, loss_scale))
     raise TypeError('"inner_optimizer" must be an instance of '
                     "`tf.keras.optimizers.Optimizer` or "
                     "`tf.keras.optimizers.experimental.Optimizer`, but got: "
