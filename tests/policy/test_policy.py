@@ -361,8 +361,17 @@ class GlobalPolicyTest(parameterized.TestCase):
     self.assertEqual(policy_module.global_policy().name, "float64")
 
   def test_quantized_keras_policy_converted_by_dtypes(self):
-    keras.config.set_dtype_policy(
-        keras.dtype_policies.QuantizedDTypePolicy("int8", "mixed_bfloat16"))
+    quantized = keras.dtype_policies.QuantizedDTypePolicy(
+        "int8", "mixed_bfloat16")
+    try:
+      keras.config.set_dtype_policy(quantized)
+    except ValueError as e:
+      # Keras 3.16 refuses a quantized global policy; a layer's policy may
+      # still be one (`quantize()`), and converts the same way.
+      self.assertIn("cannot be quantized", str(e))
+      self.assertEqual(
+          policy_module._as_our_policy(quantized).name, "mixed_bfloat16")  # pylint: disable=protected-access
+      return
     p = policy_module.global_policy()
     self.assertEqual(p.name, "mixed_bfloat16")
 

@@ -37,6 +37,7 @@ MODULES = [
     "optimizers.experimental_loss_scale_optimizer",
     "optimizers.compat_v1_optimizer",
     "policy",
+    "_version_check",
 ]
 
 
