@@ -409,9 +409,15 @@ def test_build_is_inserted_only_after_a_model_in_the_same_scope():
   assert ("        tf.keras.optimizers.SGD())\n"
           "    self.optimizer.build(self.model.trainable_variables)\n"
           in _rewritten(_header(*trainer)))
-  (change,) = _manual(_header(*trainer[:3], "    self.critic_model = c",
-                              *trainer[3:]))
+  # Two models, and the variables it applies to are neither's.
+  (change,) = _manual(_header(
+      *trainer[:3], "    self.critic_model = c", *trainer[3:-1],
+      "        zip(grads, self.trainable_variables))"))
   assert "self.optimizer.build(" in change and "which model" in change
+  # Two models: the one whose variables it applies to.
+  code = _rewritten(_header(*trainer[:3], "    self.critic_model = c",
+                            *trainer[3:]))
+  assert "    self.optimizer.build(self.model.trainable_variables)\n" in code
   (change,) = _manual(_header(
       "class Trainer(tf.Module):",
       "  def train(self):",
@@ -474,3 +480,47 @@ def test_optimizers_from_factories_are_built_or_reported():
   assert note.api == "self.optimizer = LossScaleOptimizer(...)"
   assert "tf_mixed_precision_compat" not in code  # Keras 3 code throughout.
   assert _migrate(code)[0] == code
+
+
+@pytest.mark.parametrize("then, rewritten", [
+    ("opt.apply_gradients(zip(grads, v))", True),
+    ("ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) "
+     "for g in grads])\nopt.apply_gradients(zip(grads, v))", True),
+    ("grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"
+     "opt.apply_gradients(zip(grads, v))", False),
+    ("accumulated = [a + g for a, g in zip(accumulated, grads)]", False),
+])
+def test_unscale_is_dropped_only_when_apply_gradients_alone_reads_it(
+    then, rewritten):
+  code, findings = _migrate(_header(
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "grads = opt.get_unscaled_gradients(scaled)", then))
+  (finding,) = [f for f in findings
+                if f.api.endswith("get_unscaled_gradients")]
+  assert (finding.status == "rewrite") == rewritten
+  assert ("get_unscaled_gradients" in code) != rewritten
+  if not rewritten:
+    assert "dynamic_scale" in finding.change
+
+
+def test_policy_loss_scale_known_at_run_time_only_is_reported():
+  (change,) = _manual(_header(
+      "def set_mixed_precision_policy(dtype, loss_scale=None):",
+      "  mp.set_policy(mp.Policy('mixed_float16', loss_scale=loss_scale))"))
+  assert "only known at run time" in change
+
+
+def test_compat_v2_names_and_imports_inside_functions():
+  code = _rewritten(
+      "import tensorflow.compat.v2 as tf2\n"
+      "def setup():\n"
+      "  from tensorflow.keras.mixed_precision import experimental as mp\n"
+      "  mp.set_policy(mp.Policy('mixed_float16'))\n"
+      "  tf2.keras.mixed_precision.experimental.set_policy('float32')\n")
+  assert code == (
+      "import tensorflow.compat.v2 as tf2\n"
+      "import keras\n\n"
+      "def setup():\n"
+      "  keras.mixed_precision.set_global_policy("
+      "keras.mixed_precision.Policy('mixed_float16'))\n"
+      "  keras.mixed_precision.set_global_policy('float32')\n")

@@ -100,6 +100,9 @@ def normalise(name: str) -> str:
   >>> normalise("tensorflow.keras.mixed_precision.experimental.Policy")
   'keras.mixed_precision.experimental.Policy'
   """
+  for v2 in ("tensorflow.compat.v2.", "tf.compat.v2."):
+    if name.startswith(v2):  # TF 2.x's `tf.compat.v2` is `tf` itself.
+      name = "tensorflow." + name[len(v2):]
   for prefix in ("tensorflow.python.keras.", "tensorflow.keras.",
                  "tf.keras.", "tf_keras."):
     if name.startswith(prefix):

@@ -15,6 +15,8 @@ from typing import Optional, Union
 
 import libcst as cst
 from libcst import matchers as m
+from libcst.metadata import ExpressionContext
+from libcst.metadata import ExpressionContextProvider
 from libcst.metadata import PositionProvider
 from libcst.metadata import QualifiedNameProvider
 
@@ -26,7 +28,14 @@ from tf_mixed_precision_compat.cli import _api_table as table
 _OPTIMIZER_WORD = re.compile(r"optimi[sz]er", re.IGNORECASE)
 _POLICY_WORD = re.compile(r"policy", re.IGNORECASE)
 # Calls whose result is a Keras model (builders are named after it).
+# Receivers holding settings (FLAGS.loss_scale, params.runtime.loss_scale).
+_CONFIG_WORD = re.compile(
+    r"^(flags|flags_obj|config|cfg|conf|params|hparams|hps|args|opts|"
+    r"options|settings|runtime|.*_(config|cfg|params|args|flags))$",
+    re.IGNORECASE)
 _MODEL_WORD = re.compile(r"model|sequential|net\b|network", re.IGNORECASE)
+_FINITE_CHECKS = ("is_finite", "is_inf", "is_nan", "reduce_all", "reduce_any",
+                  "check_numerics")
 _DYNAMIC_ARG_ORDER = ("initial_loss_scale", "increment_period", "multiplier")
 
 
@@ -67,7 +76,8 @@ def last_name(node: cst.BaseExpression) -> Optional[str]:
 class Facts(cst.CSTVisitor):
   """The facts of one module; `Migrator` reads them while it rewrites."""
 
-  METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider)
+  METADATA_DEPENDENCIES = (PositionProvider, QualifiedNameProvider,
+                           ExpressionContextProvider)
 
   def __init__(self) -> None:
     super().__init__()
@@ -87,16 +97,28 @@ class Facts(cst.CSTVisitor):
     self.policy_calls: set[cst.Call] = set()
     self.global_policy_calls: set[cst.Call] = set()
     self.families: dict[cst.Call, str] = {}  # optimizer constructors' kind
+    # Classes and functions of this file building optimizers -> their kind.
+    self.class_families: dict[str, str] = {}
+    self.keras_wrapped: set[tuple[str, str]] = set()  # (scope, name)
     self.global_policies: list[cst.BaseExpression] = []  # set_policy args
     self.has_compile = False
     self.built_guards: set[str] = set()  # models with a migrate build guard
     self.built_after: set[str] = set()  # optimizers with `.build(` after them
+    # get_unscaled_gradients calls -> (scope, line, the name they bind).
+    self._unscaled: dict[cst.Call, tuple[str, int, Optional[str]]] = {}
+    self._loads: dict[tuple[str, str], list[tuple[int, cst.Name]]] = {}
+    self._applied: set[cst.CSTNode] = set()  # zip(X, ...) in apply_gradients
+    self._finite_checks = 0  # depth inside is_finite(...), reduce_all(...)
 
   # Scopes.
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
     self._scopes.append(f"{node.name.value}@{line}")
     self._functions.append(node.name.value)
+    for param in (*node.params.params, *node.params.kwonly_params,
+                  *node.params.posonly_params):
+      self.assigned.setdefault((self.scope, param.name.value),
+                               Assignment(line, "other"))
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     self._scopes.pop()
@@ -155,10 +177,50 @@ class Facts(cst.CSTVisitor):
       return "model"
     return "other"
 
+  @staticmethod
+  def _is_keras_lso(names: list[str]) -> bool:
+    return any(n.startswith("keras.") and n.endswith("LossScaleOptimizer")
+               for n in names)
+
+  def visit_ClassDef(self, node: cst.ClassDef) -> None:
+    # Optimizer classes the file defines take their family from their base.
+    for base in node.bases:
+      names = self.names(base.value)
+      if any(n.startswith("keras.optimizers.") for n in names):
+        self.class_families[node.name.value] = "keras"
+      elif any(n.startswith(("tf.compat.v1.train.", "tf.train.")) and
+               n.endswith("Optimizer") for n in names):
+        self.class_families[node.name.value] = "v1"
+
+  def leave_Return(self, original_node: cst.Return) -> None:
+    value = original_node.value
+    if value is not None and self._functions:
+      family = self.optimizer_family(value)
+      if family is not None:
+        self.class_families.setdefault(self._functions[-1], family)
+
+  def visit_Name(self, node: cst.Name) -> None:
+    if self.get_metadata(ExpressionContextProvider, node,
+                         None) == ExpressionContext.LOAD:
+      line = self.get_metadata(PositionProvider, node).start.line
+      self._loads.setdefault((self.scope, node.value), []).append(
+          (line, node))
+      if self._finite_checks:
+        # Dividing by a power of two keeps finiteness: checks may read
+        # the gradients scaled or not.
+        self._applied.add(node)
+
   def visit_Assign(self, node: cst.Assign) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
+    if m.matches(node.value, m.Call(func=m.Attribute(
+        attr=m.Name("get_unscaled_gradients")))):
+      bound = node.targets[0].target if len(node.targets) == 1 else None
+      self._unscaled[node.value] = (  # type: ignore[index]
+          self.scope, line,
+          bound.value if isinstance(bound, cst.Name) else None)
     kind = self._kind(node.value)
-    if kind == "lso":
+    if isinstance(node.value, cst.Call) and self._is_keras_lso(
+        self.names(node.value.func)):
       self.lso_names.update((self.scope, code(t.target))
                             for t in node.targets)
     callee = (last_name(node.value.func) if isinstance(node.value, cst.Call)
@@ -193,15 +255,27 @@ class Facts(cst.CSTVisitor):
   def optimizer_family(self, node: cst.BaseExpression,
                        scope: Optional[str] = None) -> Optional[str]:
     """"keras" or "v1": the kind of optimizer `node` builds or names."""
+    scope = scope or self.scope
     if isinstance(node, cst.Name):
-      found = self.lookup(scope or self.scope, node.value)
+      if (scope, node.value) in self.keras_wrapped:
+        return "keras"
+      found = self.lookup(scope, node.value)
       node = found.value if found is not None and found.value is not None \
           else node
-    return self.families.get(node) if isinstance(node, cst.Call) else None
+    if not isinstance(node, cst.Call):
+      return None
+    return self.families.get(node) or self.class_families.get(
+        last_name(node.func) or "")
+
+  def leave_Call(self, original_node: cst.Call) -> None:
+    if last_name(original_node.func) in _FINITE_CHECKS:
+      self._finite_checks -= 1
 
   def visit_Call(self, node: cst.Call) -> None:
     func = node.func
     names = self.names(func)
+    if last_name(func) in _FINITE_CHECKS:
+      self._finite_checks += 1
     if self._wraps_for_loss_scaling(node):
       self._factories.update(self._functions)
     callee = last_name(func)
@@ -226,11 +300,20 @@ class Facts(cst.CSTVisitor):
       self.has_compile = True
     elif attr == "build":
       self.built_after.add(code(func.value))
-    elif attr == "apply_gradients" and isinstance(func.value, cst.Name) and \
-        node.args and m.matches(node.args[0].value, m.Call(
-            func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
+    elif attr == "apply_gradients" and (isinstance(
+        func.value, cst.Name) or m.matches(func.value, m.Attribute(
+            value=m.Name("self")))) and node.args and m.matches(
+                node.args[0].value, m.Call(func=m.Name("zip"),
+                                           args=[m.Arg(), m.Arg()])):
       var_list = node.args[0].value.args[1].value  # type: ignore
-      self.apply_vars[func.value.value] = code(var_list)
+      self.apply_vars.setdefault(code(func.value), code(var_list))
+    if attr == "apply_gradients" and node.args and m.matches(
+        node.args[0].value, m.Call(func=m.Name("zip"))):
+      self._applied.add(node.args[0].value.args[0].value)  # type: ignore
+    if self._is_keras_lso(names) and node.args and isinstance(
+        node.args[0].value, cst.Name):
+      # What a Keras loss-scale optimizer wraps is a Keras optimizer.
+      self.keras_wrapped.add((self.scope, node.args[0].value.value))
 
   def visit_If(self, node: cst.If) -> None:
     # `if not M.optimizer.built: ...`, inserted by an earlier --write.
@@ -249,7 +332,7 @@ class Facts(cst.CSTVisitor):
             self.assigned.get(("<module>", name)))
 
   def kind_of(self, node: cst.BaseExpression, scope: str) -> str:
-    """"optimizer", "policy" or "other": what a receiver holds."""
+    """"optimizer", "policy", "config" or "other": what a receiver holds."""
     if isinstance(node, cst.Call):
       return "policy" if (node in self.global_policy_calls or
                           node in self.policy_calls) else "other"
@@ -271,7 +354,24 @@ class Facts(cst.CSTVisitor):
         return "optimizer"
       if _POLICY_WORD.search(name):
         return "policy"
+      if _CONFIG_WORD.search(name):
+        return "config"
     return "other"
+
+  def unscaled_only_applied(self, call: cst.Call) -> bool:
+    """Whether `get_unscaled_gradients`' result only reaches apply_gradients.
+
+    Keras 3's `apply_gradients` unscales by itself, so dropping the call
+    keeps behaviour only then; clipping, accumulating or logging the
+    unscaled gradients would see them still scaled.
+    """
+    if call in self._applied:
+      return True  # apply_gradients(zip(opt.get_unscaled_gradients(g), v))
+    scope, line, name = self._unscaled.get(call, ("", 0, None))
+    if name is None:
+      return False
+    later = [n for at, n in self._loads.get((scope, name), []) if at > line]
+    return bool(later) and all(n in self._applied for n in later)
 
   def is_factory(self, scope: str) -> bool:
     """Whether `scope` is a function that returns a wrapped optimizer."""

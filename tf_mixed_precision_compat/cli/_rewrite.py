@@ -321,6 +321,16 @@ class Migrator(cst.CSTTransformer):
   def _policy_loss_scale_problem(self, held: _facts.LossScale,
                                  float16: bool) -> Optional[str]:
     """Why dropping a policy's loss scale would change the job, or None."""
+    if not (held == "default" or isinstance(held, (
+        cst.SimpleString, cst.Integer, cst.Float, cst.Call)) or isinstance(
+            held, cst.Name) and held.value == "None"):
+      # A helper's parameter or a flag: a compile() in another file may
+      # read it, and a number there was a fixed scale Keras 3 cannot give.
+      return (_NO_LOSS_SCALE + ". This one is only known at run time: if "
+              "it is 'dynamic' (or None for a policy other than "
+              "mixed_float16), drop the argument; if it is None for "
+              "mixed_float16, also pass auto_scale_loss=False to compile(); "
+              "a number was a fixed scale: " + _FIXED)
     if not self.facts.has_compile:
       return None  # Only compile() read a policy's loss scale.
     if held == "default" or _is_string(held, "dynamic") and float16:
@@ -432,6 +442,17 @@ class Migrator(cst.CSTTransformer):
                 "scale_loss", table.METHODS[attr][1], "rewrite")
       return updated.with_changes(func=updated.func.with_changes(
           attr=cst.Name("scale_loss")))
+    if attr == "get_unscaled_gradients" and len(original.args) == 1 and \
+        not self.facts.unscaled_only_applied(original):
+      self._add(original, "LossScaleOptimizer.get_unscaled_gradients", None,
+                "not rewritten: the unscaled gradients go on to other code "
+                "(clipping, accumulation, all-reduce, logging) before "
+                "apply_gradients, and Keras 3's apply_gradients unscales by "
+                "itself: divide them by the optimizer's `dynamic_scale` "
+                "here and multiply the processed gradients by it again "
+                "before apply_gradients, or clip with the inner optimizer's "
+                "`global_clipnorm`/`clipnorm`", "manual")
+      return updated
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
       self._add(original, "LossScaleOptimizer.get_unscaled_gradients",
                 "(the gradients as they are)", table.METHODS[attr][1],
@@ -493,6 +514,8 @@ class Migrator(cst.CSTTransformer):
     if attr == "loss_scale" and kind == "policy":
       return self._policy_read(original, updated)
     replacement, change = table.METHODS[attr]
+    if kind == "config":
+      return updated  # A setting (flags.loss_scale), not the API.
     if kind != "optimizer":
       self._add(original, "LossScaleOptimizer." + attr, replacement,
                 "not rewritten: not known to be a loss-scale optimizer or a "
@@ -567,6 +590,13 @@ class Migrator(cst.CSTTransformer):
     """
     line = self._pos_of_site(name, scope)
     models = self.facts.self_models(scope, line)
+    # The variables its apply_gradients names, if the same method bound
+    # their owner before the optimizer (self.generator, self._model, ...).
+    root, _, attr = self.facts.apply_vars.get(name, "").rpartition(".")
+    found = self.facts.assigned.get((scope, root))
+    if attr in ("trainable_variables", "trainable_weights") and \
+        root.startswith("self.") and found is not None and found.line < line:
+      models = [root]
     if len(models) != 1:
       self.findings.append(Finding(
           line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
@@ -702,11 +732,11 @@ def _remove_unused_experimental(module: cst.Module, context: Any
                                 ) -> cst.Module:
   # pylint: disable-next=g-import-not-at-top
   from libcst.codemod.visitors import RemoveImportsVisitor
-  for statement in module.body:
-    if not isinstance(statement, cst.SimpleStatementLine):
-      continue
-    for small in statement.body:
-      if isinstance(small, cst.ImportFrom) and small.module is not None and \
+  # Imports inside functions too: a job may import the old API where it
+  # sets the policy.
+  for small in m.findall(module, m.ImportFrom()):
+    if isinstance(small, cst.ImportFrom):
+      if small.module is not None and \
           not isinstance(small.names, cst.ImportStar):
         mod = code(small.module)
         for alias in small.names:
