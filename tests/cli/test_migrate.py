@@ -524,3 +524,43 @@ def test_compat_v2_names_and_imports_inside_functions():
       "  keras.mixed_precision.set_global_policy("
       "keras.mixed_precision.Policy('mixed_float16'))\n"
       "  keras.mixed_precision.set_global_policy('float32')\n")
+
+
+def test_private_names_of_the_old_api():
+  code, findings = _migrate(_header(
+      "from tensorflow.python.keras.mixed_precision.experimental import "
+      "loss_scale_optimizer as lso",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "inner = opt._optimizer",
+      "opt._loss_scale = MyLossScale()"))
+  assert "inner = opt.inner_optimizer" in code
+  manual = {f.api for f in findings if f.status == "manual"}
+  assert {"tensorflow.python.keras.mixed_precision.experimental",
+          "LossScaleOptimizer._loss_scale"} <= manual
+
+
+def test_variables_call_on_optimizer_parameters_but_not_v1_ones():
+  code = _migrate(_header(
+      "def train_step(opt, d_opt, v1_opt=tf.compat.v1.train.AdamOptimizer())"
+      ":",
+      "  return opt.variables(), d_opt.variables(), model.variables()"))[0]
+  assert "return opt.variables, d_opt.variables, model.variables()" in code
+
+
+def test_v1_graph_rewrite_endpoint_of_unknown_optimizer_is_tf_own(tmp_path):
+  code = _rewritten(_header(
+      "def wrap(optimizer):",
+      "  return tf.compat.v1.train.experimental."
+      "enable_mixed_precision_graph_rewrite(optimizer)"))
+  assert "tf.compat.v1.mixed_precision.enable_mixed_precision_graph_rewrite(" \
+      in code
+
+
+def test_a_local_keras_package_is_reported_not_shadowed(tmp_path, capsys):
+  (tmp_path / "keras").mkdir()
+  job = tmp_path / "job.py"
+  job.write_text(_header("mp.set_policy('mixed_float16')"))
+  before = job.read_text()
+  assert main(["migrate", str(job), "--write"]) == 1
+  assert job.read_text() == before
+  assert "shadows Keras 3" in capsys.readouterr().out

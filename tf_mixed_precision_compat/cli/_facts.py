@@ -26,6 +26,7 @@ from tf_mixed_precision_compat.cli import _api_table as table
 # self._optimizer); a bare `opt` counts only when assigned from an optimizer
 # (argparse namespaces are often called `opt` too).
 _OPTIMIZER_WORD = re.compile(r"optimi[sz]er", re.IGNORECASE)
+_OPT_WORD = re.compile(r"(^|_)opt(im)?($|_)", re.IGNORECASE)
 _POLICY_WORD = re.compile(r"policy", re.IGNORECASE)
 # Calls whose result is a Keras model (builders are named after it).
 # Receivers holding settings (FLAGS.loss_scale, params.runtime.loss_scale).
@@ -56,6 +57,20 @@ LossScale = Union[cst.BaseExpression, str, None]
 def code(node: cst.CSTNode) -> str:
   """The source text of `node`."""
   return cst.Module([]).code_for_node(node)
+
+
+def looks_like_optimizer(node: cst.BaseExpression) -> bool:
+  """A receiver whose name says optimizer, `opt` included (`opt_d`, ...).
+
+  Only for calls nothing else makes, such as TF 2.x's `variables()` method.
+
+  Example:
+
+  >>> looks_like_optimizer(cst.parse_expression("self.d_opt"))
+  True
+  """
+  name = last_name(node) or ""
+  return bool(_OPTIMIZER_WORD.search(name) or _OPT_WORD.search(name))
 
 
 def last_name(node: cst.BaseExpression) -> Optional[str]:

@@ -30,6 +30,9 @@ _V1 = "tf.compat.v1.mixed_precision."
 _NO_LOSS_SCALE = (
     "Keras 3 policies hold no loss scale; the loss scale is the "
     "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
+_PRIVATE_MODULES = ("tensorflow.python.keras.mixed_precision",
+                    "tensorflow.python.training.experimental.loss_scale",
+                    "tensorflow.python.training.experimental.mixed_precision")
 _BUILT = (
     "Keras 3 creates the scale variable when the optimizer is built; built "
     "here, scale_loss in a tf.function reads the (restored) variable "
@@ -141,12 +144,24 @@ class Migrator(cst.CSTTransformer):
   def visit_Call(self, node: cst.Call) -> None:
     self._call_funcs.add(node.func)
 
-  # Imports: names there are declarations, not uses.
+  # Imports: names there are declarations, not uses; TF's private modules
+  # of the old API are gone.
   def visit_Import(self, node: cst.Import) -> bool:
+    for alias in node.names:
+      self._private_module(node, code(alias.name))
     return False
 
   def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+    if node.module is not None:
+      self._private_module(node, code(node.module))
     return False
+
+  def _private_module(self, node: cst.CSTNode, module: str) -> None:
+    if module.startswith(_PRIVATE_MODULES):
+      self._add(node, module, None, "not rewritten: a private TensorFlow "
+                "module of the old API, gone in TF 2.21: subclass or use "
+                "keras.optimizers.LossScaleOptimizer (its `inner_optimizer`, "
+                "`dynamic_scale`, `step_counter`) instead", "manual")
 
   # Names: function and class endpoints.
   def leave_Call(self, original: cst.Call, updated: cst.Call
@@ -404,7 +419,9 @@ class Migrator(cst.CSTTransformer):
     family = (self.facts.optimizer_family(original.args[0].value, self.scope)
               if original.args and original.args[0].keyword is None
               else None)
-    if family == "v1":
+    if family == "v1" or family is None and name.startswith("tf.compat.v1."):
+      # The tf.compat.v1 endpoint of graph jobs: TF's own v1 function,
+      # which refuses (loudly) a Keras optimizer should it be one.
       new = _V1 + "enable_mixed_precision_graph_rewrite"
       self._add(original, api, new, "the same TF function, still shipped "
                 "(tf.compat.v1 optimizers only)", "rewrite")
@@ -458,7 +475,9 @@ class Migrator(cst.CSTTransformer):
                 "(the gradients as they are)", table.METHODS[attr][1],
                 "rewrite")
       return updated.args[0].value
-    if attr == "variables" and not original.args and optimizer:
+    if attr == "variables" and not original.args and (
+        optimizer or _facts.looks_like_optimizer(func.value)) and \
+        self.facts.optimizer_family(func.value, self.scope) != "v1":
       self._add(original, "Optimizer.variables()", "variables",
                 "Keras 3's `variables` is a list property (a method in TF "
                 "2.x); a LossScaleOptimizer's list also holds its scale and "
@@ -502,9 +521,12 @@ class Migrator(cst.CSTTransformer):
   def _method_attribute(self, original: cst.Attribute,
                         updated: cst.Attribute) -> cst.BaseExpression:
     attr = original.attr.value
-    if attr not in ("loss_scale", "dynamic_counter", "lr"):
+    if attr not in ("loss_scale", "dynamic_counter", "lr", "_optimizer",
+                    "_loss_scale"):
       return updated
     kind = self.facts.kind_of(original.value, self.scope)
+    if attr.startswith("_"):
+      return self._private_attribute(original, updated, kind)
     if attr == "lr":
       if kind != "optimizer":
         return updated
@@ -534,6 +556,23 @@ class Migrator(cst.CSTTransformer):
     self.needs_tf = True
     return cst.Call(func=_expr("tf.convert_to_tensor"),
                     args=[cst.Arg(value=renamed)])
+
+  def _private_attribute(self, original: cst.Attribute,
+                         updated: cst.Attribute, kind: str
+                         ) -> cst.BaseExpression:
+    """TF 2.x's private `_optimizer` / `_loss_scale` of a loss-scale one."""
+    if kind != "optimizer":
+      return updated
+    api = "LossScaleOptimizer." + original.attr.value
+    if original.attr.value == "_optimizer":
+      self._add(original, api, "inner_optimizer", "the same wrapped "
+                "optimizer, public in Keras 3", "rewrite")
+      return updated.with_changes(attr=cst.Name("inner_optimizer"))
+    self._add(original, api, None, "not rewritten: TF 2.x's private loss "
+              "scale object has no Keras 3 counterpart (its scale is "
+              "`dynamic_scale`, its counter `step_counter`; a custom "
+              "update rule needs a LossScaleOptimizer subclass)", "manual")
+    return updated
 
   # Statements: the package import, builds, the graph rewrite's option.
   def leave_Module(self, original: cst.Module, updated: cst.Module

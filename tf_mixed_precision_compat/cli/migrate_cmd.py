@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Optional, TextIO
 
@@ -42,10 +43,27 @@ def migrate_file(path: str, write: bool) -> list[Any]:
   except libcst.ParserSyntaxError as e:  # Its str() spans several lines.
     raise ValueError(f"{path}:{e.raw_line}:{e.raw_column + 1}: not valid "
                      f"Python: {e.message}") from None
+  shadow = _local_keras(path)
+  if shadow and "import keras" in new and "import keras" not in source:
+    # `import keras` beside a local keras package imports that package.
+    findings.append(rewrite.Finding(
+        1, 1, "import keras", "(none)", f"not rewritten: {shadow} shadows "
+        "Keras 3 for this file (Python imports it for `import keras`): "
+        "rename it, then run migrate again", "manual"))
+    return findings
   if write and new != source:
     with open(path, "w", encoding="utf-8") as f:
       f.write(new)
   return findings
+
+
+def _local_keras(path: str) -> Optional[str]:
+  """A `keras` package or module beside `path`, which would shadow Keras."""
+  here = os.path.dirname(os.path.abspath(path))
+  for name in ("keras", "keras.py"):
+    if os.path.exists(os.path.join(here, name)):
+      return os.path.join(here, name)
+  return None
 
 
 def run(args: Any, out: Optional[TextIO] = None,
