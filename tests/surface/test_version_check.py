@@ -87,10 +87,15 @@ def test_verified_versions_are_the_ci_pins():
   assert f"tf-keras=={_version_check.NEWEST_VERIFIED['tf_keras']}" in ci
 
 
-def test_verified_versions_do_not_warn(monkeypatch):
+def _all_verified(monkeypatch):
+  """The newest verified releases, whatever is installed (a nightly too)."""
   for module, label in (("tensorflow", "TensorFlow"), ("keras", "Keras")):
     _fake(monkeypatch, module, _version_check.NEWEST_VERIFIED[label])
   _fake_tf_keras(monkeypatch, _version_check.NEWEST_VERIFIED["tf_keras"])
+
+
+def test_verified_versions_do_not_warn(monkeypatch):
+  _all_verified(monkeypatch)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     _version_check.check()
@@ -103,8 +108,8 @@ def test_verified_versions_do_not_warn(monkeypatch):
 def test_patch_releases_of_verified_minor_versions_do_not_warn(
     monkeypatch, module, label, version):
   del label
+  _all_verified(monkeypatch)
   _fake(monkeypatch, module, version)
-  _fake_tf_keras(monkeypatch, None)
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     _version_check.check()
@@ -117,8 +122,8 @@ def test_patch_releases_of_verified_minor_versions_do_not_warn(
     ("keras", "Keras", "4.0.0")])
 def test_newer_version_warns_once_naming_installed_and_newest_verified(
     monkeypatch, module, label, version):
+  _all_verified(monkeypatch)
   _fake(monkeypatch, module, version)
-  _fake_tf_keras(monkeypatch, None)
   with pytest.warns(_version_check.UnverifiedVersionWarning) as record:
     _version_check.check()  # Accepted: no ImportError.
   assert len(record) == 1
@@ -147,6 +152,7 @@ def test_newer_tf_keras_warns_and_all_newer_share_one_warning(monkeypatch):
 
 
 def test_old_tensorflow_is_still_refused_not_warned(monkeypatch):
+  _all_verified(monkeypatch)
   _fake(monkeypatch, "tensorflow", "2.17.1")
   with warnings.catch_warnings():
     warnings.simplefilter("error")
