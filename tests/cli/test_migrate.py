@@ -484,6 +484,7 @@ def test_optimizers_from_factories_are_built_or_reported():
 
 @pytest.mark.parametrize("then, rewritten", [
     ("opt.apply_gradients(zip(grads, v))", True),
+    ("opt.apply_gradients(list(zip(grads, v)))", True),
     ("ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) "
      "for g in grads])\nopt.apply_gradients(zip(grads, v))", True),
     ("grads, _ = tf.clip_by_global_norm(grads, 1.0)\n"

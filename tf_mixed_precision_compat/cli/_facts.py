@@ -322,9 +322,13 @@ class Facts(cst.CSTVisitor):
                                            args=[m.Arg(), m.Arg()])):
       var_list = node.args[0].value.args[1].value  # type: ignore
       self.apply_vars.setdefault(code(func.value), code(var_list))
-    if attr == "apply_gradients" and node.args and m.matches(
-        node.args[0].value, m.Call(func=m.Name("zip"))):
-      self._applied.add(node.args[0].value.args[0].value)  # type: ignore
+    if attr == "apply_gradients" and node.args:
+      pairs = node.args[0].value
+      if m.matches(pairs, m.Call(func=m.Name("list") | m.Name("tuple"),
+                                 args=[m.Arg()])):
+        pairs = pairs.args[0].value  # type: ignore[attr-defined]
+      if m.matches(pairs, m.Call(func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
+        self._applied.add(pairs.args[0].value)  # type: ignore[attr-defined]
     if self._is_keras_lso(names) and node.args and isinstance(
         node.args[0].value, cst.Name):
       # What a Keras loss-scale optimizer wraps is a Keras optimizer.
