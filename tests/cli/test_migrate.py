@@ -565,3 +565,12 @@ def test_a_local_keras_package_is_reported_not_shadowed(tmp_path, capsys):
   assert main(["migrate", str(job), "--write"]) == 1
   assert job.read_text() == before
   assert "shadows Keras 3" in capsys.readouterr().out
+
+
+def test_settings_named_loss_scale_are_not_api_uses():
+  code, findings = _migrate(_header(
+      "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=True,"
+      " initial_scale=FLAGS.loss_scale)",
+      "if runtime_config.loss_scale and params.runtime.loss_scale:",
+      "  pass"))
+  assert [f.api for f in findings if "loss_scale" in f.api] == []
