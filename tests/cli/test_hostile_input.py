@@ -214,6 +214,21 @@ def test_convert_damaged_checkpoint_writes_nothing(capsys, src, tmp_path,
   assert not new_exists or not os.listdir(new)
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_convert_damaged_h5_without_model_names_the_file(capsys, src,
+                                                         tmp_path, damage):
+  # An H5 file needs no --model: the damage, not the option, is the error.
+  damaged, given = FORMATS["h5-model"]
+  DAMAGES[damage](src / damaged)
+  new = tmp_path / "out" / "new"
+  new.parent.mkdir()
+  code = main(["convert", str(src / given), str(new)])
+  captured = capsys.readouterr()
+  assert code == 3
+  _check(code, captured.out, captured.err, str(src / given))
+  assert _leftovers(new.parent) == []
+
+
 MIGRATE_CASES = {  # id -> the file's bytes (None: missing, "dir")
     "binary-garbage": random.Random(0).randbytes(2048),
     "invalid-utf8": b"import tensorflow as tf\nname = '\xff\xfe'\n",

@@ -457,6 +457,9 @@ def convert(args: Any, err: TextIO) -> dict:
   if os.path.exists(args.new) and os.listdir(args.new):
     raise _plan.UsageError(f"NEW {args.new!r} exists and is not empty")
   h5 = is_h5_model(args.old)
+  if not h5 and os.path.isfile(args.old):  # A prefix is no file itself.
+    raise ValueError(f"{args.old}: not a TF 2.x whole-model H5 file (nor a "
+                     "checkpoint: give its prefix or directory)")
   restored = (_restore_h5 if h5 else _restore_checkpoint)(args, err)
   name, kwargs, why = restored.choice
   err.write(f"      optimizer {name}({kwargs}): {why}\n")
