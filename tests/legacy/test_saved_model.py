@@ -72,7 +72,11 @@ class H5Test(parameterized.TestCase):
 
   @parameterized.parameters(*H5)
   def test_keras3_alone_fails(self, name):
-    with self.assertRaisesRegex(AttributeError, "quantization_mode"):
+    # Keras 3.7-3.15 trip over the TF 2.x layer policy's missing
+    # `quantization_mode`; Keras 3.16 no longer knows the class `Policy`.
+    with self.assertRaisesRegex((AttributeError, TypeError),
+                                "quantization_mode|Could not locate class "
+                                "'Policy'"):
       keras.models.load_model(testing.fixture_path("legacy", name))
 
   @parameterized.parameters(*H5)
