@@ -19,11 +19,16 @@ class ReferenceDynamicScale:
     counter: Consecutive finite steps since the last change.
     growth_steps: Finite steps before the scale grows.
     multiplier: Growth and shrink factor.
+    reciprocal_shrink: Shrink as TF's graphs did (see below).
   """
   scale: np.float32
   growth_steps: int
   multiplier: float
   counter: int = 0
+  # TF's own graphs shrink by a true division that Grappler turns into a
+  # multiply by the constant's reciprocal (TF 2.3.4 in a tf.function or a
+  # Session: 3.2 / 2.5 gives 1.28000009, eagerly 1.2799999).
+  reciprocal_shrink: bool = False
 
   def step(self, finite: bool) -> bool:
     """Advances one step; returns whether the step's gradients apply."""
@@ -37,7 +42,9 @@ class ReferenceDynamicScale:
           self.scale = grown
         self.counter = 0
       return True
-    self.scale = max(np.float32(self.scale / mult), np.float32(1.))
+    shrunk = (np.float32(self.scale * np.float32(np.float32(1.) / mult))
+              if self.reciprocal_shrink else np.float32(self.scale / mult))
+    self.scale = max(shrunk, np.float32(1.))
     self.counter = 0
     return False
 
