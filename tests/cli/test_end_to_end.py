@@ -18,25 +18,12 @@ import sys
 import numpy as np
 
 from tests import testing
+from tests.cli import job_runs
 from tf_mixed_precision_compat.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 STEPS = 12
-
-# Runs a job with `tf_mixed_precision_compat` unimportable (also when it is
-# installed in site-packages), as tests/cli/test_migrated_jobs.py does.
-_WITHOUT_PACKAGE = """
-import importlib.abc, runpy, sys
-class _NoPackage(importlib.abc.MetaPathFinder):
-  def find_spec(self, name, path=None, target=None):
-    if name.split(".")[0] == "tf_mixed_precision_compat":
-      raise ImportError("the migrated job imported the package")
-sys.meta_path.insert(0, _NoPackage())
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
 
 def _wrapper_counts_iterations():
   """Whether keras.optimizers.LossScaleOptimizer.iterations is the inner's.
@@ -54,16 +41,11 @@ def _start_job(job_dir, script, checkpoint, out, with_package):
 
   Without the package, it runs where the package cannot be imported.
   """
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  command = [sys.executable, script]
-  if with_package:
-    env["PYTHONPATH"] = ROOT
-  else:
-    command = [sys.executable, "-c", _WITHOUT_PACKAGE, script]
+  argv, env = job_runs.command(script, [checkpoint, str(STEPS), out],
+                               with_package)
   process = subprocess.Popen(  # pylint: disable=consider-using-with
-      command + [checkpoint, str(STEPS), out], stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE, text=True, env=env, cwd=job_dir)
+      argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=env, cwd=job_dir)
   return process, out
 
 

@@ -12,41 +12,19 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from tests.cli import job_runs
 from tf_mixed_precision_compat.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                     "migrated_jobs")
 
-# Runs a job with `tf_mixed_precision_compat` unimportable (also when it is
-# installed in site-packages).
-_WITHOUT_PACKAGE = """
-import importlib.abc, runpy, sys
-class _NoPackage(importlib.abc.MetaPathFinder):
-  def find_spec(self, name, path=None, target=None):
-    if name.split(".")[0] == "tf_mixed_precision_compat":
-      raise ImportError("the migrated job imported the package")
-sys.meta_path.insert(0, _NoPackage())
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 def _run(job_dir, name, out, with_package):
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-  if with_package:
-    env["PYTHONPATH"] = ROOT
-    command = [sys.executable, name, out]
-  else:
-    command = [sys.executable, "-c", _WITHOUT_PACKAGE, name, out]
-  result = subprocess.run(command, capture_output=True, text=True, env=env,
+  argv, env = job_runs.command(name, [out], with_package)
+  result = subprocess.run(argv, capture_output=True, text=True, env=env,
                           cwd=job_dir, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   with open(out) as f:

@@ -637,20 +637,28 @@ class Migrator(cst.CSTTransformer):
         root.startswith("self.") and found is not None and found.line < line:
       models = [root]
     if len(models) != 1:
-      self.findings.append(Finding(
-          line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
-          f"build it once the model's variables exist, before the first "
-          f"step: `{name}.build(<the model's trainable variables>)` (Keras "
-          "3 creates the scale variable when the optimizer is built; "
-          "unbuilt, scale_loss in a tf.function bakes in initial_scale). "
-          "Not inserted: which model it trains is not known here",
-          "manual", False))
+      self._build_reported(name, line, "<the model's trainable variables>",
+                           "which model it trains is not known here")
       return None
-    var_list = f"{models[0]}.trainable_variables"
+    return self._build_inserted(name, line,
+                                f"{models[0]}.trainable_variables")
+
+  def _build_inserted(self, name: str, line: int, var_list: str
+                      ) -> cst.BaseStatement:
     self.findings.append(Finding(
         line, 1, f"{name} = LossScaleOptimizer(...)",
         f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
     return cst.parse_statement(f"{name}.build({var_list})\n")
+
+  def _build_reported(self, name: str, line: int, var_list: str,
+                      why: str) -> None:
+    # A note on Keras 3 code: it does not keep the package's import.
+    self.findings.append(Finding(
+        line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
+        f"build it once {var_list} exist, before the first step: "
+        f"`{name}.build({var_list})` (Keras 3 creates the scale variable "
+        "when the optimizer is built; unbuilt, scale_loss in a tf.function "
+        f"bakes in initial_scale). Not inserted: {why}", "manual", False))
 
   def _build_after(self, name: str, scope: str
                    ) -> Optional[cst.BaseStatement]:
@@ -670,19 +678,11 @@ class Migrator(cst.CSTTransformer):
       return None  # Built where the factory's caller keeps the optimizer.
     if attr not in ("trainable_variables", "trainable_weights") or \
         not self.facts.is_model(root, scope, line):
-      self.findings.append(Finding(
-          line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
-          f"build it once {var_list} exist, before the first step: "
-          f"`{name}.build({var_list})` (Keras 3 creates the scale variable "
-          "when the optimizer is built; unbuilt, scale_loss in a "
-          "tf.function bakes in initial_scale). Not inserted: "
-          f"{var_list} is not known to be a model's variables here",
-          "manual", False))
+      self._build_reported(
+          name, line, var_list,
+          f"{var_list} is not known to be a model's variables here")
       return None
-    self.findings.append(Finding(
-        line, 1, f"{name} = LossScaleOptimizer(...)",
-        f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
-    return cst.parse_statement(f"{name}.build({var_list})\n")
+    return self._build_inserted(name, line, var_list)
 
   def _build_for_checkpoint(self, call: Any, line: int
                             ) -> Optional[cst.BaseStatement]:

@@ -1,4 +1,4 @@
-"""The small data every migrated job trains on (shared, so runs agree).
+"""The model and data every migrated job trains (shared, so runs agree).
 
 Batch 4 holds values large enough that float16 gradients overflow, so each
 job skips one step and halves its loss scale.
@@ -7,6 +7,18 @@ job skips one step and halves its loss scale.
 import json
 
 import numpy as np
+import tensorflow as tf
+
+
+def make_model():
+  """A seeded two-layer model; its output float32, as TF's guide advised."""
+  return tf.keras.Sequential([
+      tf.keras.Input((4,)),
+      tf.keras.layers.Dense(8, activation='relu', kernel_initializer=(
+          tf.keras.initializers.GlorotUniform(seed=1))),
+      tf.keras.layers.Dense(1, dtype='float32', kernel_initializer=(
+          tf.keras.initializers.GlorotUniform(seed=2))),
+  ])
 
 
 def batch(i, size=8):

@@ -13,17 +13,11 @@ import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 from tensorflow.keras.mixed_precision import experimental as mixed_precision
 
-from _data import batch, save
+from _data import batch, make_model, save
 
 mixed_precision.set_policy(
     mixed_precision.Policy('mixed_float16', loss_scale='dynamic'))
-model = tf.keras.Sequential([
-    tf.keras.Input((4,)),
-    tf.keras.layers.Dense(8, activation='relu', kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=1))),
-    tf.keras.layers.Dense(1, dtype='float32', kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=2))),
-])
+model = make_model()
 model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss='mse')
 x = np.concatenate([batch(i)[0] for i in range(6)])
 y = np.concatenate([batch(i)[1] for i in range(6)])

@@ -13,15 +13,9 @@ import sys
 import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 
-from _data import batch, save
+from _data import batch, make_model, save
 
-model = tf.keras.Sequential([
-    tf.keras.Input((4,)),
-    tf.keras.layers.Dense(8, activation='relu', kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=1))),
-    tf.keras.layers.Dense(1, kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=2))),
-])
+model = make_model()
 opt = tf.keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
 opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(
     opt, loss_scale='dynamic')

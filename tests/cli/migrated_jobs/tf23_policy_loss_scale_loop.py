@@ -14,7 +14,7 @@ import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 from tensorflow.keras.mixed_precision import experimental as mixed_precision
 
-from _data import batch, save
+from _data import batch, make_model, save
 
 policy = mixed_precision.Policy(
     'mixed_float16',
@@ -23,14 +23,7 @@ policy = mixed_precision.Policy(
 mixed_precision.set_policy(policy)
 print('Loss scale: %s' % policy.loss_scale)
 
-inputs = tf.keras.Input((4,))
-hidden = tf.keras.layers.Dense(
-    8, activation='relu',
-    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=1))(inputs)
-outputs = tf.keras.layers.Dense(
-    1, dtype='float32',
-    kernel_initializer=tf.keras.initializers.GlorotUniform(seed=2))(hidden)
-model = tf.keras.Model(inputs, outputs)
+model = make_model()
 optimizer = tf.keras.optimizers.SGD(learning_rate=0.01, momentum=0.9)
 optimizer = mixed_precision.LossScaleOptimizer(optimizer, policy.loss_scale)
 assert isinstance(optimizer, mixed_precision.LossScaleOptimizer)

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 from tensorflow.keras import mixed_precision
 
-from _data import batch, save
+from _data import batch, make_model, save
 
 
 def configure_optimizer(optimizer, use_float16=False):
@@ -24,13 +24,7 @@ def configure_optimizer(optimizer, use_float16=False):
 
 
 mixed_precision.set_global_policy('mixed_float16')
-model = tf.keras.Sequential([
-    tf.keras.Input((4,)),
-    tf.keras.layers.Dense(8, activation='relu', kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=1))),
-    tf.keras.layers.Dense(1, dtype='float32', kernel_initializer=(
-        tf.keras.initializers.GlorotUniform(seed=2))),
-])
+model = make_model()
 optimizer = configure_optimizer(tf.keras.optimizers.SGD(0.01, momentum=0.5),
                                 use_float16=True)
 assert isinstance(optimizer, tf.keras.mixed_precision.LossScaleOptimizer)
