@@ -265,3 +265,34 @@ def check_second_wrapper_refused(first, second, make_inner, collected,
   with context():
     wrapper = wrap(second, copy)
   assert wrapper.inner_optimizer is copy
+
+
+def check_second_wrapper_refused_in_tf_function(first, second, inner,
+                                                collected, name):
+  """A second wrap traced in a `tf.function` raises TF's error naming `name`.
+
+  Args:
+    first, second: Wrapper kinds (`WRAPPERS`).
+    inner: The inner optimizer.
+    collected: Whether the first wrapper is garbage-collected first.
+    name: The dependency name TF's message gives (`loss_scale` or
+      `base_optimizer`).
+  """
+  import gc  # pylint: disable=g-import-not-at-top
+  kept = wrap(first, inner)
+  if collected:
+    del kept
+    gc.collect()
+
+  @tf.function
+  def wrap_again():
+    wrap(second, inner)
+    return tf.constant(1.)
+
+  try:
+    wrap_again()
+  except ValueError as e:
+    assert (f"Called Trackable._track_trackable() with name='{name}'"
+            in str(e)), str(e)
+  else:
+    raise AssertionError(f"{second} around {first}'s inner: no error")

@@ -7,7 +7,6 @@ or TF 2.4.4 (tools/gen_tf24_weights_lists.py -> weights_tf24.json). The
 tf_keras target's twin is tests/targets/tf_keras/test_tf_keras_v1_tf23.py.
 """
 
-import gc
 import json
 
 import keras
@@ -164,20 +163,8 @@ def test_second_wrapper_refused_under_mirrored_strategy(mirrored_strategy,
 
 @pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
 def test_second_wrapper_refused_in_tf_function(collected):
-  inner = keras.optimizers.SGD()
-  kept = cases.wrap("dynamic", inner)
-  if collected:
-    del kept
-    gc.collect()
-
-  @tf.function
-  def wrap_again():
-    cases.wrap("dynamic", inner)
-    return tf.constant(1.)
-
-  with pytest.raises(ValueError, match=r"Called Trackable\._track_trackable"
-                     r"\(\) with name='loss_scale'"):
-    wrap_again()
+  cases.check_second_wrapper_refused_in_tf_function(
+      "dynamic", "dynamic", keras.optimizers.SGD(), collected, "loss_scale")
 
 
 def test_refused_arguments_leave_the_inner_optimizer_unwrapped():

@@ -155,20 +155,8 @@ def test_second_wrapper_refused_under_mirrored_strategy(mirrored_strategy,
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("collected", [False, True], ids=["alive", "collected"])
 def test_second_wrapper_refused_in_tf_function(collected, family):
-  inner = _sgd(family)()
-  kept = cases.wrap("fixed", inner)
-  if collected:
-    del kept
-    gc.collect()
-
-  @tf.function
-  def wrap_again():
-    cases.wrap("dynamic", inner)
-    return tf.constant(1.)
-
-  with pytest.raises(ValueError, match=r"Called Trackable\._track_trackable"
-                     r"\(\) with name='base_optimizer'"):
-    wrap_again()
+  cases.check_second_wrapper_refused_in_tf_function(
+      "fixed", "dynamic", _sgd(family)(), collected, "base_optimizer")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
