@@ -41,3 +41,15 @@ def command(script, args, with_package):
     env["PYTHONPATH"] = ROOT
     return [sys.executable, script, *args], env
   return [sys.executable, "-c", _WITHOUT_PACKAGE, script, *args], env
+
+
+def wrapper_counts_iterations():
+  """Whether keras.optimizers.LossScaleOptimizer.iterations is the inner's.
+
+  Keras 3.7 returns the wrapper's own counter, which no step advances (a
+  migrated job reading it sees 0); later Keras returns the inner
+  optimizer's.
+  """
+  import keras  # pylint: disable=g-import-not-at-top
+  opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+  return opt.iterations is opt.inner_optimizer.iterations

@@ -25,17 +25,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 STEPS = 12
 
-def _wrapper_counts_iterations():
-  """Whether keras.optimizers.LossScaleOptimizer.iterations is the inner's.
-
-  Keras 3.7 returns the wrapper's own counter, which no step advances;
-  later Keras returns the inner optimizer's.
-  """
-  import keras  # pylint: disable=g-import-not-at-top
-  opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
-  return opt.iterations is opt.inner_optimizer.iterations
-
-
 def _start_job(job_dir, script, checkpoint, out, with_package):
   """Starts `script` for STEPS steps on `checkpoint`; `_job_output` waits.
 
@@ -102,7 +91,7 @@ def test_tf23_job_and_checkpoint_to_keras3(capsys, tmp_path, monkeypatch):
     np.testing.assert_allclose(mine["loss"], theirs["loss"], rtol=1e-3)
     # TF 2.x counted a skipped step in `iterations`; Keras 3 does not.
     skipped = theirs["iterations"] - mine["iterations"]
-  if _wrapper_counts_iterations():
+  if job_runs.wrapper_counts_iterations():
     assert skipped == 1  # the corrupted batch's step, and only it
   else:  # Keras 3.7: the job reads the wrapper's unadvanced counter.
     assert {h["iterations"] for h in keras3["history"]} == {0}
@@ -150,7 +139,7 @@ def test_tf23_trainer_job_and_checkpoint_to_keras3(capsys, tmp_path,
   # from the checkpoint's 8192. TF 2.x counted it in `iterations`.
   assert [h["loss_scale"] for h in mine][1:3] == [8192., 4096.]
   skipped = [t["iterations"] - m["iterations"] for m, t in zip(mine, theirs)]
-  if _wrapper_counts_iterations():
+  if job_runs.wrapper_counts_iterations():
     assert skipped == [0, 0] + [1] * (STEPS - 2)
   else:  # Keras 3.7: the job reads the wrapper's unadvanced counter.
     assert {h["iterations"] for h in mine} == {0}
