@@ -23,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _version_check
 from tf_mixed_precision_compat.optimizers import _gated_apply
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
@@ -34,6 +35,13 @@ _SHAPES = ((3, 4), (256, 256), (5,), (128, 128))
 _NON_FINITE_STEPS = (1, 4, 5)
 # Optimizers whose XLA-compiled update rounds differently once masked.
 _XLA_REORDERS = ("rmsprop_centered",)
+# XLA does not promise two programs the same rounding, and its releases
+# change how they fuse: on releases newer than the newest verified (the
+# canary's nightlies: Nadam, Adam with clipnorm and a schedule, within
+# 2.4e-7) values are held to closeness, the scale, counter and skipped steps
+# to identity. Verified releases are held to bit-identity.
+_XLA_UNVERIFIED = _version_check.parse(tf.__version__) > _version_check.parse(
+    _version_check.NEWEST_VERIFIED["TensorFlow"])
 _STEPS = 8
 
 _OPTIMIZERS = {
@@ -166,7 +174,7 @@ class GatedApplyTest(parameterized.TestCase):
     self.assertTrue(calls, f"{used} was not used")
     reference = _run(_OPTIMIZERS[name], mode, gated=False)
     self.assertLen(gated, _STEPS)
-    if _jit(mode) and name in _XLA_REORDERS:
+    if _jit(mode) and (name in _XLA_REORDERS or _XLA_UNVERIFIED):
       # XLA compiles the masked and the conditional update differently, and
       # the centered denominator (a difference of near-equal numbers)
       # magnifies the rounding; XLA's conditional differs from the
