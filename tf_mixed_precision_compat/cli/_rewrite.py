@@ -12,69 +12,22 @@ code did; every other use is a "manual" finding that says what to change.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import libcst as cst
 from libcst import matchers as m
-from libcst.metadata import PositionProvider
-from libcst.metadata import QualifiedNameProvider
 
 from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli import _facts
 from tf_mixed_precision_compat.cli._facts import code
+from tf_mixed_precision_compat.cli._rewrite_base import Finding
+from tf_mixed_precision_compat.cli._rewrite_base import expr
+from tf_mixed_precision_compat.cli._rewrite_build import BuildRewrites
+from tf_mixed_precision_compat.cli._rewrite_scale import LossScaleRewrites
 
-_DYNAMIC_ARGS = {"initial_loss_scale": "initial_scale",
-                 "increment_period": "dynamic_growth_steps"}
-_V1 = "tf.compat.v1.mixed_precision."
-_NO_LOSS_SCALE = (
-    "Keras 3 policies hold no loss scale; the loss scale is the "
-    "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
 _PRIVATE_MODULES = ("tensorflow.python.keras.mixed_precision",
                     "tensorflow.python.training.experimental.loss_scale",
                     "tensorflow.python.training.experimental.mixed_precision")
-_BUILT = (
-    "Keras 3 creates the scale variable when the optimizer is built; built "
-    "here, scale_loss in a tf.function reads the (restored) variable "
-    "instead of baking in initial_scale, and `dynamic_scale` exists before "
-    "the first step")
-_FIXED = (
-    "a fixed loss scale has no Keras 3 counterpart (Keras 3's "
-    "LossScaleOptimizer is dynamic only, and a fixed TF scale applied "
-    "non-finite steps): multiply the loss by the scale and divide the "
-    "gradients by it yourself, or move to dynamic scaling (behaviour "
-    "changes)")
-
-
-@dataclasses.dataclass
-class Finding:
-  """One API use: where, what, its replacement, and whether it was rewritten.
-
-  `status` is "rewrite" (keeps behaviour; applied with --write), "native"
-  (Keras 3 has the name; left as is) or "manual" (no exact rewrite: the
-  change says what to do).
-  """
-  line: int
-  column: int
-  api: str
-  replacement: str
-  change: str
-  status: str
-  old_api: bool = True  # False: a note on Keras 3 code (no TF 2.x API left)
-
-
-def _expr(text: str) -> cst.BaseExpression:
-  return cst.parse_expression(text)
-
-
-def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
-  return cst.Arg(keyword=cst.Name(key), value=value, equal=cst.AssignEqual(
-      cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
-
-
-def _is_string(node: Any, *values: str) -> bool:
-  return isinstance(node, cst.SimpleString) and \
-      node.evaluated_value in values
 
 
 def _special(name: str) -> bool:
@@ -90,56 +43,8 @@ def _is_old_lso(name: str) -> bool:
       and name.startswith("keras.")
 
 
-class Migrator(cst.CSTTransformer):
+class Migrator(LossScaleRewrites, BuildRewrites):
   """Collects `Finding`s and rewrites the uses that keep behaviour."""
-
-  METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
-
-  def __init__(self, facts: _facts.Facts) -> None:
-    super().__init__()
-    self.facts = facts
-    self.findings: list[Finding] = []
-    self.needs_keras = False
-    self.needs_tf = False
-    self._scopes: list[str] = ["<module>"]
-    self._call_funcs: set[cst.CSTNode] = set()
-    self._before: list[cst.BaseStatement] = []  # for the current statement
-    self._dropped: set[tuple[int, int]] = set()  # findings inside dropped args
-
-  # Bookkeeping.
-  def _names(self, node: cst.CSTNode) -> list[str]:
-    return sorted(table.normalise(q.name) for q in
-                  self.get_metadata(QualifiedNameProvider, node, set()))
-
-  def _pos(self, node: cst.CSTNode) -> tuple[int, int]:
-    pos = self.get_metadata(PositionProvider, node).start
-    return pos.line, pos.column + 1
-
-  def _add(self, node: cst.CSTNode, api: str, replacement: Optional[str],
-           change: str, status: str) -> None:
-    self.findings.append(Finding(*self._pos(node), api,
-                                 replacement if replacement is not None
-                                 else "(none)", change, status))
-
-  def _drop_findings_in(self, node: cst.CSTNode) -> None:
-    """Forgets findings inside an argument the rewrite removes."""
-    start = self.get_metadata(PositionProvider, node)
-    first = (start.start.line, start.start.column + 1)
-    last = (start.end.line, start.end.column + 1)
-    self.findings = [f for f in self.findings
-                     if not first <= (f.line, f.column) <= last]
-
-  def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-    self._scopes.append(f"{node.name.value}@{self._pos(node)[0]}")
-
-  def leave_FunctionDef(self, original: cst.FunctionDef,
-                        updated: cst.FunctionDef) -> cst.FunctionDef:
-    self._scopes.pop()
-    return updated
-
-  @property
-  def scope(self) -> str:
-    return self._scopes[-1]
 
   def visit_Call(self, node: cst.Call) -> None:
     self._call_funcs.add(node.func)
@@ -173,7 +78,7 @@ class Migrator(cst.CSTTransformer):
         self._add(original, name, table.GRAPH_REWRITE_OFF[1],
                   table.GRAPH_REWRITE_OFF[2], "rewrite")
         self.needs_tf = True
-        return _expr(table.GRAPH_REWRITE_OFF[1])
+        return expr(table.GRAPH_REWRITE_OFF[1])
       if _special(name) and name.endswith("LossScaleOptimizer"):
         return self._lso(original, updated, name)
       if _special(name) and name.endswith("Policy"):
@@ -212,195 +117,7 @@ class Migrator(cst.CSTTransformer):
     self._add(original, name, replacement, change, "rewrite")
     if replacement.startswith("keras."):
       self.needs_keras = True
-    return _expr(replacement)
-
-  # Loss-scale optimizers and policies.
-  def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
-                ) -> tuple[Optional[list[cst.Arg]], str]:
-    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call.
-
-    Returns `(arguments, "")`, or `(None, why not)`.
-    """
-    order = (["optimizer", "loss_scale"] if "experimental" in name else
-             ["inner_optimizer", "dynamic", "initial_scale",
-              "dynamic_growth_steps"])
-    named: dict = {}
-    for i, (arg, new) in enumerate(zip(original.args, updated.args)):
-      if arg.star or i >= len(order) and arg.keyword is None:
-        return None, "arguments Keras 3 cannot express"
-      named[arg.keyword.value if arg.keyword else order[i]] = (arg, new)
-    inner = named.pop(order[0], None)
-    if inner is None:
-      return None, "no inner optimizer given"
-    out = [inner[1]]
-    if "loss_scale" in named:
-      value = named.pop("loss_scale")[0].value
-      extra, why = self._loss_scale_args(value)
-      if extra is None:
-        return None, why
-      self._drop_findings_in(value)
-      out += extra
-    dynamic = named.pop("dynamic", None)
-    if dynamic is not None and not m.matches(dynamic[0].value,
-                                             m.Name("True")):
-      return None, _FIXED
-    for key, (_, new) in named.items():
-      out.append(_kwarg(key, new.value))
-    return out, ""
-
-  def _resolve_loss_scale(self, value: cst.BaseExpression
-                          ) -> _facts.LossScale:
-    """`value` as the loss scale it stands for: an alias or a policy's."""
-    if isinstance(value, cst.Name):
-      found = self.facts.lookup(self.scope, value.value)
-      if found is not None and found.kind == "loss_scale":
-        value = found.value  # type: ignore[assignment]
-    if isinstance(value, cst.Attribute) and value.attr.value == "loss_scale":
-      policy = value.value
-      if self.facts.kind_of(policy, self.scope) != "policy":
-        return None
-      held = self.facts.policy_loss_scale(policy, self.scope)
-      if held == "default":
-        return (cst.SimpleString("'dynamic'") if
-                self.facts.policy_is_float16(policy, self.scope) else None)
-      return held
-    return value
-
-  def _loss_scale_args(self, value: cst.BaseExpression
-                       ) -> tuple[Optional[list[cst.Arg]], str]:
-    resolved = self._resolve_loss_scale(value)
-    if resolved is None or isinstance(resolved, str):
-      return None, ("the loss scale is not known from this file (a variable "
-                    "or a policy's): if it is 'dynamic', drop the argument; "
-                    "if a DynamicLossScale, pass its initial_loss_scale and "
-                    "increment_period as initial_scale and "
-                    "dynamic_growth_steps; " + _FIXED)
-    if _is_string(resolved, "dynamic"):
-      return [], ""
-    if not (isinstance(resolved, cst.Call) and any(
-        n.endswith("DynamicLossScale") for n in self._names(resolved.func))):
-      return None, _FIXED
-    arguments = _facts.dynamic_arguments(resolved)
-    if arguments is None:
-      return None, "DynamicLossScale arguments Keras 3 cannot express"
-    out = []
-    for key, arg in arguments.items():
-      if key == "multiplier":
-        if not m.matches(arg.value, m.Integer("2") | m.Float("2.0")):
-          return None, "Keras 3's dynamic scale grows and shrinks by 2 only"
-        continue
-      out.append(_kwarg(_DYNAMIC_ARGS[key], arg.value))
-    return out, ""
-
-  def _lso(self, original: cst.Call, updated: cst.Call, name: str
-           ) -> cst.BaseExpression:
-    replacement, change = table.FUNCTIONS[name]
-    args, why = self._lso_args(original, updated, name)
-    if args is None:
-      self._add(original, name, replacement, f"not rewritten: {why}",
-                "manual")
-      return updated
-    self._add(original, name, replacement, change, "rewrite")
-    self.needs_keras = True
-    # The kept arguments keep their own spacing; the last loses its comma
-    # only when arguments after it were dropped.
-    if len(args) < len(updated.args):
-      args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=_expr(str(replacement)), args=args)
-
-  def _policy(self, original: cst.Call, updated: cst.Call, name: str
-              ) -> cst.BaseExpression:
-    """TF 2.3's `Policy(name, loss_scale=...)`: the loss scale moves."""
-    replacement, change = table.FUNCTIONS[name]
-    held = _facts.policy_call_loss_scale(original)
-    float16 = _facts.policy_name(original) == "mixed_float16"
-    dropped = [i for i, arg in enumerate(original.args) if (
-        arg.keyword.value == "loss_scale" if arg.keyword else i == 1)]
-    keep = [new for i, new in enumerate(updated.args) if i not in dropped]
-    if dropped:
-      why = self._policy_loss_scale_problem(held, float16)
-      if why is not None:
-        self._add(original, name, replacement, why, "manual")
-        return updated
-      for i in dropped:
-        self._drop_findings_in(original.args[i])
-      change = ("same dtypes; its loss scale dropped (a policy holds none "
-                "now; Keras 3's compile gives a mixed_float16 model's "
-                "optimizer the same dynamic one)")
-    self._add(original, name, replacement, change, "rewrite")
-    self.needs_keras = True
-    if keep:
-      keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=_expr(str(replacement)), args=keep)
-
-  def _policy_loss_scale_problem(self, held: _facts.LossScale,
-                                 float16: bool) -> Optional[str]:
-    """Why dropping a policy's loss scale would change the job, or None."""
-    if not (held == "default" or isinstance(held, (
-        cst.SimpleString, cst.Integer, cst.Float, cst.Call)) or isinstance(
-            held, cst.Name) and held.value == "None"):
-      # A helper's parameter or a flag: a compile() in another file may
-      # read it, and a number there was a fixed scale Keras 3 cannot give.
-      return (_NO_LOSS_SCALE + ". This one is only known at run time: if "
-              "it is 'dynamic' (or None for a policy other than "
-              "mixed_float16), drop the argument; if it is None for "
-              "mixed_float16, also pass auto_scale_loss=False to compile(); "
-              "a number was a fixed scale: " + _FIXED)
-    if not self.facts.has_compile:
-      return None  # Only compile() read a policy's loss scale.
-    if held == "default" or _is_string(held, "dynamic") and float16:
-      return None  # Keras 3's compile wraps mixed_float16 the same way.
-    if _is_string(held, "dynamic"):
-      return (_NO_LOSS_SCALE + ". compile() wrapped the optimizer of this "
-              "(not mixed_float16) policy: drop the argument and compile "
-              "with keras.optimizers.LossScaleOptimizer(optimizer)")
-    if isinstance(held, cst.Name) and held.value == "None":
-      if not float16:
-        return None  # Neither TF 2.3 nor Keras 3 wraps it in compile().
-      return (_NO_LOSS_SCALE + ". This policy asked for none, but Keras 3's "
-              "compile() wraps a mixed_float16 model's optimizer: drop the "
-              "argument and pass auto_scale_loss=False to compile()")
-    if isinstance(held, cst.Call) and not held.args and float16:
-      return None  # DynamicLossScale(): Keras 3's defaults are TF's.
-    if isinstance(held, cst.Call):
-      return (_NO_LOSS_SCALE + f". compile() used {code(held)}: drop the "
-              "argument and compile with keras.optimizers."
-              "LossScaleOptimizer(optimizer, initial_scale=..., "
-              "dynamic_growth_steps=...) carrying its initial_loss_scale "
-              "and increment_period")
-    return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
-
-  def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
-                   ) -> cst.BaseExpression:
-    """`policy.loss_scale`: TF's own LossScale object, as the policy held."""
-    api = "Policy.loss_scale"
-    held = self.facts.policy_loss_scale(original.value, self.scope)
-    if held == "default":
-      held = (cst.SimpleString("'dynamic'") if self.facts.policy_is_float16(
-          original.value, self.scope) else cst.Name("None"))
-    if held is None or isinstance(held, str):
-      self._add(original, api, None, _NO_LOSS_SCALE + ": read the "
-                "optimizer's `dynamic_scale`, or delete this read", "manual")
-      return updated
-    if isinstance(held, cst.Name) and held.value == "None":
-      new = "None"
-    elif _is_string(held, "dynamic"):
-      new = _V1 + "DynamicLossScale()"
-    elif isinstance(held, (cst.Integer, cst.Float)):
-      new = f"{_V1}FixedLossScale({code(held)})"
-    elif isinstance(held, cst.Call) and _facts.dynamic_arguments(held):
-      new = (_V1 + "DynamicLossScale(" + ", ".join(
-          code(a.value) if a.keyword is None else
-          f"{a.keyword.value}={code(a.value)}" for a in held.args) + ")")
-    else:
-      self._add(original, api, None, _NO_LOSS_SCALE, "manual")
-      return updated
-    self._drop_findings_in(original.value)
-    self._add(original, api, new, "the loss scale object this policy held: "
-              "TF's own class, still shipped under tf.compat.v1 "
-              "(a fresh one, as each TF 2.3 policy made its own)", "rewrite")
-    self.needs_tf = True
-    return _expr(new)
+    return expr(replacement)
 
   def _layer_policy(self, original: cst.Call, updated: cst.Call, name: str
                     ) -> cst.BaseExpression:
@@ -411,40 +128,6 @@ class Migrator(cst.CSTTransformer):
               "rewrite")
     return cst.Attribute(value=updated.args[0].value,
                          attr=cst.Name("dtype_policy"))
-
-  # The graph rewrite.
-  def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
-                     ) -> cst.BaseExpression:
-    api = name
-    family = (self.facts.optimizer_family(original.args[0].value, self.scope)
-              if original.args and original.args[0].keyword is None
-              else None)
-    if family == "v1" or family is None and name.startswith("tf.compat.v1."):
-      # The tf.compat.v1 endpoint of graph jobs: TF's own v1 function,
-      # which refuses (loudly) a Keras optimizer should it be one.
-      new = _V1 + "enable_mixed_precision_graph_rewrite"
-      self._add(original, api, new, "the same TF function, still shipped "
-                "(tf.compat.v1 optimizers only)", "rewrite")
-      return updated.with_changes(func=_expr(new))
-    lso = table.FUNCTIONS[
-        "keras.mixed_precision.experimental.LossScaleOptimizer"][0]
-    args, why = ((None, "the optimizer's kind (Keras or tf.compat.v1) is "
-                  "not known from this file") if family is None else
-                 self._lso_args(original, updated, "experimental"))
-    if args is None:
-      self._add(original, api, None, f"not rewritten: {why}. For a Keras "
-                f"optimizer: {table.GRAPPLER_ON}, then wrap it in {lso}; "
-                f"for a tf.compat.v1 one: {_V1}"
-                "enable_mixed_precision_graph_rewrite", "manual")
-      return updated
-    self._add(original, api, f"{table.GRAPPLER_ON}; {lso}(...)",
-              table.GRAPH_REWRITE_CHANGES + table.METHODS[
-                  "loss_scale"][1], "rewrite")
-    self.needs_keras = self.needs_tf = True
-    self._before.append(cst.parse_statement(table.GRAPPLER_ON + "\n"))
-    if len(args) < len(updated.args):
-      args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=_expr(str(lso)), args=args)
 
   # Methods and attributes of optimizers.
   def _method_call(self, original: cst.Call, updated: cst.Call
@@ -554,7 +237,7 @@ class Migrator(cst.CSTTransformer):
               "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
               "rewrite")
     self.needs_tf = True
-    return cst.Call(func=_expr("tf.convert_to_tensor"),
+    return cst.Call(func=expr("tf.convert_to_tensor"),
                     args=[cst.Arg(value=renamed)])
 
   def _private_attribute(self, original: cst.Attribute,
@@ -614,99 +297,6 @@ class Migrator(cst.CSTTransformer):
       before[0] = before[0].with_changes(leading_lines=updated.leading_lines)
       updated = updated.with_changes(leading_lines=())
     return cst.FlattenSentinel([*before, updated, *after])
-
-  def _pos_of_site(self, name: str, scope: str) -> int:
-    return next(at for n, at, where in self.facts.lso_sites
-                if (n, where) == (name, scope))
-
-  def _build_attribute(self, name: str, scope: str
-                       ) -> Optional[cst.BaseStatement]:
-    """`self.optimizer.build(self.model.trainable_variables)`, if one model.
-
-    Only where the same method bound exactly one model attribute before the
-    optimizer: a trainer of several models, or of a model from elsewhere,
-    is reported instead.
-    """
-    line = self._pos_of_site(name, scope)
-    models = self.facts.self_models(scope, line)
-    # The variables its apply_gradients names, if the same method bound
-    # their owner before the optimizer (self.generator, self._model, ...).
-    root, _, attr = self.facts.apply_vars.get(name, "").rpartition(".")
-    found = self.facts.assigned.get((scope, root))
-    if attr in ("trainable_variables", "trainable_weights") and \
-        root.startswith("self.") and found is not None and found.line < line:
-      models = [root]
-    if len(models) != 1:
-      self._build_reported(name, line, "<the model's trainable variables>",
-                           "which model it trains is not known here")
-      return None
-    return self._build_inserted(name, line,
-                                f"{models[0]}.trainable_variables")
-
-  def _build_inserted(self, name: str, line: int, var_list: str
-                      ) -> cst.BaseStatement:
-    self.findings.append(Finding(
-        line, 1, f"{name} = LossScaleOptimizer(...)",
-        f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
-    return cst.parse_statement(f"{name}.build({var_list})\n")
-
-  def _build_reported(self, name: str, line: int, var_list: str,
-                      why: str) -> None:
-    # A note on Keras 3 code: it does not keep the package's import.
-    self.findings.append(Finding(
-        line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
-        f"build it once {var_list} exist, before the first step: "
-        f"`{name}.build({var_list})` (Keras 3 creates the scale variable "
-        "when the optimizer is built; unbuilt, scale_loss in a tf.function "
-        f"bakes in initial_scale). Not inserted: {why}", "manual", False))
-
-  def _build_after(self, name: str, scope: str
-                   ) -> Optional[cst.BaseStatement]:
-    """`opt.build(model.trainable_variables)` right after the optimizer."""
-    if name in self.facts.built_after:
-      return None
-    if "." in name:
-      return self._build_attribute(name, scope)
-    var_list = self.facts.apply_vars.get(name)
-    found = self.facts.lookup(scope, name)
-    if var_list is None or found is None:
-      return None
-    root, _, attr = var_list.partition(".")
-    line = found.line
-    if self.facts.is_factory(scope) and (scope, root) not in \
-        self.facts.assigned:
-      return None  # Built where the factory's caller keeps the optimizer.
-    if attr not in ("trainable_variables", "trainable_weights") or \
-        not self.facts.is_model(root, scope, line):
-      self._build_reported(
-          name, line, var_list,
-          f"{var_list} is not known to be a model's variables here")
-      return None
-    return self._build_inserted(name, line, var_list)
-
-  def _build_for_checkpoint(self, call: Any, line: int
-                            ) -> Optional[cst.BaseStatement]:
-    """A compiled model's optimizer, built before a checkpoint names it."""
-    if not any(n in ("tf.train.Checkpoint", "tf.compat.v2.train.Checkpoint")
-               for n in self._names(call.func)):
-      return None
-    for arg in call.args:
-      if arg.keyword is not None and arg.keyword.value == "optimizer" and \
-          m.matches(arg.value, m.Attribute(value=m.Name(),
-                                           attr=m.Name("optimizer"))):
-        model = arg.value.value.value
-        if model in self.facts.built_guards or model == "self":
-          return None
-        self.findings.append(Finding(
-            line, 1, f"tf.train.Checkpoint(optimizer={model}.optimizer)",
-            f"{model}.optimizer built before it (if not yet)",
-            "Keras 3 creates a compiled model's optimizer variables at its "
-            "first step; built first, the checkpoint restores (or saves) "
-            "them as TF 2.x's did", "rewrite"))
-        return cst.parse_statement(
-            f"if not {model}.optimizer.built: {model}.optimizer.build("
-            f"{model}.trainable_variables)\n")
-    return None
 
 
 def _imports_package(statement: cst.CSTNode) -> bool:

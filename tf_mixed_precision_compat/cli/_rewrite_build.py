@@ -1,0 +1,121 @@
+"""`migrate`'s inserted builds: Keras 3 optimizers built where TF 2.x's were.
+
+TF 2.x created a loss-scale optimizer's variables with it; Keras 3 creates
+them when the optimizer is built, and an unbuilt one's `scale_loss` in a
+`tf.function` bakes in `initial_scale`. The build goes right after the
+optimizer when the file says which model's variables it trains, and is
+reported otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import libcst as cst
+from libcst import matchers as m
+
+from tf_mixed_precision_compat.cli._rewrite_base import Finding
+from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
+
+_BUILT = (
+    "Keras 3 creates the scale variable when the optimizer is built; built "
+    "here, scale_loss in a tf.function reads the (restored) variable "
+    "instead of baking in initial_scale, and `dynamic_scale` exists before "
+    "the first step")
+
+
+class BuildRewrites(RewriterBase):
+  """Builds after loss-scale optimizers and before checkpoints of them."""
+
+  def _pos_of_site(self, name: str, scope: str) -> int:
+    return next(at for n, at, where in self.facts.lso_sites
+                if (n, where) == (name, scope))
+
+  def _build_attribute(self, name: str, scope: str
+                       ) -> Optional[cst.BaseStatement]:
+    """`self.optimizer.build(self.model.trainable_variables)`, if one model.
+
+    Only where the same method bound exactly one model attribute before the
+    optimizer: a trainer of several models, or of a model from elsewhere,
+    is reported instead.
+    """
+    line = self._pos_of_site(name, scope)
+    models = self.facts.self_models(scope, line)
+    # The variables its apply_gradients names, if the same method bound
+    # their owner before the optimizer (self.generator, self._model, ...).
+    root, _, attr = self.facts.apply_vars.get(name, "").rpartition(".")
+    found = self.facts.assigned.get((scope, root))
+    if attr in ("trainable_variables", "trainable_weights") and \
+        root.startswith("self.") and found is not None and found.line < line:
+      models = [root]
+    if len(models) != 1:
+      self._build_reported(name, line, "<the model's trainable variables>",
+                           "which model it trains is not known here")
+      return None
+    return self._build_inserted(name, line,
+                                f"{models[0]}.trainable_variables")
+
+  def _build_inserted(self, name: str, line: int, var_list: str
+                      ) -> cst.BaseStatement:
+    self.findings.append(Finding(
+        line, 1, f"{name} = LossScaleOptimizer(...)",
+        f"{name}.build({var_list}) inserted after it", _BUILT, "rewrite"))
+    return cst.parse_statement(f"{name}.build({var_list})\n")
+
+  def _build_reported(self, name: str, line: int, var_list: str,
+                      why: str) -> None:
+    # A note on Keras 3 code: it does not keep the package's import.
+    self.findings.append(Finding(
+        line, 1, f"{name} = LossScaleOptimizer(...)", "(none)",
+        f"build it once {var_list} exist, before the first step: "
+        f"`{name}.build({var_list})` (Keras 3 creates the scale variable "
+        "when the optimizer is built; unbuilt, scale_loss in a tf.function "
+        f"bakes in initial_scale). Not inserted: {why}", "manual", False))
+
+  def _build_after(self, name: str, scope: str
+                   ) -> Optional[cst.BaseStatement]:
+    """`opt.build(model.trainable_variables)` right after the optimizer."""
+    if name in self.facts.built_after:
+      return None
+    if "." in name:
+      return self._build_attribute(name, scope)
+    var_list = self.facts.apply_vars.get(name)
+    found = self.facts.lookup(scope, name)
+    if var_list is None or found is None:
+      return None
+    root, _, attr = var_list.partition(".")
+    line = found.line
+    if self.facts.is_factory(scope) and (scope, root) not in \
+        self.facts.assigned:
+      return None  # Built where the factory's caller keeps the optimizer.
+    if attr not in ("trainable_variables", "trainable_weights") or \
+        not self.facts.is_model(root, scope, line):
+      self._build_reported(
+          name, line, var_list,
+          f"{var_list} is not known to be a model's variables here")
+      return None
+    return self._build_inserted(name, line, var_list)
+
+  def _build_for_checkpoint(self, call: Any, line: int
+                            ) -> Optional[cst.BaseStatement]:
+    """A compiled model's optimizer, built before a checkpoint names it."""
+    if not any(n in ("tf.train.Checkpoint", "tf.compat.v2.train.Checkpoint")
+               for n in self._names(call.func)):
+      return None
+    for arg in call.args:
+      if arg.keyword is not None and arg.keyword.value == "optimizer" and \
+          m.matches(arg.value, m.Attribute(value=m.Name(),
+                                           attr=m.Name("optimizer"))):
+        model = arg.value.value.value
+        if model in self.facts.built_guards or model == "self":
+          return None
+        self.findings.append(Finding(
+            line, 1, f"tf.train.Checkpoint(optimizer={model}.optimizer)",
+            f"{model}.optimizer built before it (if not yet)",
+            "Keras 3 creates a compiled model's optimizer variables at its "
+            "first step; built first, the checkpoint restores (or saves) "
+            "them as TF 2.x's did", "rewrite"))
+        return cst.parse_statement(
+            f"if not {model}.optimizer.built: {model}.optimizer.build("
+            f"{model}.trainable_variables)\n")
+    return None

@@ -1,0 +1,267 @@
+"""`migrate`'s rewrites of loss-scale optimizers, policies, graph rewrites.
+
+The TF 2.3/2.4 calls whose arguments change on the way to Keras 3: a
+LossScaleOptimizer's loss scale (a string, a `DynamicLossScale`, a
+policy's), a policy's own loss scale and its reads, and the graph rewrite
+of a Keras or a `tf.compat.v1` optimizer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import libcst as cst
+from libcst import matchers as m
+
+from tf_mixed_precision_compat.cli import _api_table as table
+from tf_mixed_precision_compat.cli import _facts
+from tf_mixed_precision_compat.cli._facts import code
+from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
+from tf_mixed_precision_compat.cli._rewrite_base import expr
+
+_DYNAMIC_ARGS = {"initial_loss_scale": "initial_scale",
+                 "increment_period": "dynamic_growth_steps"}
+_V1 = "tf.compat.v1.mixed_precision."
+_NO_LOSS_SCALE = (
+    "Keras 3 policies hold no loss scale; the loss scale is the "
+    "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
+_FIXED = (
+    "a fixed loss scale has no Keras 3 counterpart (Keras 3's "
+    "LossScaleOptimizer is dynamic only, and a fixed TF scale applied "
+    "non-finite steps): multiply the loss by the scale and divide the "
+    "gradients by it yourself, or move to dynamic scaling (behaviour "
+    "changes)")
+
+
+def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
+  return cst.Arg(keyword=cst.Name(key), value=value, equal=cst.AssignEqual(
+      cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+
+
+def _is_string(node: Any, *values: str) -> bool:
+  return isinstance(node, cst.SimpleString) and \
+      node.evaluated_value in values
+
+
+class LossScaleRewrites(RewriterBase):
+  """LossScaleOptimizer and Policy calls, policies' loss scales, the rewrite."""
+
+  def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
+                ) -> tuple[Optional[list[cst.Arg]], str]:
+    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call.
+
+    Returns `(arguments, "")`, or `(None, why not)`.
+    """
+    order = (["optimizer", "loss_scale"] if "experimental" in name else
+             ["inner_optimizer", "dynamic", "initial_scale",
+              "dynamic_growth_steps"])
+    named: dict = {}
+    for i, (arg, new) in enumerate(zip(original.args, updated.args)):
+      if arg.star or i >= len(order) and arg.keyword is None:
+        return None, "arguments Keras 3 cannot express"
+      named[arg.keyword.value if arg.keyword else order[i]] = (arg, new)
+    inner = named.pop(order[0], None)
+    if inner is None:
+      return None, "no inner optimizer given"
+    out = [inner[1]]
+    if "loss_scale" in named:
+      value = named.pop("loss_scale")[0].value
+      extra, why = self._loss_scale_args(value)
+      if extra is None:
+        return None, why
+      self._drop_findings_in(value)
+      out += extra
+    dynamic = named.pop("dynamic", None)
+    if dynamic is not None and not m.matches(dynamic[0].value,
+                                             m.Name("True")):
+      return None, _FIXED
+    for key, (_, new) in named.items():
+      out.append(_kwarg(key, new.value))
+    return out, ""
+
+  def _resolve_loss_scale(self, value: cst.BaseExpression
+                          ) -> _facts.LossScale:
+    """`value` as the loss scale it stands for: an alias or a policy's."""
+    if isinstance(value, cst.Name):
+      found = self.facts.lookup(self.scope, value.value)
+      if found is not None and found.kind == "loss_scale":
+        value = found.value  # type: ignore[assignment]
+    if isinstance(value, cst.Attribute) and value.attr.value == "loss_scale":
+      policy = value.value
+      if self.facts.kind_of(policy, self.scope) != "policy":
+        return None
+      held = self.facts.policy_loss_scale(policy, self.scope)
+      if held == "default":
+        return (cst.SimpleString("'dynamic'") if
+                self.facts.policy_is_float16(policy, self.scope) else None)
+      return held
+    return value
+
+  def _loss_scale_args(self, value: cst.BaseExpression
+                       ) -> tuple[Optional[list[cst.Arg]], str]:
+    resolved = self._resolve_loss_scale(value)
+    if resolved is None or isinstance(resolved, str):
+      return None, ("the loss scale is not known from this file (a variable "
+                    "or a policy's): if it is 'dynamic', drop the argument; "
+                    "if a DynamicLossScale, pass its initial_loss_scale and "
+                    "increment_period as initial_scale and "
+                    "dynamic_growth_steps; " + _FIXED)
+    if _is_string(resolved, "dynamic"):
+      return [], ""
+    if not (isinstance(resolved, cst.Call) and any(
+        n.endswith("DynamicLossScale") for n in self._names(resolved.func))):
+      return None, _FIXED
+    arguments = _facts.dynamic_arguments(resolved)
+    if arguments is None:
+      return None, "DynamicLossScale arguments Keras 3 cannot express"
+    out = []
+    for key, arg in arguments.items():
+      if key == "multiplier":
+        if not m.matches(arg.value, m.Integer("2") | m.Float("2.0")):
+          return None, "Keras 3's dynamic scale grows and shrinks by 2 only"
+        continue
+      out.append(_kwarg(_DYNAMIC_ARGS[key], arg.value))
+    return out, ""
+
+  def _lso(self, original: cst.Call, updated: cst.Call, name: str
+           ) -> cst.BaseExpression:
+    replacement, change = table.FUNCTIONS[name]
+    args, why = self._lso_args(original, updated, name)
+    if args is None:
+      self._add(original, name, replacement, f"not rewritten: {why}",
+                "manual")
+      return updated
+    self._add(original, name, replacement, change, "rewrite")
+    self.needs_keras = True
+    # The kept arguments keep their own spacing; the last loses its comma
+    # only when arguments after it were dropped.
+    if len(args) < len(updated.args):
+      args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(func=expr(str(replacement)), args=args)
+
+  def _policy(self, original: cst.Call, updated: cst.Call, name: str
+              ) -> cst.BaseExpression:
+    """TF 2.3's `Policy(name, loss_scale=...)`: the loss scale moves."""
+    replacement, change = table.FUNCTIONS[name]
+    held = _facts.policy_call_loss_scale(original)
+    float16 = _facts.policy_name(original) == "mixed_float16"
+    dropped = [i for i, arg in enumerate(original.args) if (
+        arg.keyword.value == "loss_scale" if arg.keyword else i == 1)]
+    keep = [new for i, new in enumerate(updated.args) if i not in dropped]
+    if dropped:
+      why = self._policy_loss_scale_problem(held, float16)
+      if why is not None:
+        self._add(original, name, replacement, why, "manual")
+        return updated
+      for i in dropped:
+        self._drop_findings_in(original.args[i])
+      change = ("same dtypes; its loss scale dropped (a policy holds none "
+                "now; Keras 3's compile gives a mixed_float16 model's "
+                "optimizer the same dynamic one)")
+    self._add(original, name, replacement, change, "rewrite")
+    self.needs_keras = True
+    if keep:
+      keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(func=expr(str(replacement)), args=keep)
+
+  def _policy_loss_scale_problem(self, held: _facts.LossScale,
+                                 float16: bool) -> Optional[str]:
+    """Why dropping a policy's loss scale would change the job, or None."""
+    if not (held == "default" or isinstance(held, (
+        cst.SimpleString, cst.Integer, cst.Float, cst.Call)) or isinstance(
+            held, cst.Name) and held.value == "None"):
+      # A helper's parameter or a flag: a compile() in another file may
+      # read it, and a number there was a fixed scale Keras 3 cannot give.
+      return (_NO_LOSS_SCALE + ". This one is only known at run time: if "
+              "it is 'dynamic' (or None for a policy other than "
+              "mixed_float16), drop the argument; if it is None for "
+              "mixed_float16, also pass auto_scale_loss=False to compile(); "
+              "a number was a fixed scale: " + _FIXED)
+    if not self.facts.has_compile:
+      return None  # Only compile() read a policy's loss scale.
+    if held == "default" or _is_string(held, "dynamic") and float16:
+      return None  # Keras 3's compile wraps mixed_float16 the same way.
+    if _is_string(held, "dynamic"):
+      return (_NO_LOSS_SCALE + ". compile() wrapped the optimizer of this "
+              "(not mixed_float16) policy: drop the argument and compile "
+              "with keras.optimizers.LossScaleOptimizer(optimizer)")
+    if isinstance(held, cst.Name) and held.value == "None":
+      if not float16:
+        return None  # Neither TF 2.3 nor Keras 3 wraps it in compile().
+      return (_NO_LOSS_SCALE + ". This policy asked for none, but Keras 3's "
+              "compile() wraps a mixed_float16 model's optimizer: drop the "
+              "argument and pass auto_scale_loss=False to compile()")
+    if isinstance(held, cst.Call) and not held.args and float16:
+      return None  # DynamicLossScale(): Keras 3's defaults are TF's.
+    if isinstance(held, cst.Call):
+      return (_NO_LOSS_SCALE + f". compile() used {code(held)}: drop the "
+              "argument and compile with keras.optimizers."
+              "LossScaleOptimizer(optimizer, initial_scale=..., "
+              "dynamic_growth_steps=...) carrying its initial_loss_scale "
+              "and increment_period")
+    return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
+
+  def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
+                   ) -> cst.BaseExpression:
+    """`policy.loss_scale`: TF's own LossScale object, as the policy held."""
+    api = "Policy.loss_scale"
+    held = self.facts.policy_loss_scale(original.value, self.scope)
+    if held == "default":
+      held = (cst.SimpleString("'dynamic'") if self.facts.policy_is_float16(
+          original.value, self.scope) else cst.Name("None"))
+    if held is None or isinstance(held, str):
+      self._add(original, api, None, _NO_LOSS_SCALE + ": read the "
+                "optimizer's `dynamic_scale`, or delete this read", "manual")
+      return updated
+    if isinstance(held, cst.Name) and held.value == "None":
+      new = "None"
+    elif _is_string(held, "dynamic"):
+      new = _V1 + "DynamicLossScale()"
+    elif isinstance(held, (cst.Integer, cst.Float)):
+      new = f"{_V1}FixedLossScale({code(held)})"
+    elif isinstance(held, cst.Call) and _facts.dynamic_arguments(held):
+      new = (_V1 + "DynamicLossScale(" + ", ".join(
+          code(a.value) if a.keyword is None else
+          f"{a.keyword.value}={code(a.value)}" for a in held.args) + ")")
+    else:
+      self._add(original, api, None, _NO_LOSS_SCALE, "manual")
+      return updated
+    self._drop_findings_in(original.value)
+    self._add(original, api, new, "the loss scale object this policy held: "
+              "TF's own class, still shipped under tf.compat.v1 "
+              "(a fresh one, as each TF 2.3 policy made its own)", "rewrite")
+    self.needs_tf = True
+    return expr(new)
+
+  def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
+                     ) -> cst.BaseExpression:
+    api = name
+    family = (self.facts.optimizer_family(original.args[0].value, self.scope)
+              if original.args and original.args[0].keyword is None
+              else None)
+    if family == "v1" or family is None and name.startswith("tf.compat.v1."):
+      # The tf.compat.v1 endpoint of graph jobs: TF's own v1 function,
+      # which refuses (loudly) a Keras optimizer should it be one.
+      new = _V1 + "enable_mixed_precision_graph_rewrite"
+      self._add(original, api, new, "the same TF function, still shipped "
+                "(tf.compat.v1 optimizers only)", "rewrite")
+      return updated.with_changes(func=expr(new))
+    lso = table.FUNCTIONS[
+        "keras.mixed_precision.experimental.LossScaleOptimizer"][0]
+    args, why = ((None, "the optimizer's kind (Keras or tf.compat.v1) is "
+                  "not known from this file") if family is None else
+                 self._lso_args(original, updated, "experimental"))
+    if args is None:
+      self._add(original, api, None, f"not rewritten: {why}. For a Keras "
+                f"optimizer: {table.GRAPPLER_ON}, then wrap it in {lso}; "
+                f"for a tf.compat.v1 one: {_V1}"
+                "enable_mixed_precision_graph_rewrite", "manual")
+      return updated
+    self._add(original, api, f"{table.GRAPPLER_ON}; {lso}(...)",
+              table.GRAPH_REWRITE_CHANGES + table.METHODS[
+                  "loss_scale"][1], "rewrite")
+    self.needs_keras = self.needs_tf = True
+    self._before.append(cst.parse_statement(table.GRAPPLER_ON + "\n"))
+    if len(args) < len(updated.args):
+      args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return updated.with_changes(func=expr(str(lso)), args=args)
