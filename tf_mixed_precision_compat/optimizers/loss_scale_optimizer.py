@@ -149,6 +149,11 @@ def record_wrapped(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
     pass
 
 
+def _claim(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
+  check_unwrapped(inner_optimizer, tracks_loss_scale)
+  record_wrapped(inner_optimizer, tracks_loss_scale)
+
+
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
   """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in.
 
@@ -204,10 +209,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
   (0.5, 32768.0, 1)
   """
 
-  # Whether every instance checkpoints a loss scale object (TF 2.3's
-  # experimental class), not only dynamic ones: it decides which name TF's
-  # refusal of a second wrapper names (`check_unwrapped`).
-  _TRACKS_ANY_LOSS_SCALE = False
+  _TRACKS_ANY_LOSS_SCALE = False  # TF 2.3's class: see `declared_names`.
 
   def __init__(self, inner_optimizer: Any, dynamic: bool = True,
                initial_scale: Optional[float] = None,
@@ -226,13 +228,10 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     Raises:
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
-      ValueError: If `inner_optimizer` is already a loss scale optimizer
-        (also an `AttributeError` as in TF 2.4), was wrapped before by a
-        `LossScaleOptimizer` of either class, alive or not (TF 2.4's
-        message, then how to wrap a fresh copy deliberately), or scales
-        losses itself;
-        if `initial_scale` is missing with `dynamic=False`,
-        `dynamic_growth_steps` is given with `dynamic=False`, a number is out
+      ValueError: If `inner_optimizer` is a loss scale optimizer (also an
+        `AttributeError` as in TF 2.4), was ever wrapped by one (TF 2.4's
+        message) or scales losses itself; if `initial_scale` is missing or
+        `dynamic_growth_steps` given with `dynamic=False`, a number is out
         of range, or the current strategy does not support loss scaling.
     """
     adapter = _inner.adapt(inner_optimizer)
@@ -248,9 +247,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     initial_scale, dynamic_growth_steps = _scale_arguments(
         dynamic, initial_scale, dynamic_growth_steps)
     _step.raise_if_strategy_unsupported()
-    tracks_loss_scale = dynamic or self._TRACKS_ANY_LOSS_SCALE
-    check_unwrapped(inner_optimizer, tracks_loss_scale)
-    record_wrapped(inner_optimizer, tracks_loss_scale)
+    _claim(inner_optimizer, dynamic or self._TRACKS_ANY_LOSS_SCALE)
 
     # The wrapper's own attributes are no checkpoint dependencies: to
     # `tf.train.Checkpoint` it looks like the inner optimizer (see
@@ -515,8 +512,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """Graph-mode update ops, as TF 2.4's `get_updates`."""
     grads = self.get_gradients(loss, params)
     return [self.apply_gradients(zip(grads, params))]
-
-  # ------------------------------------------ checkpoints and configs --
 
   def _wrapper_children(self):
     # TF 2.4's checkpoint name for the loss scale state.
