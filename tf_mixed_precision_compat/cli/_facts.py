@@ -404,46 +404,45 @@ class Facts(cst.CSTVisitor):
                    site == name and where in (scope, "<module>")
                    for site, _, where in self.lso_sites)
 
-  def policy_loss_scale(self, node: cst.BaseExpression, scope: str
-                        ) -> LossScale:
-    """The loss scale the policy `node` holds, if the file tells."""
+  def policy_source(self, node: cst.BaseExpression, scope: str
+                    ) -> Optional[cst.BaseExpression]:
+    """What made the policy `node`: a `Policy(...)` call or a name string.
+
+    Follows names to their assignments and `global_policy()` to the one
+    `set_policy` argument of the file; None when the file does not tell.
+    """
     for _ in range(4):  # name -> global_policy() -> set_policy's argument
       if isinstance(node, cst.Name):
         found = self.lookup(scope, node.value)
-        if found is None or found.kind != "policy":
+        if found is None or found.kind != "policy" or found.value is None:
           return None
-        node = found.value  # type: ignore[assignment]
+        node = found.value
       elif node in self.global_policy_calls:
         if len(self.global_policies) != 1:
           return None
         node = self.global_policies[0]
-      elif isinstance(node, cst.SimpleString):
-        return "default"
-      elif isinstance(node, cst.Call) and node in self.policy_calls:
-        return policy_call_loss_scale(node)
+      elif isinstance(node, cst.SimpleString) or node in self.policy_calls:
+        return node
       else:
         return None
     return None
 
+  def policy_loss_scale(self, node: cst.BaseExpression, scope: str
+                        ) -> LossScale:
+    """The loss scale the policy `node` holds, if the file tells."""
+    source = self.policy_source(node, scope)
+    if isinstance(source, cst.SimpleString):
+      return "default"
+    return policy_call_loss_scale(source) if isinstance(
+        source, cst.Call) else None
+
   def policy_is_float16(self, node: cst.BaseExpression, scope: str) -> bool:
     """Whether the policy `node` is known to be "mixed_float16"."""
-    for _ in range(4):
-      if isinstance(node, cst.Name):
-        found = self.lookup(scope, node.value)
-        if found is None or found.value is None:
-          return False
-        node = found.value
-      elif node in self.global_policy_calls:
-        if len(self.global_policies) != 1:
-          return False
-        node = self.global_policies[0]
-      elif isinstance(node, cst.SimpleString):
-        return node.evaluated_value == "mixed_float16"
-      elif isinstance(node, cst.Call):
-        return policy_name(node) == "mixed_float16"
-      else:
-        return False
-    return False
+    source = self.policy_source(node, scope)
+    if isinstance(source, cst.SimpleString):
+      return source.evaluated_value == "mixed_float16"
+    return isinstance(source, cst.Call) and policy_name(
+        source) == "mixed_float16"
 
   def self_models(self, scope: str, before: int) -> list[str]:
     """`self.M` attributes `scope` binds to a model before line `before`."""
