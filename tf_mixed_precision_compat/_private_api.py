@@ -108,6 +108,21 @@ def non_mixed_precision_session_created():
   return mixed_precision_global_state.non_mixed_precision_session_created()
 
 
+def graph_rewrite_enabled():
+  """Whether the graph rewrite functions turned the rewrite on.
+
+  TF 2.3/2.4 kept it in the same module, which TF 2.21's Session still reads
+  (a Session made while it is set is not one "without mixed precision").
+  """
+  return mixed_precision_global_state.is_mixed_precision_graph_rewrite_enabled()
+
+
+def set_graph_rewrite_enabled(enabled):
+  """Sets that flag, as TF 2.3/2.4's enable and disable functions did."""
+  mixed_precision_global_state.set_mixed_precision_graph_rewrite_enabled(
+      enabled)
+
+
 def set_non_mixed_precision_session_created(created):
   """Sets that flag (TF's own tests reset it the same way)."""
   mixed_precision_global_state.set_non_mixed_precision_session_created(created)
@@ -137,7 +152,7 @@ def tf_keras_tf22_restoration_class():
   TF 2.2 checkpoints hold the wrapped optimizer's iterations and
   hyperparameters under `optimizer/base_optimizer/`; tf_keras's stand-in
   restores only its slots. The tf_keras target makes it hand the rest to the
-  wrapped optimizer too (`targets.tf_keras.classes`), and
+  wrapped optimizer too (`tf_keras_classes`), and
   only this class is where that edge ends.
 
   Returns:
@@ -408,7 +423,7 @@ _TF_KERAS_ROOTS = {"keras3": "keras._tf_keras.keras",
 
 
 def tf_keras_root_name(target):
-  """The module name `tf.keras` resolves to on `target` (`targets.active()`)."""
+  """The module name `tf.keras` resolves to on `target` (a target name)."""
   return _TF_KERAS_ROOTS[target]
 
 

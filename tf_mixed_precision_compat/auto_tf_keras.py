@@ -1,6 +1,6 @@
 """`import tf_mixed_precision_compat.auto_tf_keras`: tf_keras, then install.
 
-The tf_keras target without `TF_USE_LEGACY_KERAS=1` (`targets.select_tf_keras`
+The tf_keras target without `TF_USE_LEGACY_KERAS=1` (`hooks.tf_keras.select`
 says what it sets and when it raises), then `install()`. Place it right after
 `import tensorflow as tf`, before anything uses `tf.keras`:
 
@@ -9,7 +9,7 @@ says what it sets and when it raises), then `install()`. Place it right after
 """
 
 import tf_mixed_precision_compat as _package
-from tf_mixed_precision_compat import targets as _targets
+from tf_mixed_precision_compat.hooks.tf_keras import select as _select
 
-_targets.select_tf_keras()
+_select.select_tf_keras()
 _package.install()

@@ -12,8 +12,10 @@ import tensorflow as tf
 
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.optimizers import compat_v1_optimizer
+from tf_mixed_precision_compat.optimizers import (
+    experimental_loss_scale_optimizer)
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -24,10 +26,6 @@ __all__ = [
 ]
 
 _OPTION = "auto_mixed_precision"
-
-# What TF kept in mixed_precision_global_state: whether *these functions*
-# turned the rewrite on (the option itself may also be set by other code).
-_rewrite_enabled = False
 
 _POLICY_CONFLICT = (
     "The mixed precision graph rewrite cannot be enabled, because the global "
@@ -70,7 +68,8 @@ def rewrite_is_enabled() -> bool:
   Returns:
     True between an `enable_...` and the next `disable_...` call.
   """
-  return _rewrite_enabled
+  # TF's own flag, not the option: other code may set the option too.
+  return _private_api.graph_rewrite_enabled()
 
 
 def _mixed_keras_policy_name():
@@ -79,10 +78,7 @@ def _mixed_keras_policy_name():
   Only Keras packages already imported are consulted: if Keras was never
   imported, no policy can have been set.
   """
-  for target in targets.adapters():
-    policy = target.global_policy()
-    if policy is None:
-      continue
+  for policy in keras_target.global_policies():
     name = str(getattr(policy, "name", ""))
     compute = getattr(policy, "compute_dtype", None)
     variable = getattr(policy, "variable_dtype", None)
@@ -93,13 +89,16 @@ def _mixed_keras_policy_name():
 
 def _keras_wrapper_classes():
   """Keras loss-scale optimizer classes that must not be wrapped again."""
-  return [cls for target in targets.adapters()
-          for cls in target.loss_scale_optimizer_classes()]
+  return keras_target.loss_scale_optimizer_classes()
 
 
 def _keras_loss_scale_optimizer():
   """The active target's Keras `LossScaleOptimizerV1`."""
-  return targets.current().experimental_loss_scale_optimizer()
+  if keras_target.active() == keras_target.TF_KERAS:
+    # pylint: disable-next=g-import-not-at-top
+    from tf_mixed_precision_compat import tf_keras_classes  # Imports tf_keras.
+    return tf_keras_classes.LossScaleOptimizerV1
+  return experimental_loss_scale_optimizer.LossScaleOptimizerV1
 
 
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
@@ -125,7 +124,6 @@ def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
 
 def _enable(opt, loss_scale, use_v1_behavior):
   """Checks, wraps, then switches the rewrite on: nothing changes on error."""
-  global _rewrite_enabled
   if _mixed_keras_policy_name() is not None:
     raise ValueError(_POLICY_CONFLICT)
   if _private_api.non_mixed_precision_session_created():
@@ -133,16 +131,15 @@ def _enable(opt, loss_scale, use_v1_behavior):
     tf.get_logger().warning(_EXISTING_SESSIONS)
   wrapped = _wrap_optimizer(opt, loss_scale, use_v1_behavior)
   tf.config.optimizer.set_experimental_options({_OPTION: True})
-  _rewrite_enabled = True
+  _private_api.set_graph_rewrite_enabled(True)
   return wrapped
 
 
 def _disable():
-  global _rewrite_enabled
-  if not _rewrite_enabled:
+  if not rewrite_is_enabled():
     tf.get_logger().warning(_ALREADY_DISABLED)
   tf.config.optimizer.set_experimental_options({_OPTION: False})
-  _rewrite_enabled = False
+  _private_api.set_graph_rewrite_enabled(False)
 
 
 @export("train.experimental.enable_mixed_precision_graph_rewrite",

@@ -1,7 +1,7 @@
 """`install()` / `uninstall()`: the TF 2.3/2.4 endpoints, back under `tf`.
 
 Importing the package patches nothing. `install()` applies every patch (the
-endpoints, the active Keras target's hooks from `targets`, `compile`,
+endpoints, the active Keras target's hooks from `hooks`, `compile`,
 checkpoint restore, import forms) through a journal that `uninstall()`
 replays backwards; docs/architecture.md explains the design.
 
@@ -29,7 +29,8 @@ from tf_mixed_precision_compat import _compile
 from tf_mixed_precision_compat import _import_hooks
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import hooks
+from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.legacy import _checkpoint_restore
 from tf_mixed_precision_compat.legacy import _saved_model
 
@@ -192,8 +193,8 @@ def _replace_function(journal, replaced, original, replacement, prefixes):
 def _restore_late_holders(replaced):
   """Puts originals back in Keras modules that bound a replacement late."""
   originals = {id(pair[1]): pair[0] for pair in replaced.values()}
-  prefixes = tuple(f"{target.package}." for target in targets.adapters()) + (
-      _TF_KERAS_IMPORT_NAME,)
+  prefixes = tuple(f"{keras_target.package_name(t)}."
+                   for t in keras_target.TARGETS) + (_TF_KERAS_IMPORT_NAME,)
   modules = [module for name, module in list(sys.modules.items())
              if module is not None and name.startswith(prefixes)]
   modules += [value for value in vars(tf).values()
@@ -216,7 +217,7 @@ def _graft_endpoints(journal, keras_namespaces, hidden):
   cover at a `tf.keras` path (for `_import_hooks.early_names`).
   """
   prefix = "keras.mixed_precision."
-  target = targets.current()
+  target = hooks.current()
   for spec in endpoints.all_specs():
     symbol = target.symbol_for(spec)
     keras_paths = [path[len(prefix):] for path in spec.v2 + spec.v1
@@ -234,13 +235,13 @@ def _graft_endpoints(journal, keras_namespaces, hidden):
 
 
 def _apply(journal):
-  root = targets.current().keras_root()  # What `tf.keras` resolves to.
+  root = hooks.current().keras_root()  # What `tf.keras` resolves to.
   replaced, hidden = {}, {}
   # Undone last: Keras API modules executed while installed bound a
   # replacement from its defining module.
   journal.on_undo(lambda: _restore_late_holders(replaced))
   _graft_endpoints(journal, _keras_namespaces(root), hidden)
-  for target in targets.patched():  # Keras 3's hooks, then tf_keras's.
+  for target in hooks.patched():  # Keras 3's hooks, then tf_keras's.
     target.install(journal, functools.partial(
         _replace_function, journal, replaced,
         prefixes=(f"{target.package}.", _TF_KERAS_IMPORT_NAME)))
@@ -279,7 +280,7 @@ def _patch_checkpoint_restore(journal):
   v2, v1 = tf.train.Checkpoint, tf.compat.v1.train.Checkpoint
   read = _checkpoint_restore.patched_read(v2.read)
   restore = _checkpoint_restore.patched_restore_v1(v1.restore)
-  for target in targets.patched():
+  for target in hooks.patched():
     read = target.guard_checkpoint_read(read)
     restore = target.guard_checkpoint_read(restore)
   journal.set_attr(v2, "read", read)

@@ -24,8 +24,9 @@ import keras
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _device_check
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
-from tf_mixed_precision_compat import targets
 from tf_mixed_precision_compat.endpoints import export
 
 __all__ = [
@@ -375,11 +376,7 @@ def global_policy() -> Policy:
 
 
 def _graph_rewrite_enabled():
-  # Imported on first use, so that using policies never loads the v1
-  # optimizer stack the graph rewrite wraps.
-  # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat import graph_rewrite
-  if graph_rewrite.rewrite_is_enabled():
+  if _private_api.graph_rewrite_enabled():  # The graph rewrite functions'.
     return True
   # TF 2.21's own tf.compat.v1 rewrite switches this grappler option on.
   options = tf.config.optimizer.get_experimental_options()
@@ -485,7 +482,7 @@ def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
 
 
 def _is_layer(obj):
-  return any(target.is_layer(obj) for target in targets.adapters())
+  return keras_target.is_layer(obj)
 
 
 @export("keras.mixed_precision.experimental.get_layer_policy")

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import tf_mixed_precision_compat as mp
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import graph_rewrite
 from tf_mixed_precision_compat.optimizers.compat_v1_optimizer import (
@@ -44,7 +45,7 @@ def clean_state():
   yield
   tf.config.optimizer.set_experimental_options(
       {"auto_mixed_precision": bool(before)})
-  graph_rewrite._rewrite_enabled = False  # pylint: disable=protected-access
+  _private_api.set_graph_rewrite_enabled(False)
   keras.config.set_dtype_policy(policy)
 
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tests import testing
 from tf_mixed_precision_compat import _deprecation
 from tf_mixed_precision_compat import endpoints
-from tf_mixed_precision_compat import graph_rewrite
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
@@ -397,14 +397,13 @@ class GlobalPolicyTest(parameterized.TestCase):
     self.assertEqual(policy_module.global_policy().name, "_infer")
 
   def test_refused_while_graph_rewrite_enabled(self):
-    original = graph_rewrite.rewrite_is_enabled
-    graph_rewrite.rewrite_is_enabled = lambda: True
+    _private_api.set_graph_rewrite_enabled(True)  # As enable_... does.
     try:
       with self.assertRaises(ValueError) as cm:
         policy_module.set_global_policy("mixed_float16")
       policy_module.set_global_policy("float64")  # Not mixed: allowed.
     finally:
-      graph_rewrite.rewrite_is_enabled = original
+      _private_api.set_graph_rewrite_enabled(False)
     self.assertTrue(str(cm.exception).startswith(
         'The global dtype policy cannot be set to "mixed_float16", because the '
         "mixed precision graph rewrite has already been enabled.\nAt most, one "

@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Keras 3 optimizers a checkpoint restore waits to build (their slots are
@@ -35,7 +35,7 @@ def build_before_get_slot(optimizer, build):
   _BUILD_BEFORE_GET_SLOT[optimizer] = build
 
 # Legacy Keras 2 optimizers, only when the user has tf_keras installed.
-_tf_keras = targets.get(targets.TF_KERAS).import_package()
+_tf_keras = keras_target.import_package(keras_target.TF_KERAS)
 
 
 class AlreadyWrappedError(ValueError, AttributeError):

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _grad_checks
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.loss_scale import _graph_update
@@ -40,7 +40,7 @@ def is_keras_optimizer(opt: Any) -> bool:
   tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
   OptimizerV2) count too: the Keras `LossScaleOptimizer` wraps them.
   """
-  return any(target.is_optimizer(opt) for target in targets.adapters())
+  return keras_target.is_optimizer(opt)
 
 
 def _local_ops(distribution, values):

@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tests.targets.both import example_state
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures",
                          "legacy_keras")
@@ -36,7 +36,7 @@ def _recorded(version):
 def _run(name):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("TF_USE_LEGACY_KERAS", None)
-  if targets.active() == targets.TF_KERAS:
+  if keras_target.active() == keras_target.TF_KERAS:
     env["TF_USE_LEGACY_KERAS"] = "1"
   script = os.path.join(example_state.EXAMPLES, name)
   return subprocess.run([sys.executable, script], capture_output=True,

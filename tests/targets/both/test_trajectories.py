@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.targets.both import scenarios
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures",
                          "legacy_keras")
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("installed")
 
 @pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
 def test_matches_tf24_and_tf23(name):
-  if name in _TF_KERAS_ONLY and targets.active() != targets.TF_KERAS:
+  if name in _TF_KERAS_ONLY and keras_target.active() != keras_target.TF_KERAS:
     pytest.skip(_TF_KERAS_ONLY[name])
   got = scenarios.SCENARIOS[name]()
   tf24 = _recorded("24")
@@ -47,7 +47,7 @@ def test_matches_tf24_and_tf23(name):
 
 
 def test_keras3_session_job_fails_loudly_not_silently():
-  if targets.active() == targets.TF_KERAS:
+  if keras_target.active() == keras_target.TF_KERAS:
     pytest.skip("the tf_keras target runs this job (test above)")
   with pytest.raises(TypeError, match="Variable"):
     scenarios.SCENARIOS["graph_session"]()

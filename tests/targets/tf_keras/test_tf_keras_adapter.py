@@ -6,9 +6,9 @@ import tensorflow as tf
 import tf_mixed_precision_compat as mp
 from tf_mixed_precision_compat import endpoints
 from tf_mixed_precision_compat import policy
-from tf_mixed_precision_compat import targets
-from tf_mixed_precision_compat.targets.tf_keras import (
-    classes as tf_keras_classes)
+from tf_mixed_precision_compat import hooks
+from tf_mixed_precision_compat import keras_target
+from tf_mixed_precision_compat import tf_keras_classes
 
 
 def _keras_specs():
@@ -17,13 +17,13 @@ def _keras_specs():
 
 
 def test_active_adapter_is_tf_keras():
-  assert targets.current() is targets.get(targets.TF_KERAS)
-  assert [t.name for t in targets.patched()] == [targets.KERAS3,
-                                                  targets.TF_KERAS]
+  assert hooks.current() is hooks.get(keras_target.TF_KERAS)
+  assert [t.name for t in hooks.patched()] == [keras_target.KERAS3,
+                                                keras_target.TF_KERAS]
 
 
 def test_every_keras_endpoint_has_its_own_tf_keras_object():
-  adapter = targets.current()
+  adapter = hooks.current()
   specs = _keras_specs()
   assert len(specs) == len(tf_keras_classes.REPLACEMENTS)
   for spec in specs:
@@ -38,7 +38,7 @@ def test_every_keras_endpoint_has_its_own_tf_keras_object():
 
 
 def test_shared_endpoints_stay_themselves():
-  adapter = targets.current()
+  adapter = hooks.current()
   shared = [spec for spec in endpoints.all_specs()
             if spec not in _keras_specs()]
   assert shared
@@ -55,7 +55,7 @@ def test_a_keras_endpoint_missing_from_the_table_raises():
       get_something, ("keras.mixed_precision.experimental.get_something",), ())
   with pytest.raises(LookupError, match="no replacement for the Keras "
                      "endpoint .*get_something"):
-    targets.current().symbol_for(spec)
+    hooks.current().symbol_for(spec)
 
 
 def test_install_refuses_a_missing_entry_and_changes_nothing(monkeypatch):

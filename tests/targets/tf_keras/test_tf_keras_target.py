@@ -6,9 +6,8 @@ import tensorflow as tf
 import tf_keras
 
 import tf_mixed_precision_compat as mp
-from tf_mixed_precision_compat.targets.tf_keras import (
-    classes as tf_keras_classes)
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import tf_keras_classes
+from tf_mixed_precision_compat import keras_target
 
 FAMILIES = {
     "current": lambda lr: tf.keras.optimizers.SGD(lr),
@@ -42,7 +41,7 @@ EXPECTED = [(8.0, 1, 9.0), (16.0, 0, 8.0), (16.0, 1, 7.0), (8.0, 0, 7.0),
 
 
 def test_target_is_tf_keras():
-  assert targets.active() == targets.TF_KERAS
+  assert keras_target.active() == keras_target.TF_KERAS
   assert tf.keras.mixed_precision.experimental.Policy is (
       tf_keras_classes.PolicyV1)
   # Keras 3 is left alone on this target.

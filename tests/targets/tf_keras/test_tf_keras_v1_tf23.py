@@ -16,8 +16,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from tf_mixed_precision_compat.targets.tf_keras import (
-    classes as tf_keras_classes)
+from tf_mixed_precision_compat import tf_keras_classes
 from tests.optimizers import experimental_cases as cases
 
 

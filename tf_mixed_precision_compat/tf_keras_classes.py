@@ -1,11 +1,12 @@
 """The tf_keras target's Keras classes: what tf_keras dropped, on its own.
 
-TF 2.3's experimental `LossScaleOptimizerV1` and `PolicyV1`, `set_policy`,
-`get_layer_policy`, the `compile` wrapping by a `PolicyV1` and the private
-hooks `adapter` installs; `REPLACEMENTS` maps each Keras endpoint to them.
+TF 2.3's experimental `LossScaleOptimizerV1` and `PolicyV1`, `set_policy`
+and `get_layer_policy`, built on tf_keras's classes; `REPLACEMENTS` maps
+each Keras endpoint to them (`hooks.tf_keras` grafts them). Imports
+tf_keras: only the tf_keras target (`TF_USE_LEGACY_KERAS=1`) loads it.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import tensorflow as tf
 import tf_keras
@@ -14,7 +15,6 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
-from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _experimental_args
 from tf_mixed_precision_compat.optimizers import (
     experimental_loss_scale_optimizer)
@@ -298,7 +298,7 @@ def _tf23_loss_scale_from(serialized, custom_objects):
   return loss_scale_module.deserialize(serialized, merged)
 
 
-class _SerializedV1:
+class SerializedV1:
   """What tf_keras deserializes the class name "LossScaleOptimizerV1" as.
 
   TF 2.4.4 made a `LossScaleOptimizer` of it; a TF 2.3 config whose loss
@@ -406,96 +406,6 @@ def get_layer_policy(layer: Any) -> Any:
     raise ValueError(
         f"get_policy can only be called on a layer, but got: {layer}")
   return layer.dtype_policy
-
-
-def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
-  """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3).
-
-  tf_keras wraps only for a "mixed_float16" policy, with dynamic scaling; a
-  TF 2.3 `PolicyV1` chose the scaling (or none) by its `loss_scale`.
-
-  Args:
-    original: tf_keras's `Model._get_optimizer`.
-
-  Returns:
-    The replacement method.
-  """
-
-  def _get_optimizer(self, optimizer):
-    policy = self.dtype_policy
-    if not isinstance(policy, PolicyV1):
-      return original(self, optimizer)
-    loss_scale = policy.loss_scale
-
-    def single(opt):
-      opt = tf_keras.optimizers.get(opt)
-      if loss_scale is not None and not isinstance(opt, LossScaleOptimizer):
-        opt = LossScaleOptimizerV1(opt, loss_scale)
-      return opt
-
-    return tf.nest.map_structure(single, optimizer)
-
-  return _get_optimizer
-
-
-def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
-  """Makes TF 2.2 checkpoints restore the wrapped optimizer's own variables.
-
-  TF 2.2 saved the wrapped optimizer under `optimizer/base_optimizer/`; TF
-  2.4 (and tf_keras) restore only its slots from there, leaving iterations
-  and hyperparameters behind. The stand-in tracked at that edge is taught to
-  look those up in, and defer them to, the wrapped optimizer; it still saves
-  nothing, so new checkpoints keep TF 2.4's layout.
-
-  Args:
-    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
-  """
-  cls = _private_api.tf_keras_tf22_restoration_class()
-  journal_set_attr(cls, "_lookup_dependency", _lookup_in_wrapped)
-  journal_set_attr(cls, "_deferred_dependencies",
-                   property(_deferred_in_wrapped))
-
-
-def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
-  """Gives the loss-scale optimizer of current optimizers `get_gradients`.
-
-  TF 2.3/2.4's `LossScaleOptimizer` (experimental or not) had
-  `get_gradients(loss, params)`, which graph-mode trainers call; tf_keras
-  kept it only on the class wrapping an OptimizerV2, not on the one wrapping
-  its current optimizers (which have no `get_gradients` of their own).
-
-  Args:
-    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
-  """
-  if not hasattr(_LSO_V3, "get_gradients"):
-    journal_set_attr(_LSO_V3, "get_gradients", _get_gradients)
-
-
-def _get_gradients(self, loss, params):
-  # Clipping stays where tf_keras's current optimizers do it: in the apply.
-  return _step.graph_gradients(self, loss, params)
-
-
-def _lookup_in_wrapped(self, name, cached_dependencies=None):
-  del cached_dependencies
-  return _private_api.lookup_dependency(self._optimizer, name)
-
-
-def _deferred_in_wrapped(self):
-  return _private_api.deferred_dependencies(self._optimizer)
-
-
-def custom_objects() -> dict[str, Any]:
-  """TF 2.3/2.4 config class names, for tf_keras deserialization.
-
-  Not the loss-scale classes: where a config expects a loss scale, it is
-  resolved there; registered globally, a loss scale would also pass as a
-  learning-rate schedule, which TF 2.4 refused.
-  """
-  return {
-      "PolicyV1": PolicyV1,
-      "LossScaleOptimizerV1": _SerializedV1,
-  }
 
 
 # What `install()` grafts at each Keras endpoint on this target, keyed by the

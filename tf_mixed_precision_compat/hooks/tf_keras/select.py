@@ -12,7 +12,7 @@ import types
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat import targets
+from tf_mixed_precision_compat import keras_target
 
 __all__ = ["select_tf_keras"]
 
@@ -41,7 +41,7 @@ def _keras3_uses():
   keras_module = vars(tf).get("keras")
   if (not _private_api.is_keras_lazy_loader(keras_module) and
       isinstance(keras_module, types.ModuleType) and
-      targets.active() == targets.KERAS3):
+      keras_target.active() == keras_target.KERAS3):
     uses.append("tf.keras")  # Resolved; TF replaced its loader by Keras 3.
   imported = sys.modules.get("tensorflow.keras")
   model = getattr(imported, "Model", None)
@@ -89,7 +89,7 @@ def select_tf_keras() -> None:
   Example:
 
   >>> select_tf_keras()  # doctest: +SKIP
-  >>> targets.active() == targets.TF_KERAS  # doctest: +SKIP
+  >>> keras_target.active() == keras_target.TF_KERAS  # doctest: +SKIP
   True
   """
   if importlib.util.find_spec("tf_keras") is None:
@@ -105,7 +105,7 @@ def select_tf_keras() -> None:
         f"{_MOVE}.")
   os.environ[_ENV] = "1"
   _put_tf_keras_first_on_tensorflow_path()
-  if targets.active() != targets.TF_KERAS:  # Resolves `tf.keras` now.
+  if keras_target.active() != keras_target.TF_KERAS:  # Resolves `tf.keras` now.
     raise RuntimeError(
         f"tf.keras did not resolve to tf_keras although {_ENV}=1 "
         f"(it is {getattr(tf.keras, '__name__', tf.keras)!r}).")

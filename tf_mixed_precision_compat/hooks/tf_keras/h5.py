@@ -29,7 +29,7 @@ from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _match_h5
 from tf_mixed_precision_compat.legacy import _read_h5
-from tf_mixed_precision_compat.targets.tf_keras import restore
+from tf_mixed_precision_compat.hooks.tf_keras import restore
 
 
 def _tf2x_h5(filepath):

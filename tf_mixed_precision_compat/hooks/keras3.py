@@ -4,24 +4,16 @@ Its Keras classes are the package's own (`optimizers/`, `policy`); its hooks
 are Keras 3's config names and loading entry points (`legacy/`).
 """
 
-import sys
 from typing import Any
 
-from tf_mixed_precision_compat.targets import _adapter
-
-# Modules of the package's own Keras loss-scale optimizers, looked up only
-# if loaded: refusing to wrap one of their instances needs no import.
-_OWN_LOSS_SCALE_OPTIMIZERS = (
-    ("optimizers.loss_scale_optimizer", "LossScaleOptimizer"),
-    ("optimizers.experimental_loss_scale_optimizer", "LossScaleOptimizerV1"))
-_PACKAGE = __name__.split(".")[0]
+from tf_mixed_precision_compat import keras_target
+from tf_mixed_precision_compat.hooks import _adapter
 
 
 class Keras3Target(_adapter.KerasTarget):
   """Keras 3: the registered endpoints are its classes themselves."""
 
-  name = "keras3"
-  package = "keras"
+  name = keras_target.KERAS3
 
   def symbol_for(self, spec: Any) -> Any:
     return spec.symbol
@@ -50,27 +42,6 @@ class Keras3Target(_adapter.KerasTarget):
       replace(original, wrap(original))
     journal.set_attr(keras.Model, "load_weights",
                      _entry_points.wrap_load_weights(keras.Model.load_weights))
-
-  def experimental_loss_scale_optimizer(self) -> type:
-    # pylint: disable-next=g-import-not-at-top
-    from tf_mixed_precision_compat.optimizers import (
-        experimental_loss_scale_optimizer)
-    return experimental_loss_scale_optimizer.LossScaleOptimizerV1
-
-  def loss_scale_optimizer_classes(self) -> list[type]:
-    """The package's own classes (if loaded), then Keras 3's."""
-    classes = []
-    for module_name, attr in _OWN_LOSS_SCALE_OPTIMIZERS:
-      cls = getattr(sys.modules.get(f"{_PACKAGE}.{module_name}"), attr, None)
-      if isinstance(cls, type):
-        classes.append(cls)
-    return classes + super().loss_scale_optimizer_classes()
-
-  def global_policy(self) -> Any:
-    try:
-      return self.loaded_package().config.dtype_policy()  # type: ignore[union-attr]
-    except AttributeError:  # Not loaded, or a Keras without this accessor.
-      return None
 
 
 def _legacy_custom_objects():

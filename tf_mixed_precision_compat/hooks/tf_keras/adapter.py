@@ -1,29 +1,29 @@
 """The tf_keras target's `KerasTarget` adapter (`TF_USE_LEGACY_KERAS=1`).
 
-Maps the Keras endpoints to `classes`, and applies the target's hooks
-(`classes`, `restore`, `h5`, `deferred`) through `install()`'s journal.
-tf_keras is imported only when the target is used.
+Maps the Keras endpoints to `tf_keras_classes`, and applies the target's
+hooks (`patches`, `restore`, `h5`, `deferred`) through `install()`'s
+journal. tf_keras is imported only when the target is used: every import
+of a module that imports it is inside a function.
 """
 
-import importlib
 from typing import Any, Callable
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.targets import _adapter
-
-_CLASSES = f"{__package__}.classes"
+from tf_mixed_precision_compat import keras_target
+from tf_mixed_precision_compat.hooks import _adapter
 
 
 def _classes():
-  """`targets.tf_keras.classes`, which imports tf_keras."""
-  return importlib.import_module(_CLASSES)
+  """`tf_keras_classes`, which imports tf_keras."""
+  # pylint: disable-next=g-import-not-at-top
+  from tf_mixed_precision_compat import tf_keras_classes
+  return tf_keras_classes
 
 
 class TfKerasTarget(_adapter.KerasTarget):
   """tf_keras 2.x: TF 2.4's own Keras, plus what it dropped (`classes`)."""
 
-  name = "tf_keras"
-  package = "tf_keras"
+  name = keras_target.TF_KERAS
 
   def symbol_for(self, spec: Any) -> Any:
     """`classes.REPLACEMENTS[spec.symbol]` for a Keras endpoint.
@@ -38,24 +38,25 @@ class TfKerasTarget(_adapter.KerasTarget):
       raise LookupError(
           f"The tf_keras target has no replacement for the Keras endpoint "
           f"{spec.symbol!r} (tf.{spec.v2[0] if spec.v2 else spec.v1[0]}); "
-          "add one to targets.tf_keras.classes.REPLACEMENTS.")
+          "add one to tf_keras_classes.REPLACEMENTS.")
     return replacements[spec.symbol]
 
   def install(self, journal: Any, replace: _adapter.ReplaceFunction) -> None:
     """tf_keras's config names, private hooks and loading entry points."""
-    classes = _classes()
-    tf_keras = classes.tf_keras
+    # pylint: disable-next=g-import-not-at-top
+    from tf_mixed_precision_compat.hooks.tf_keras import patches
+    tf_keras = _classes().tf_keras
     custom_objects = tf_keras.utils.get_custom_objects()
-    for name, cls in classes.custom_objects().items():
+    for name, cls in patches.custom_objects().items():
       journal.set_item(custom_objects, name, cls)
-    classes.restore_tf22_dependencies(journal.set_attr)
-    classes.restore_get_gradients(journal.set_attr)
+    patches.restore_tf22_dependencies(journal.set_attr)
+    patches.restore_get_gradients(journal.set_attr)
     _patch_optimizer_restore(journal, tf_keras)
     _patch_loading(journal, replace, tf_keras)
     # TF 2.3's `compile` wrapping by a `PolicyV1`'s loss scale.
     model = tf_keras.Model
     journal.set_attr(model, "_get_optimizer",
-                     classes.wrap_get_optimizer(
+                     patches.wrap_get_optimizer(
                          _private_api.tf_keras_model_get_optimizer(model)))
 
   def guard_checkpoint_read(self, read: Callable[..., Any]
@@ -64,23 +65,14 @@ class TfKerasTarget(_adapter.KerasTarget):
     assigned if that part fails (`deferred`): TF restores Keras objects
     itself on this target."""
     # pylint: disable-next=g-import-not-at-top
-    from tf_mixed_precision_compat.targets.tf_keras import deferred
+    from tf_mixed_precision_compat.hooks.tf_keras import deferred
     return deferred.guard_read(read, _classes().tf_keras)
-
-  def experimental_loss_scale_optimizer(self) -> type:
-    return _classes().LossScaleOptimizerV1
-
-  def global_policy(self) -> Any:
-    try:
-      return self.loaded_package().mixed_precision.global_policy()  # type: ignore[union-attr]
-    except AttributeError:  # Not loaded, or a Keras without this accessor.
-      return None
 
 
 def _patch_optimizer_restore(journal, tf_keras):
   """TF 2.x optimizer checkpoints into tf_keras's optimizers (`restore`)."""
   # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.targets.tf_keras import restore
+  from tf_mixed_precision_compat.hooks.tf_keras import restore
   current = tf_keras.optimizers.Optimizer
   journal.set_attr(current, "_lookup_dependency",
                    restore.wrap_lookup_dependency(
@@ -100,8 +92,8 @@ def _patch_loading(journal, replace, tf_keras):
   """tf_keras's `load_model`, optimizer configs and H5 weights (`h5`)."""
   # pylint: disable=g-import-not-at-top
   from tf_mixed_precision_compat.legacy import _entry_points
-  from tf_mixed_precision_compat.targets.tf_keras import h5
-  from tf_mixed_precision_compat.targets.tf_keras import restore
+  from tf_mixed_precision_compat.hooks.tf_keras import h5
+  from tf_mixed_precision_compat.hooks.tf_keras import restore
   # pylint: enable=g-import-not-at-top
   load_model = tf_keras.models.load_model
   replace(load_model,

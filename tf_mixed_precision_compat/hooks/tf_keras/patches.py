@@ -1,0 +1,109 @@
+"""The private hooks the tf_keras target installs besides its loaders.
+
+TF 2.3's `compile` wrapping by a `PolicyV1`'s loss scale, TF 2.2's
+`base_optimizer` checkpoint edge, `get_gradients` on the loss-scale
+optimizer of current optimizers, and the TF 2.3/2.4 config names; applied
+by `adapter` through `install()`'s journal.
+"""
+
+from typing import Any, Callable
+
+import tensorflow as tf
+import tf_keras
+
+from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat import tf_keras_classes as classes
+from tf_mixed_precision_compat.optimizers import _step
+
+_LSO_V3 = _private_api.tf_keras_loss_scale_optimizer_classes()[1]
+
+
+def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
+  """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3).
+
+  tf_keras wraps only for a "mixed_float16" policy, with dynamic scaling; a
+  TF 2.3 `PolicyV1` chose the scaling (or none) by its `loss_scale`.
+
+  Args:
+    original: tf_keras's `Model._get_optimizer`.
+
+  Returns:
+    The replacement method.
+  """
+
+  def _get_optimizer(self, optimizer):
+    policy = self.dtype_policy
+    if not isinstance(policy, classes.PolicyV1):
+      return original(self, optimizer)
+    loss_scale = policy.loss_scale
+
+    def single(opt):
+      opt = tf_keras.optimizers.get(opt)
+      if (loss_scale is not None and
+          not isinstance(opt, classes.LossScaleOptimizer)):
+        opt = classes.LossScaleOptimizerV1(opt, loss_scale)
+      return opt
+
+    return tf.nest.map_structure(single, optimizer)
+
+  return _get_optimizer
+
+
+def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
+  """Makes TF 2.2 checkpoints restore the wrapped optimizer's own variables.
+
+  TF 2.2 saved the wrapped optimizer under `optimizer/base_optimizer/`; TF
+  2.4 (and tf_keras) restore only its slots from there, leaving iterations
+  and hyperparameters behind. The stand-in tracked at that edge is taught to
+  look those up in, and defer them to, the wrapped optimizer; it still saves
+  nothing, so new checkpoints keep TF 2.4's layout.
+
+  Args:
+    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
+  """
+  cls = _private_api.tf_keras_tf22_restoration_class()
+  journal_set_attr(cls, "_lookup_dependency", _lookup_in_wrapped)
+  journal_set_attr(cls, "_deferred_dependencies",
+                   property(_deferred_in_wrapped))
+
+
+def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
+  """Gives the loss-scale optimizer of current optimizers `get_gradients`.
+
+  TF 2.3/2.4's `LossScaleOptimizer` (experimental or not) had
+  `get_gradients(loss, params)`, which graph-mode trainers call; tf_keras
+  kept it only on the class wrapping an OptimizerV2, not on the one wrapping
+  its current optimizers (which have no `get_gradients` of their own).
+
+  Args:
+    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
+  """
+  if not hasattr(_LSO_V3, "get_gradients"):
+    journal_set_attr(_LSO_V3, "get_gradients", _get_gradients)
+
+
+def _get_gradients(self, loss, params):
+  # Clipping stays where tf_keras's current optimizers do it: in the apply.
+  return _step.graph_gradients(self, loss, params)
+
+
+def _lookup_in_wrapped(self, name, cached_dependencies=None):
+  del cached_dependencies
+  return _private_api.lookup_dependency(self._optimizer, name)
+
+
+def _deferred_in_wrapped(self):
+  return _private_api.deferred_dependencies(self._optimizer)
+
+
+def custom_objects() -> dict[str, Any]:
+  """TF 2.3/2.4 config class names, for tf_keras deserialization.
+
+  Not the loss-scale classes: where a config expects a loss scale, it is
+  resolved there; registered globally, a loss scale would also pass as a
+  learning-rate schedule, which TF 2.4 refused.
+  """
+  return {
+      "PolicyV1": classes.PolicyV1,
+      "LossScaleOptimizerV1": classes.SerializedV1,
+  }
