@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from tests import testing
+from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import main
+from tf_mixed_precision_compat.legacy import _problems
 
 CKPTS = sorted(os.path.basename(p)[:-5] for p in glob.glob(
     testing.fixture_path("legacy", "ckpt_*.json")))
@@ -179,6 +182,40 @@ def test_dry_run_explains_another_structure(capsys):
       "Your model's d2 (kernel, bias); bn (gamma, beta, moving_mean, "
       "moving_variance) get no value from the checkpoint (layers the old "
       "job did not have, or of another kind or structure)."]
+
+
+def test_dry_run_explains_records_not_their_messages(capsys, monkeypatch):
+  # Rewording a problem's message leaves inspect's explanation as it was.
+  args = (testing.fixture_path("legacy", "demo_tf23"), "--model",
+          "tests.cli.models:demo_model_narrow", "--json")
+  before = json.loads(_inspect(capsys, *args)[1])["restore_plan"]["why"]
+  monkeypatch.setattr(_problems.Problem, "__str__", lambda self: "reworded")
+  after = json.loads(_inspect(capsys, *args)[1])["restore_plan"]["why"]
+  assert after == before
+  assert "has shape (32, 16), your model's" in before[0]
+
+
+def test_problems_are_explained_from_their_fields():
+  key = "model/layer_with_weights-{}/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+  error = legacy.RestoreError("ckpt-1", problems=[
+      _problems.Problem(_problems.DTYPE, key.format(0), "dense/kernel",
+                        np.dtype("float64"), np.dtype("float32")),
+      _problems.Problem(_problems.TWICE, key.format(2), "dense_1/kernel",
+                        other=key.format(1))])
+  assert _explain.sentences(error) == [
+      "The old job's model/layer_with_weights-0/kernel holds float64 "
+      "values, your model's dense/kernel holds float32: that layer (or the "
+      "model's dtype policy) has another dtype than in the old job.",
+      "Both model/layer_with_weights-2/kernel and "
+      "model/layer_with_weights-1/kernel of the old job would go into your "
+      "dense_1/kernel: your model has fewer layers with weights than the old "
+      "job, or builds them in another order."]
+  # Kinds without a sentence of their own read as their message.
+  error = legacy.RestoreError("ckpt-1", problems=[_problems.Problem(
+      _problems.VALUE, "optimizer/decay/.ATTRIBUTES/VARIABLE_VALUE",
+      reason="decay=0.1 has no Keras 3 counterpart")])
+  assert _explain.sentences(error) == [
+      "optimizer/decay: decay=0.1 has no Keras 3 counterpart"]
 
 
 def test_dry_run_explains_another_optimizer(capsys):

@@ -159,6 +159,11 @@ def test_a_corrupted_kernel_fails_at_every_call(mode, mirrored_strategy,
   status = job.restore(prefix)
   with pytest.raises(RestoreError, match="dtype float64") as first:
     job.step()
+  # The error carries the problem as a record, besides its message.
+  (problem,) = first.value.problems
+  assert (problem.kind, problem.key, problem.found, problem.expected) == (
+      "dtype", "model/head/w/.ATTRIBUTES/VARIABLE_VALUE", np.float64,
+      np.float32)
   _assert_stays_failed(job, status, first.value)
 
 
@@ -194,6 +199,8 @@ def test_an_unbuilt_model_with_a_bad_slot_fails_at_every_call(
   status = job.restore(_prefix("ckpt_bad_slot"))
   with pytest.raises(RestoreError, match=r"shape \(1, 5\)") as first:
     job.step()
+  assert [(p.kind, p.found, p.expected) for p in first.value.problems] == [
+      ("shape", (1, 5), (3, 1))]
   _assert_stays_failed(job, status, first.value)
 
 

@@ -1,19 +1,18 @@
 """A failed (or partial) restore's lists, told as sentences grouped by layer.
 
 The package's `RestoreError` / `RestoreReport` name every checkpoint key and
-Keras 3 variable; a user needs to know which layers differ and how. Slots
-follow their variables, so they are summarised, not listed.
+Keras 3 variable; a user needs to know which layers differ and how. Problems
+are explained from their records' kind and fields, never from their message
+text. Slots follow their variables, so they are summarised, not listed.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from tf_mixed_precision_compat.legacy import _problems
+
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
-_SHAPE = re.compile(r"^(.*?): shape (\(.*?\)) in the checkpoint, (\(.*?\)) "
-                    r"for (.*)$")
-_BOTH = re.compile(r"^(.*?) and (.*?) both restore (.*)$")
 _SLOT = ".OPTIMIZER_SLOT/"
 
 
@@ -31,22 +30,27 @@ def _by_layer(names: list[str]) -> str:
                    groups.items())
 
 
-def _problem(text: str, targets: set) -> str:
-  match = _SHAPE.match(text)
-  if match:
-    key, old, new, target = match.groups()
-    targets.update((key, target))
-    return (f"The old job's {_key(key)} has shape {old}, your model's "
-            f"{target} has shape {new}: that layer has another size (units, "
-            "input width or kernel size) than in the old job.")
-  match = _BOTH.match(text)
-  if match:
-    first, second, target = match.groups()
-    targets.update((first, second, target))
-    return (f"Both {_key(first)} and {_key(second)} of the old job would go "
+def _problem(problem: _problems.Problem, targets: set) -> str:
+  """The sentence explaining `problem`; adds the names it covers to
+  `targets` (not listed again as unmatched)."""
+  key, target = _key(problem.key), problem.target
+  if problem.kind == _problems.SHAPE:
+    targets.update((problem.key, target))
+    return (f"The old job's {key} has shape {problem.found}, your model's "
+            f"{target} has shape {problem.expected}: that layer has another "
+            "size (units, input width or kernel size) than in the old job.")
+  if problem.kind == _problems.DTYPE:
+    targets.update((problem.key, target))
+    return (f"The old job's {key} holds {problem.found} values, your "
+            f"model's {target} holds {problem.expected}: that layer (or the "
+            "model's dtype policy) has another dtype than in the old job.")
+  if problem.kind == _problems.TWICE:
+    targets.update((problem.key, problem.other, target))
+    return (f"Both {key} and {_key(problem.other)} of the old job would go "
             f"into your {target}: your model has fewer layers with weights "
             "than the old job, or builds them in another order.")
-  return text.replace(_VALUE, "")
+  # The other kinds' own message says what to do.
+  return str(problem).replace(_VALUE, "")
 
 
 def root_entries(keys: list) -> list[str]:
@@ -67,7 +71,7 @@ def sentences(source: Any) -> list[str]:
 
   Args:
     source: Anything with `unmatched_checkpoint` and `unmatched_objects`
-      (and optionally `problems`) lists.
+      lists (and optionally `problems`, `legacy._problems.Problem`s).
 
   Returns:
     One sentence per problem, grouped by layer; empty if everything fits.
@@ -85,16 +89,13 @@ def sentences(source: Any) -> list[str]:
   """
   targets: set = set()
   problems = getattr(source, "problems", [])
-  out = [_problem(p, targets) for p in problems if _SLOT not in p]
-  slot_problems = [p for p in problems if _SLOT in p]
+  out = [_problem(p, targets) for p in problems if _SLOT not in p.key]
+  slot_problems = [p for p in problems if _SLOT in p.key]
   if slot_problems and out:
     out.append("The optimizer's slots of those weights differ the same "
                f"way ({len(slot_problems)} values).")
-  elif slot_problems:
-    out += [_problem(p, targets) for p in slot_problems]
   else:
-    for p in slot_problems:
-      _problem(p, targets)
+    out += [_problem(p, targets) for p in slot_problems]
   root = root_entries(source.unmatched_checkpoint)
   extra = [_key(k) for k in source.unmatched_checkpoint
            if _SLOT not in k and not _optimizer_key(k) and _key(k) not in root]

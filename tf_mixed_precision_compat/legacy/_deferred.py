@@ -8,6 +8,7 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _problems
 from tf_mixed_precision_compat.optimizers import _inner
 
 
@@ -141,10 +142,8 @@ class LegacyRestore:
     # Unmatched values are named in a warning; mismatches and a model whose
     # weights would all stay fresh raise.
     bound = {id(target) for _, target, _, _ in plan.assignments}
-    fresh = [f"none of model '{model.name}''s weights matches the "
-             "checkpoint's entries for it, so nothing (not even the "
-             "optimizer's step or loss scale) is restored; is it the same "
-             "architecture?" for node_id, model in self._parts.models
+    fresh = [_problems.Problem(_problems.NO_MATCH, target=model.name)
+             for node_id, model in self._parts.models
              if self._graph.variable_nodes_under(node_id) and
              not any(id(v) in bound for v in model.weights)]
     _gate.check(plan, _match.expected_objects(self._models, self._optimizers),

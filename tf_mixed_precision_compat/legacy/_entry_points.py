@@ -235,8 +235,8 @@ def _plan_h5_optimizer(model, f, path, by_tf_name, weights_plan):
         "Loaded the weights of model '%s' from %s; its optimizer state was "
         "not restored, as it does not fit the model's optimizer (%s).",
         model.name, path, "; ".join(
-            e.problems + [f"{k} has no counterpart"
-                          for k in e.unmatched_checkpoint] +
+            [str(p) for p in e.problems] +
+            [f"{k} has no counterpart" for k in e.unmatched_checkpoint] +
             [f"nothing restores {d}" for d in e.unmatched_objects])[:500])
     return False
   weights_plan.assignments += plan.assignments

@@ -15,7 +15,14 @@ class RestoreError(ValueError):
   Attributes:
     unmatched_checkpoint: Checkpoint keys with no Keras 3 counterpart.
     unmatched_objects: Keras 3 variables (or state) nothing restored.
-    problems: Other mismatches (shape, dtype, ambiguity).
+    problems: Other mismatches (shape, dtype, ambiguity), as
+      `_problems.Problem` records; the message has one line of each.
+
+  Example:
+
+  >>> error = RestoreError("ckpt-1", unmatched_objects=["dense/bias"])
+  >>> error.unmatched_objects, error.problems
+  (['dense/bias'], [])
   """
 
   def __init__(self, source, unmatched_checkpoint=(), unmatched_objects=(),

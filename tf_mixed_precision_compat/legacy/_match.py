@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tf_mixed_precision_compat import _private_api
+from tf_mixed_precision_compat.legacy import _problems
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _keras2_config
@@ -45,7 +46,7 @@ class Plan:
     self.source, self.reader, self.graph = source, reader, graph
     self.assignments = []  # (key, target, value, description)
     self.targets = {}  # id(target) -> key
-    self.problems = []
+    self.problems = []  # `_problems.Problem`s
     self.unmatched_checkpoint = []
     self.unmatched_objects = []
     self.ignored = []
@@ -60,24 +61,21 @@ class Plan:
   def check(self, key, like, value, description):
     """Whether `value` fits a variable like `like` (else a problem)."""
     value = np.asarray(value)
-    want_dtype = tf.as_dtype(like.dtype).as_numpy_dtype
-    if tuple(value.shape) != tuple(like.shape):
-      self.problems.append(
-          f"{key}: shape {tuple(value.shape)} in the checkpoint, "
-          f"{tuple(like.shape)} for {description}")
-      return False
-    if value.dtype != np.dtype(want_dtype):
-      self.problems.append(
-          f"{key}: dtype {value.dtype} in the checkpoint, "
-          f"{np.dtype(want_dtype)} for {description}")
-      return False
+    want_dtype = np.dtype(tf.as_dtype(like.dtype).as_numpy_dtype)
+    for kind, found, expected in (
+        (_problems.SHAPE, tuple(value.shape), tuple(like.shape)),
+        (_problems.DTYPE, value.dtype, want_dtype)):
+      if found != expected:
+        self.problems.append(
+            _problems.Problem(kind, key, description, found, expected))
+        return False
     return True
 
   def bind(self, key, target, value, description=None):
     description = description or target_name(target)
     if id(target) in self.targets:
-      self.problems.append(
-          f"{key} and {self.targets[id(target)]} both restore {description}")
+      self.problems.append(_problems.Problem(
+          _problems.TWICE, key, description, other=self.targets[id(target)]))
       return
     value = np.asarray(value)
     if not self.check(key, target, value, description):
@@ -236,18 +234,16 @@ def _plan_model(plan, model, model_node, optimizer_vars):
     if not found:
       continue
     if len(found) > 1:
-      plan.problems.append(
-          f"{key}: its paths lead to different Keras 3 variables: "
-          + ", ".join(target_name(t) for t, _ in found.values()))
+      plan.problems.append(_problems.Problem(
+          _problems.AMBIGUOUS, key,
+          ", ".join(target_name(t) for t, _ in found.values())))
       continue
     target, layer = next(iter(found.values()))
     recorded_layer = full_name.split("/")[-2] if "/" in full_name else None
     if (recorded_layer and layer is not None and
         recorded_layer != layer.name and recorded_layer in layers_by_name):
-      plan.problems.append(
-          f"{key}: the checkpoint's layer '{recorded_layer}' would restore "
-          f"into Keras 3 layer '{layer.name}', while the model also has a "
-          f"layer named '{recorded_layer}'; the models differ in structure.")
+      plan.problems.append(_problems.Problem(
+          _problems.STRUCTURE, key, layer.name, found=recorded_layer))
       continue
     plan.bound_nodes[node_id] = target
     plan.bind(key, target, plan.value(key))
@@ -259,6 +255,8 @@ def _list_leftovers(plan, ignored, scope):
   in_scope = None if scope is None else graph.variable_node_set(scope)
   assigned_keys = {key for key, _, _, _ in plan.assignments}
   hyper_keys = set(plan.hyper_keys)
+  # A key bound twice stays listed: its value restores nothing.
+  refused = {p.key for p in plan.problems if p.kind != _problems.TWICE}
   for node_id in range(len(graph.nodes)):
     info = graph.variable(node_id)
     if info is None or (in_scope is not None and node_id not in in_scope):
@@ -268,8 +266,7 @@ def _list_leftovers(plan, ignored, scope):
       continue
     if node_id in ignored:
       plan.ignored.append(key)
-    elif key not in plan.unmatched_checkpoint and not any(
-        p.startswith(key + ":") for p in plan.problems):
+    elif key not in plan.unmatched_checkpoint and key not in refused:
       plan.unmatched_checkpoint.append(key)
 
 
@@ -307,9 +304,9 @@ def _plan_inner_variable(plan, inner, name, key, value):
     if is_variable(lr):
       plan.bind(key, lr, value, "optimizer/learning_rate")
     else:
-      plan.problems.append(
-          f"{key}: the checkpoint has a constant learning rate ({value}); "
-          f"the Keras 3 optimizer uses a schedule ({type(lr).__name__}).")
+      _refuse(plan, key, f"the checkpoint has a constant learning rate "
+              f"({value}); the Keras 3 optimizer uses a schedule "
+              f"({type(lr).__name__}).")
     return
   if name not in ("decay",) + _HYPER_ATTRIBUTES:
     return
@@ -319,13 +316,12 @@ def _plan_inner_variable(plan, inner, name, key, value):
   if name == "decay" and number == 0.0:
     plan.ignored.append(key)
   elif name == "decay":
-    plan.problems.append(
-        f"{key}: decay={number} has no Keras 3 counterpart; use an "
-        "InverseTimeDecay learning-rate schedule and allow_partial=True.")
+    _refuse(plan, key, f"decay={number} has no Keras 3 counterpart; use an "
+            "InverseTimeDecay learning-rate schedule and allow_partial=True.")
   elif hasattr(inner, name):
     current = getattr(inner, name)
     if is_variable(current) or callable(current):
-      plan.problems.append(f"{key}: Keras 3's {name} is not a number")
+      _refuse(plan, key, f"Keras 3's {name} is not a number")
     elif np.float32(current) == np.float32(number):
       plan.ignored.append(key)
     else:
@@ -375,10 +371,9 @@ def _plan_loss_scale(plan, optimizer, loss_scale_node):
       continue
     if attr == "current_loss_scale" and not (np.isfinite(number) and
                                              number >= 1):
-      plan.problems.append(f"{key}: loss scale {number} is not finite and "
-                           "at least 1")
+      _refuse(plan, key, f"loss scale {number} is not finite and at least 1")
     elif attr == "counter" and number < 0:
-      plan.problems.append(f"{key}: negative counter {number}")
+      _refuse(plan, key, f"negative counter {number}")
     else:
       plan.bind(key, getattr(state, attr), value, description)
 
@@ -393,8 +388,8 @@ def _plan_user_loss_scale(plan, optimizer, loss_scale_node):
       continue
     value = plan.value(key)
     if tuple(np.shape(value)) != tuple(variable.shape):
-      plan.problems.append(f"{key}: shape {np.shape(value)} where the "
-                           f"loss scale's {name} has {tuple(variable.shape)}")
+      _refuse(plan, key, f"shape {np.shape(value)} where the loss scale's "
+              f"{name} has {tuple(variable.shape)}")
       continue
     plan.bind(key, variable, value, f"optimizer/loss_scale/{name}")
 
@@ -405,7 +400,11 @@ def _number(plan, key, value):
   if (array.size == 1 and not np.issubdtype(array.dtype, np.complexfloating)
       and (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_)):
     return float(array.reshape(()))
-  plan.problems.append(f"{key}: a {array.dtype} value of shape "
-                       f"{tuple(array.shape)} where the checkpoint should "
-                       "hold one number")
+  _refuse(plan, key, f"a {array.dtype} value of shape {tuple(array.shape)} "
+          "where the checkpoint should hold one number")
   return None
+
+
+def _refuse(plan, key, reason):
+  """Records that the value of `key` cannot be restored, for `reason`."""
+  plan.problems.append(_problems.Problem(_problems.VALUE, key, reason=reason))
