@@ -12,7 +12,6 @@ from tf_mixed_precision_compat.legacy import _training_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
-_MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 LSO_CLASSES = {
     "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
     # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
@@ -149,7 +148,7 @@ def _child_kind(kind, key, value):
 
 
 def _is_known_layer(class_name, custom):
-  return (class_name in custom or class_name in _MODEL_CLASSES or
+  return (class_name in custom or class_name in _model_config.MODEL_CLASSES or
           _is_builtin_layer(class_name))
 
 

@@ -52,6 +52,39 @@ def _pairs(variables, weight_names):
   return list(zip(variables, weight_names))
 
 
+def _bind_layer(plan, by_tf_name, k, entry, layer, path, skip_mismatch=None):
+  """Binds saved layer #`k`, `entry`, to `layer` as TF 2.4's `load_weights`:
+  topologically (`skip_mismatch` None: a shape is the plan's problem), or by
+  name (a mismatch warned of and skipped, or raised, as TF 2.4 did)."""
+  name, group, weights = entry
+  variables, warn = _layer_variables(layer), tf.get_logger().warning
+  if len(variables) != len(weights):
+    if skip_mismatch:
+      warn("Skipping loading of weights for layer %s due to mismatch in "
+           "number of weights (%d vs %d).", layer.name, len(variables),
+           len(weights))
+      return
+    of_layer = "" if skip_mismatch is not None else f" of layer '{name}'"
+    raise ValueError(
+        f"Layer #{k} (named \"{layer.name}\") expects {len(variables)} "
+        f"weight(s), but the saved weights{of_layer} have {len(weights)} "
+        "element(s).")
+  for variable, weight_name in _pairs(variables, weights):
+    value = _read_h5.read(group, weight_name, path, variable)
+    shapes = tuple(variable.shape), tuple(value.shape)
+    if skip_mismatch is not None and shapes[0] != shapes[1]:
+      if skip_mismatch:
+        warn("Skipping loading of weights for layer %s due to mismatch in "
+             "shape (%s vs %s).", layer.name, *shapes)
+        continue
+      raise ValueError(
+          f"Layer #{k} (named \"{layer.name}\"), weight {variable.name} has "
+          f"shape {shapes[0]}, but the saved weight has shape {shapes[1]}.")
+    plan.bind(f"{name}/{weight_name}", variable, value,
+              f"{layer.name}/{variable.name}")
+    by_tf_name[_read_h5.strip(weight_name)] = variable
+
+
 def plan_topological(layers, path, model, plan):
   """Binds a `load_weights` file's weights in TF 2.x's topological order."""
   targets = [layer for layer in model.layers if layer.weights]
@@ -61,55 +94,19 @@ def plan_topological(layers, path, model, plan):
         f"{path!r} holds the weights of {len(saved)} layers, while model "
         f"'{model.name}' has {len(targets)} layers with weights.")
   by_tf_name = {}
-  for index, ((name, group, weights), layer) in enumerate(zip(saved, targets)):
-    variables = _layer_variables(layer)
-    if len(variables) != len(weights):
-      raise ValueError(
-          f"Layer #{index} (named \"{layer.name}\") expects "
-          f"{len(variables)} weight(s), but the saved weights of layer "
-          f"'{name}' have {len(weights)} element(s).")
-    for variable, weight_name in _pairs(variables, weights):
-      plan.bind(f"{name}/{weight_name}", variable,
-                _read_h5.read(group, weight_name, path, variable),
-                f"{layer.name}/{variable.name}")
-      by_tf_name[_read_h5.strip(weight_name)] = variable
+  for k, (entry, layer) in enumerate(zip(saved, targets)):
+    _bind_layer(plan, by_tf_name, k, entry, layer, path)
   return by_tf_name
 
 
 def plan_by_name(layers, path, model, plan, skip_mismatch):
   """Binds a `load_weights` file's weights by layer name (`by_name=True`)."""
-  index = {}
+  index, by_tf_name = {}, {}
   for layer in model.layers:
     index.setdefault(layer.name, []).append(layer)
-  logger, by_tf_name = tf.get_logger(), {}
-  for k, (name, group, weights) in enumerate(layers):
-    for layer in index.get(name, []) if weights else []:
-      variables = _layer_variables(layer)
-      if len(variables) != len(weights):
-        if skip_mismatch:
-          logger.warning("Skipping loading of weights for layer %s due to "
-                         "mismatch in number of weights (%d vs %d).",
-                         layer.name, len(variables), len(weights))
-          continue
-        raise ValueError(
-            f"Layer #{k} (named \"{layer.name}\") expects {len(variables)} "
-            f"weight(s), but the saved weights have {len(weights)} "
-            "element(s).")
-      for variable, weight_name in _pairs(variables, weights):
-        value = _read_h5.read(group, weight_name, path, variable)
-        if tuple(variable.shape) != tuple(value.shape):
-          if skip_mismatch:
-            logger.warning("Skipping loading of weights for layer %s due to "
-                           "mismatch in shape (%s vs %s).", layer.name,
-                           tuple(variable.shape), tuple(value.shape))
-            continue
-          raise ValueError(
-              f"Layer #{k} (named \"{layer.name}\"), weight "
-              f"{variable.name} has shape {tuple(variable.shape)}, but the "
-              f"saved weight has shape {tuple(value.shape)}.")
-        plan.bind(f"{name}/{weight_name}", variable, value,
-                  f"{layer.name}/{variable.name}")
-        by_tf_name[_read_h5.strip(weight_name)] = variable
+  for k, entry in enumerate(layers):
+    for layer in index.get(entry[0], []) if entry[2] else []:
+      _bind_layer(plan, by_tf_name, k, entry, layer, path, skip_mismatch)
   return by_tf_name
 
 

@@ -12,7 +12,8 @@ from tf_mixed_precision_compat import policy
 # Both load as `Policy`, as in TF 2.4 (and as `policy.deserialize` reads them).
 _POLICY_CLASSES = {"Policy": policy.Policy, "PolicyV1": policy.Policy}
 
-_LEGACY_MODEL_CLASSES = ("Sequential", "Functional", "Model")
+# The classes TF 2.x named its models' configs by.
+MODEL_CLASSES = frozenset({"Sequential", "Functional", "Model"})
 
 
 def custom_objects() -> dict[str, type]:
@@ -76,7 +77,7 @@ def model_from_config(config: dict[str, Any],
                      f"'config', got: {config!r}")
   merged = {**_POLICY_CLASSES, **(custom_objects or {})}
   class_name = config.get("class_name")
-  if "module" not in config and class_name in _LEGACY_MODEL_CLASSES:
+  if "module" not in config and class_name in MODEL_CLASSES:
     if class_name == "Sequential":
       return keras.Sequential.from_config(
           _with_input_layer(config["config"]), custom_objects=merged)
