@@ -195,7 +195,7 @@ def test_dry_run_explains_records_not_their_messages(capsys, monkeypatch):
   assert "has shape (32, 16), your model's" in before[0]
 
 
-def test_problems_are_explained_from_their_fields():
+def test_problems_are_explained_from_their_fields(monkeypatch):
   key = "model/layer_with_weights-{}/kernel/.ATTRIBUTES/VARIABLE_VALUE"
   error = legacy.RestoreError("ckpt-1", problems=[
       _problems.Problem(_problems.DTYPE, key.format(0), "dense/kernel",
@@ -210,12 +210,21 @@ def test_problems_are_explained_from_their_fields():
       "model/layer_with_weights-1/kernel of the old job would go into your "
       "dense_1/kernel: your model has fewer layers with weights than the old "
       "job, or builds them in another order."]
-  # Kinds without a sentence of their own read as their message.
-  error = legacy.RestoreError("ckpt-1", problems=[_problems.Problem(
-      _problems.VALUE, "optimizer/decay/.ATTRIBUTES/VARIABLE_VALUE",
-      reason="decay=0.1 has no Keras 3 counterpart")])
-  assert _explain.sentences(error) == [
-      "optimizer/decay: decay=0.1 has no Keras 3 counterpart"]
+
+  # Every kind is told from its fields, never from the message.
+  every_kind = [
+      _problems.Problem(_problems.AMBIGUOUS, key.format(0), "d/k, e/k"),
+      _problems.Problem(_problems.STRUCTURE, key.format(0), "d", found="e"),
+      _problems.Problem(_problems.NO_MATCH, target="net"),
+      _problems.Problem(_problems.VALUE, "optimizer/decay",
+                        reason="decay=0.1 has no Keras 3 counterpart")]
+  monkeypatch.setattr(_problems.Problem, "__str__", lambda self: "reworded")
+  assert [line[:40] for line in _explain.sentences(legacy.RestoreError(
+      "ckpt-1", problems=every_kind))] == [
+          "The old job's model/layer_with_weights-0",
+          "The old job's model/layer_with_weights-0",
+          "None of the weights of your model 'net' ",
+          "optimizer/decay: decay=0.1 has no Keras "]
 
 
 def test_dry_run_explains_another_optimizer(capsys):

@@ -30,27 +30,43 @@ def _by_layer(names: list[str]) -> str:
                    groups.items())
 
 
+# What each kind of problem means for the user's model, told from the
+# problem's fields (keys shortened).
+_SENTENCES = {
+    _problems.SHAPE:
+        "The old job's {key} has shape {found}, your model's {target} has "
+        "shape {expected}: that layer has another size (units, input width "
+        "or kernel size) than in the old job.",
+    _problems.DTYPE:
+        "The old job's {key} holds {found} values, your model's {target} "
+        "holds {expected}: that layer (or the model's dtype policy) has "
+        "another dtype than in the old job.",
+    _problems.TWICE:
+        "Both {key} and {other} of the old job would go into your {target}: "
+        "your model has fewer layers with weights than the old job, or "
+        "builds them in another order.",
+    _problems.AMBIGUOUS:
+        "The old job's {key} would go into several variables of your model "
+        "({target}): your model shares or nests those layers otherwise.",
+    _problems.STRUCTURE:
+        "The old job's {key} belongs to its layer '{found}' but would go "
+        "into your layer '{target}', while your model also has a layer "
+        "'{found}': your model arranges its layers otherwise.",
+    _problems.NO_MATCH:
+        "None of the weights of your model '{target}' matches the old job's "
+        "entries for it, so nothing would be restored: is it the same "
+        "architecture?",
+    _problems.VALUE: "{key}: {reason}",
+}
+
+
 def _problem(problem: _problems.Problem, targets: set) -> str:
   """The sentence explaining `problem`; adds the names it covers to
   `targets` (not listed again as unmatched)."""
-  key, target = _key(problem.key), problem.target
-  if problem.kind == _problems.SHAPE:
-    targets.update((problem.key, target))
-    return (f"The old job's {key} has shape {problem.found}, your model's "
-            f"{target} has shape {problem.expected}: that layer has another "
-            "size (units, input width or kernel size) than in the old job.")
-  if problem.kind == _problems.DTYPE:
-    targets.update((problem.key, target))
-    return (f"The old job's {key} holds {problem.found} values, your "
-            f"model's {target} holds {problem.expected}: that layer (or the "
-            "model's dtype policy) has another dtype than in the old job.")
-  if problem.kind == _problems.TWICE:
-    targets.update((problem.key, problem.other, target))
-    return (f"Both {key} and {_key(problem.other)} of the old job would go "
-            f"into your {target}: your model has fewer layers with weights "
-            "than the old job, or builds them in another order.")
-  # The other kinds' own message says what to do.
-  return str(problem).replace(_VALUE, "")
+  targets.update((problem.key, problem.other, problem.target))
+  fields = dict(vars(problem), key=_key(problem.key),
+                other=_key(problem.other))
+  return _SENTENCES[problem.kind].format(**fields)
 
 
 def root_entries(keys: list) -> list[str]:

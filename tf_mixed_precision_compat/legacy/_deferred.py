@@ -142,12 +142,12 @@ class LegacyRestore:
     # Unmatched values are named in a warning; mismatches and a model whose
     # weights would all stay fresh raise.
     bound = {id(target) for _, target, _, _ in plan.assignments}
-    fresh = [_problems.Problem(_problems.NO_MATCH, target=model.name)
-             for node_id, model in self._parts.models
-             if self._graph.variable_nodes_under(node_id) and
-             not any(id(v) in bound for v in model.weights)]
+    plan.problems += [_problems.Problem(_problems.NO_MATCH, target=model.name)
+                      for node_id, model in self._parts.models
+                      if self._graph.variable_nodes_under(node_id) and
+                      not any(id(v) in bound for v in model.weights)]
     _gate.check(plan, _match.expected_objects(self._models, self._optimizers),
-                allow_partial=True, problems=fresh)
+                allow_partial=True)
     return plan, waiting_slots
 
   def check(self):

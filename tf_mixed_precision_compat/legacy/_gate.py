@@ -15,14 +15,12 @@ class RestoreError(ValueError):
   Attributes:
     unmatched_checkpoint: Checkpoint keys with no Keras 3 counterpart.
     unmatched_objects: Keras 3 variables (or state) nothing restored.
-    problems: Other mismatches (shape, dtype, ambiguity), as
-      `_problems.Problem` records; the message has one line of each.
+    problems: Other mismatches (shape, dtype, ...): `_problems.Problem`s.
 
   Example:
 
-  >>> error = RestoreError("ckpt-1", unmatched_objects=["dense/bias"])
-  >>> error.unmatched_objects, error.problems
-  (['dense/bias'], [])
+  >>> RestoreError("ckpt-1", unmatched_objects=["dense/bias"]).problems
+  []
   """
 
   def __init__(self, source, unmatched_checkpoint=(), unmatched_objects=(),
@@ -87,16 +85,15 @@ class RestoreReport:
     return "\n".join(lines)
 
 
-def check(plan, expected=None, allow_partial=False, problems=()):
-  """Raises `RestoreError` for `plan`'s (and further) problems or gaps."""
+def check(plan, expected=None, allow_partial=False):
+  """Raises `RestoreError` for `plan`'s problems or gaps."""
   if expected is not None:
     plan.unmatched_objects = [description for obj, description in expected
                               if id(obj) not in plan.targets]
-  problems = list(plan.problems) + list(problems)
-  if problems or (not allow_partial and (plan.unmatched_checkpoint or
-                                         plan.unmatched_objects)):
+  if plan.problems or (not allow_partial and (plan.unmatched_checkpoint or
+                                              plan.unmatched_objects)):
     raise RestoreError(plan.source, plan.unmatched_checkpoint,
-                       plan.unmatched_objects, problems)
+                       plan.unmatched_objects, plan.problems)
 
 
 def assign(plan, optimizers=(), dry_run=False):

@@ -1,21 +1,18 @@
-"""Restore problems as records: what does not fit, and where.
-
-The matcher and the wait stage make `Problem`s, `RestoreError` carries them,
-and `inspect` explains them from their kind and fields, so that rewording a
-message (one `__str__`) never changes what `inspect` says.
-"""
+"""Restore problems as records: the matcher makes them, `RestoreError`
+carries them, and `inspect` explains them from their kind and fields, so
+rewording a message (the one `__str__`) never changes what `inspect` says."""
 
 import dataclasses
 from typing import Any
 
-# The kinds of problem, each with the fields it sets besides `key`.
-SHAPE = "shape"  # found, expected: the value's and `target`'s shapes.
-DTYPE = "dtype"  # found, expected: the value's and `target`'s dtypes.
-TWICE = "twice"  # other: a second key that restores `target` too.
+# The kinds, and the fields each sets besides `key`.
+SHAPE = "shape"  # target; found, expected: the value's and target's shapes.
+DTYPE = "dtype"  # target; found, expected: the value's and target's dtypes.
+TWICE = "twice"  # target; other: the key that restores it already.
 AMBIGUOUS = "ambiguous"  # target: the Keras 3 variables the key's paths reach.
-STRUCTURE = "structure"  # found: the key's own layer, `target` the one reached.
+STRUCTURE = "structure"  # found: the key's own layer; target: the one reached.
 VALUE = "value"  # reason: why the value itself cannot be restored.
-NO_MATCH = "no match"  # target: a model none of whose weights matched (no key).
+NO_MATCH = "no match"  # target: a model none of whose weights matched; no key.
 
 _TEXT = {
     SHAPE: "{key}: shape {found} in the checkpoint, {expected} for {target}",
@@ -35,16 +32,14 @@ _TEXT = {
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-  """One value that cannot be restored exactly, and why.
+  """A checkpoint value that cannot be restored exactly, and why.
 
   Attributes:
-    kind: One of the kinds above (`SHAPE`, `DTYPE`, ...).
-    key: The checkpoint key (or H5 weight name) concerned; "" for `NO_MATCH`.
-    target: The Keras 3 object the value was to restore (its path).
-    found: What the checkpoint holds (a shape, dtype or layer name).
-    expected: What `target` has instead (a shape or dtype).
-    other: `TWICE`: the key already restoring `target`.
-    reason: `VALUE`: the sentence saying what is wrong with the value.
+    kind: One of the kinds above, which says the fields it sets.
+    key: The checkpoint key (H5: the weight's name).
+    target: The path of the Keras 3 object the value was to restore.
+    found, expected: The checkpoint's and the target's shape or dtype.
+    other, reason: See the kinds above.
 
   Example:
 
