@@ -117,6 +117,29 @@ def test_load_weights_leaves_another_optimizer_untouched(caplog):
   assert "optimizer state was not restored" in caplog.text
 
 
+def test_load_weights_refuses_a_slot_of_another_dtype(tmp_path, caplog):
+  _, _, _, path = _job("mlperf_lambda_tf24")
+  copy = str(tmp_path / "model.h5")
+  shutil.copy(path, copy)
+  with h5py.File(copy, "r+") as f:  # One momentum slot saved as float16.
+    names = []
+    f["optimizer_weights"].visit(names.append)
+    name = next(n for n in names if "momentum" in n and
+                isinstance(f["optimizer_weights"][n], h5py.Dataset))
+    value = f["optimizer_weights"][name][()]
+    del f["optimizer_weights"][name]
+    f["optimizer_weights"].create_dataset(name,
+                                          data=value.astype(np.float16))
+  tf.keras.mixed_precision.set_global_policy("mixed_float16")
+  model = _built_in_code(tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.9)))
+  model.load_weights(copy)
+  # Nothing of the optimizer is assigned, and the log names the dtype.
+  assert int(model.optimizer.iterations) == 0
+  assert "optimizer state was not restored" in caplog.text
+  assert "float16" in caplog.text
+
+
 def test_way_out_under_mirrored_strategy(mirrored_strategy):
   meta, x, y, path = _job("mlperf_lambda_tf24")
   tf.keras.mixed_precision.set_global_policy("mixed_float16")

@@ -120,7 +120,8 @@ def _optimizer_plan(model, group, path, tf_keras):
           plan.targets and "iter" not in v.name and
           "learning_rate" not in v.name]
   if plan.problems or left:
-    return None, "; ".join(plan.problems) or f"nothing restores {left[:3]}"
+    return None, ("; ".join(map(str, plan.problems)) or
+                  f"nothing restores {left[:3]}")
   return plan, None
 
 
