@@ -1,7 +1,7 @@
 """The Keras 3 target (the default `tf.keras`): its `KerasTarget` adapter.
 
 Its Keras classes are the package's own (`optimizers/`, `policy`); its hooks
-are Keras 3's config names and loading entry points (`legacy/`).
+are Keras 3's config names and loading entry points (`keras3_loading`).
 """
 
 from typing import Any
@@ -25,23 +25,23 @@ class Keras3Target(_adapter.KerasTarget):
     """
     # pylint: disable=g-import-not-at-top
     import keras
-    from tf_mixed_precision_compat.legacy import _entry_points
+    from tf_mixed_precision_compat.hooks import keras3_loading
     # pylint: enable=g-import-not-at-top
     custom_objects = keras.saving.get_custom_objects()
     for name, cls in _legacy_custom_objects().items():
       journal.set_item(custom_objects, name, cls)
-    # The replacements live in `legacy/_entry_points.py`; every public module
+    # The replacements live in `keras3_loading`; every public module
     # holding an original (`keras.optimizers`, `keras.models`,
     # `keras.saving`, the `tensorflow.keras` copies) gets the same one.
     for module, name, wrap in (
         (keras.optimizers, "deserialize",
-         _entry_points.wrap_optimizers_deserialize),
-        (keras.optimizers, "get", _entry_points.wrap_optimizers_get),
-        (keras.models, "load_model", _entry_points.wrap_load_model)):
+         keras3_loading.wrap_optimizers_deserialize),
+        (keras.optimizers, "get", keras3_loading.wrap_optimizers_get),
+        (keras.models, "load_model", keras3_loading.wrap_load_model)):
       original = getattr(module, name)
       replace(original, wrap(original))
     journal.set_attr(keras.Model, "load_weights",
-                     _entry_points.wrap_load_weights(keras.Model.load_weights))
+                     keras3_loading.wrap_load_weights(keras.Model.load_weights))
 
 
 def _legacy_custom_objects():
