@@ -8,6 +8,7 @@ Keras 3 writes (`_iterations`, `dynamic_scale`, `step_counter`).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from typing import Any, Optional
 
@@ -15,28 +16,36 @@ import numpy as np
 
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy import _read_checkpoint
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
 _VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
 _SLOT = "/.OPTIMIZER_SLOT/"
-# Keras 2 (OptimizerV2) slot names -> the optimizer class that creates them.
-_SLOT_CLASSES = (
-    ({"m", "v", "vhat"}, "Adam"), ({"m", "v"}, "Adam"),
-    ({"momentum"}, "SGD"), ({"rms", "momentum", "mg"}, "RMSprop"),
-    ({"rms", "mg"}, "RMSprop"), ({"rms", "momentum"}, "RMSprop"),
-    ({"rms"}, "RMSprop"), ({"accumulator", "linear"}, "Ftrl"),
-    ({"accumulator"}, "Adagrad"), ({"accum_grad", "accum_var"}, "Adadelta"),
-)
+
+
+def _slot_classes() -> dict:
+  """`{TF 2.x slot names: the first TF 2.x class that makes just those}`."""
+  out: dict = {}
+  for name, slots in _keras2_config.SLOTS.items():
+    if name not in _keras2_config.KERAS2_OPTIMIZERS.values():
+      continue  # Keras 3's own (AdamW): no TF 2.x checkpoint has it.
+    required = {s.tf2 for s in slots if not s.optional}
+    optional = [s.tf2 for s in slots if s.optional]
+    for n in range(len(optional) + 1):
+      for extra in itertools.combinations(optional, n):
+        if required or extra:  # No slots tell no class.
+          out.setdefault(frozenset(required.union(extra)), name)
+  return out
+
+
+_SLOT_CLASSES = _slot_classes()
 # Same slots, other class: named so a user can correct the guess.
 _LOOKALIKES = {"Adam": "Adamax and Nadam keep the same m and v slots"}
 _SGD_HYPERS = {"learning_rate", "decay", "momentum"}
-# Keras 3 slot names (longest first: `velocity_hat` before `velocity`) and
-# the classes whose default names prefix their variables.
-_KERAS3_SLOTS = ("velocity_hat", "average_gradient", "accumulated_grad",
-                 "accumulated_delta", "accumulator", "momentum", "velocity",
-                 "linear", "norm")
-_KERAS3_CLASSES = {c.lower(): c for c in (
-    "SGD", "Adam", "AdamW", "Adamax", "Nadam", "RMSprop", "Adagrad",
-    "Adadelta", "Ftrl", "Lion")}
+# Keras 3 slot names, longest first (a suffix of a variable's name tells
+# it), and the classes whose default names prefix their variables.
+_KERAS3_SLOTS = sorted({s.keras3 for slots in _keras2_config.SLOTS.values()
+                        for s in slots}, key=len, reverse=True)
+_KERAS3_CLASSES = {c.lower(): c for c in (*_keras2_config.SLOTS, "Lion")}
 
 
 @dataclasses.dataclass
@@ -132,13 +141,13 @@ def _slots(variables: dict, info: OptimizerInfo) -> None:
 
 def _guess_class(info: OptimizerInfo) -> None:
   names = set().union(*info.slots.values()) if info.slots else set()
-  for slots, name in _SLOT_CLASSES:
-    if names == slots:
-      info.class_name = name
-      info.class_note = (f"from its slots ({', '.join(sorted(names))})"
-                         + (f"; {_LOOKALIKES[name]}" if name in _LOOKALIKES
-                            else ""))
-      return
+  name = _SLOT_CLASSES.get(frozenset(names))
+  if name is not None:
+    info.class_name = name
+    info.class_note = (f"from its slots ({', '.join(sorted(names))})"
+                       + (f"; {_LOOKALIKES[name]}" if name in _LOOKALIKES
+                          else ""))
+    return
   if not names and set(info.hyperparameters) <= _SGD_HYPERS:
     info.class_name = "SGD"
     info.class_note = ("no slots and only SGD's hyperparameters "

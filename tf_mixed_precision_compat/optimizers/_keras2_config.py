@@ -1,7 +1,8 @@
 """TF 2.3/2.4's optimizer names and configs, as Keras 3 spells them.
 
-Hyperparameter and slot names by Keras 3 class, and Keras 2 optimizer configs
-converted to Keras 3 optimizers (shared with the legacy loaders).
+Hyperparameter and slot names by Keras 3 class (`SLOTS`: each slot's TF 2.x,
+Keras 3 and tf_keras name), and Keras 2 optimizer configs converted to Keras 3
+optimizers (shared with the legacy loaders).
 
 Example:
 
@@ -10,6 +11,8 @@ Example:
 >>> type(opt).__name__, float(opt.learning_rate), opt.beta_1
 ('Adam', 0.5, 0.8)
 """
+
+import typing
 
 import keras
 
@@ -41,21 +44,46 @@ KERAS2_OPTIMIZERS = {
     "ftrl": "Ftrl",
 }
 
-# TF 2.4's slot names -> Keras 3's, by Keras 3 class name: checkpoints of
-# TF 2.x jobs name their slots so, and so does their `get_slot(var, "m")`.
-TF2_SLOT_NAMES = {
-    "SGD": {"momentum": "momentum"},
-    "Adam": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
-    "AdamW": {"m": "momentum", "v": "velocity", "vhat": "velocity_hat"},
-    "Adamax": {"m": "momentum", "v": "norm"},
-    "Nadam": {"m": "momentum", "v": "velocity"},
-    "RMSprop": {"rms": "velocity", "momentum": "momentum",
-                "mg": "average_gradient"},
-    "Adagrad": {"accumulator": "accumulator"},
-    "Adadelta": {"accum_grad": "accumulated_grad",
-                 "accum_var": "accumulated_delta_var"},
-    "Ftrl": {"accumulator": "accumulator", "linear": "linear"},
+
+
+class Slot(typing.NamedTuple):
+  """One slot of a built-in optimizer, as each Keras names it.
+
+  Example:
+
+  >>> SLOTS["Adamax"][1]
+  Slot(tf2='v', keras3='norm', tf_keras='u', optional=False)
+  """
+  tf2: str  # TF 2.x's name: in its checkpoints and `get_slot(var, "m")`.
+  keras3: str
+  tf_keras: str  # tf_keras's current class's, `<name>/<variable name>`.
+  optional: bool = False  # Made only with some arguments.
+
+
+# The slots of each built-in optimizer, by Keras 3 class name.
+SLOTS = {
+    "SGD": (Slot("momentum", "momentum", "m", optional=True),),
+    "Adam": (Slot("m", "momentum", "m"), Slot("v", "velocity", "v"),
+             Slot("vhat", "velocity_hat", "vhat", optional=True)),
+    "AdamW": (Slot("m", "momentum", "m"), Slot("v", "velocity", "v"),
+              Slot("vhat", "velocity_hat", "vhat", optional=True)),
+    "Adamax": (Slot("m", "momentum", "m"), Slot("v", "norm", "u")),
+    "Nadam": (Slot("m", "momentum", "m"), Slot("v", "velocity", "v")),
+    "RMSprop": (Slot("rms", "velocity", "velocity"),
+                Slot("momentum", "momentum", "momentum", optional=True),
+                Slot("mg", "average_gradient", "average_gradient",
+                     optional=True)),
+    "Adagrad": (Slot("accumulator", "accumulator", "accumulator"),),
+    "Adadelta": (Slot("accum_grad", "accumulated_grad", "accumulated_grad"),
+                 Slot("accum_var", "accumulated_delta_var",
+                      "accumulated_delta_var")),
+    "Ftrl": (Slot("accumulator", "accumulator", "accumulator"),
+             Slot("linear", "linear", "linear")),
 }
+# TF 2.x slot name -> Keras 3's, and -> tf_keras's, by Keras 3 class name.
+TF2_SLOT_NAMES = {k: {s.tf2: s.keras3 for s in v} for k, v in SLOTS.items()}
+TF_KERAS_SLOT_NAMES = {k: {s.tf2: s.tf_keras for s in v}
+                       for k, v in SLOTS.items()}
 
 
 def keras_class_name(optimizer):

@@ -20,22 +20,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
-
-# TF 2.x slot name -> the name tf_keras's current class gives that slot's
-# variables (`<name>/<variable name>`), by class name.
-_SLOTS = {
-    "SGD": {"momentum": "m"},
-    "Adam": {"m": "m", "v": "v", "vhat": "vhat"},
-    "AdamW": {"m": "m", "v": "v", "vhat": "vhat"},
-    "Adamax": {"m": "m", "v": "u"},
-    "Nadam": {"m": "m", "v": "v"},
-    "RMSprop": {"rms": "velocity", "momentum": "momentum",
-                "mg": "average_gradient"},
-    "Adagrad": {"accumulator": "accumulator"},
-    "Adadelta": {"accum_grad": "accumulated_grad",
-                 "accum_var": "accumulated_delta_var"},
-    "Ftrl": {"accumulator": "accumulator", "linear": "linear"},
-}
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Hyperparameter variables of TF 2.x optimizers that current optimizers keep
 # as Python floats of the same name.
@@ -57,10 +42,10 @@ def inner(optimizer):
 
 def _current_names(optimizer, tf_keras):
   """TF 2.x slot name -> the name `optimizer`'s tf_keras class uses."""
-  for klass in type(optimizer).__mro__:
-    if getattr(tf_keras.optimizers, klass.__name__, None) is klass:
-      return _SLOTS.get(klass.__name__, {})
-  return _SLOTS.get(type(optimizer).__name__, {})
+  name = next((k.__name__ for k in type(optimizer).__mro__
+               if getattr(tf_keras.optimizers, k.__name__, None) is k),
+              type(optimizer).__name__)
+  return _keras2_config.TF_KERAS_SLOT_NAMES.get(name, {})
 
 
 def variables(optimizer):
