@@ -15,6 +15,7 @@ from typing import Any, Optional
 import numpy as np
 
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
@@ -109,23 +110,34 @@ def _scalar(reader: Any, path: str) -> Any:
   return value.decode() if isinstance(value, bytes) else value
 
 
-def _optimizer_roots(variables: dict) -> list[tuple[str, str, str]]:
-  """`(path, layout, inner path)` of each optimizer, outermost first."""
+def _optimizer_roots(graph: Any) -> list[tuple[str, str, str]]:
+  """`(path, layout, inner path)` of each optimizer, outermost first.
+
+  Which Keras wrote each is the restore pipeline's call (`_layout`).
+  """
   roots = []
-  for path in variables:
-    head, _, leaf = path.rpartition("/")
-    if _SLOT in path or not head:
-      continue
-    if leaf == "iter":
-      outer = head[:-len("/base_optimizer")] if head.endswith(
-          "/base_optimizer") else head
-      roots.append((outer, "keras2", head))
-    elif leaf == "dynamic_scale":
-      roots.append((head, "keras3", head + "/inner_optimizer"))
-    elif leaf == "_iterations" and not head.endswith("/inner_optimizer") and (
-        head + "/dynamic_scale") not in variables:
-      roots.append((head, "keras3", head))
-  return sorted(set(roots))
+  evidence = _layout.Evidence(graph)
+  for layout, step, wrapped in (("keras2", "iter", "base_optimizer"),
+                                ("keras3", "_iterations", "inner_optimizer")):
+    nodes = evidence.optimizers[layout]
+    for node in nodes - {graph.child(n, wrapped) for n in nodes}:
+      inner = graph.child(node, wrapped)
+      end = f"/{step}{_VALUE}"
+      # A step stored elsewhere first (an alias of the job's `global_step`)
+      # names no path to the optimizer: it is listed as other variables.
+      own = graph.variable_child(node, step) or ""
+      below = (inner is not None and graph.variable_child(inner, step)) or ""
+      if own.endswith(end):
+        path = own[:-len(end)]
+      elif not own and below.endswith(f"/{wrapped}{end}"):
+        path = below[:-len(f"/{wrapped}{end}")]
+      else:
+        continue
+      # TF 2.3-2.4's wrappers hold their inner optimizer's `iter` (and its
+      # state); TF 2.2's and Keras 3's keep it under the inner one.
+      nested = inner is not None and (layout == "keras3" or not own)
+      roots.append((path, layout, path + f"/{wrapped}" * nested))
+  return sorted(roots)
 
 
 def _slots(variables: dict, info: OptimizerInfo) -> None:
@@ -238,8 +250,11 @@ def full_names(reader: Any) -> dict:
                                             range(len(graph.nodes))))}
 
 
-def _generation(optimizers: list, variables: dict) -> str:
-  """Which TensorFlow / Keras wrote the checkpoint, in words."""
+def _generation(optimizers: list, writers: set) -> str:
+  """Which TensorFlow / Keras wrote the checkpoint, in words.
+
+  `writers`: `_layout.describe`'s values, for the root's entries.
+  """
   if any(o.layout == "keras3 (this package)" for o in optimizers):
     return ("this package on TF 2.16 or later: Keras 3 optimizer state "
             "(`_iterations`, `_variables`) with TF 2.4's `loss_scale/` "
@@ -248,7 +263,7 @@ def _generation(optimizers: list, variables: dict) -> str:
     return ("Keras 3 (TF 2.16 or later): optimizer state as `_iterations` "
             "and `_variables`")
   if not optimizers:
-    if any(re.search(r"(^|/)layer_with_weights-\d+/", v) for v in variables):
+    if "keras2" in writers:
       return ("TF 2.x Keras (tf.keras before Keras 3; `layer_with_weights-N`"
               " names), no optimizer")
     return "a TF 2.x object-based checkpoint without any Keras optimizer"
@@ -292,10 +307,14 @@ def describe(path: str) -> CheckpointInfo:
   reader = legacy.open_checkpoint(prefix)
   _read_checkpoint.check_values(reader, prefix)
   variables = _variables(reader)
-  optimizers = [_optimizer(reader, variables, *root)
-                for root in _optimizer_roots(variables)]
+  roots, writers = [], set()
+  if _read_checkpoint.OBJECT_GRAPH_KEY in reader.get_variable_to_shape_map():
+    graph = _object_graph(reader)  # TF1's name-based checkpoints have none.
+    roots = _optimizer_roots(graph)
+    writers = set(_layout.describe(reader, graph).values())
+  optimizers = [_optimizer(reader, variables, *root) for root in roots]
   info = CheckpointInfo(prefix=prefix,
-                        generation=_generation(optimizers, variables),
+                        generation=_generation(optimizers, writers),
                         optimizers=optimizers)
   owned = [o.path + "/" for o in optimizers]
   for var, spec in variables.items():

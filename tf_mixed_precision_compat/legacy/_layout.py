@@ -35,8 +35,16 @@ def _is_keras3_name(name):
   return name == "_functional"
 
 
-class _Evidence:
-  """Which checkpoint nodes only Keras 2, or only Keras 3, writes."""
+class Evidence:
+  """Which checkpoint nodes only Keras 2, or only Keras 3, writes.
+
+  Attributes:
+    optimizers: `{"keras2" | "keras3": optimizer node ids}`: nodes with a
+      step (`iter` / `_iterations`), a `base_optimizer` or slot variables
+      (what `inspect` lists as optimizers, too).
+    variables: `{"keras2" | "keras3": variable node ids}` only that Keras
+      writes.
+  """
 
   def __init__(self, graph):
     self.graph = graph
@@ -88,7 +96,7 @@ def describe(reader, graph):
   """`{root entry but save_counter: "keras2" | "keras3" | None}`: its writer
   (None: a plain variable, or nothing tells), for `inspect`."""
   del reader  # Everything needed is in the object graph.
-  evidence = _Evidence(graph)
+  evidence = Evidence(graph)
   return {name: (evidence.optimizer_layout(node_id) or
                  evidence.model_layout(node_id) or
                  (None if graph.variable(node_id) else evidence.only))
@@ -111,7 +119,7 @@ def _maps_completely(reader, graph, source, node_id, model):
 
 def _judge(reader, graph, source):
   """`judge(obj, node_id)`: whether the entry has TF 2.x's layout."""
-  evidence = _Evidence(graph)
+  evidence = Evidence(graph)
   keras2_only = evidence.only == "keras2"
 
   def judge(obj, node_id):
