@@ -14,7 +14,6 @@ import tf_keras
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat import policy as policy_module
-from tf_mixed_precision_compat.optimizers import _loss_scale_value
 from tf_mixed_precision_compat.optimizers import _experimental_args
 from tf_mixed_precision_compat.optimizers import (
     experimental_loss_scale_optimizer)
@@ -189,7 +188,8 @@ def _tf23_state_class():
   return _TF23LossScaleState
 
 
-class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
+class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
+                           _BaseLossScaleOptimizer, metaclass=_V1Meta):
   """TF 2.3's experimental `LossScaleOptimizer(optimizer, loss_scale)`.
 
   A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
@@ -208,94 +208,23 @@ class LossScaleOptimizerV1(_BaseLossScaleOptimizer, metaclass=_V1Meta):
   (128.0, 128.0)
   """
 
-  def __init__(self, optimizer: Any, loss_scale: Any) -> None:
-    """Wraps `optimizer` with the loss scaling `loss_scale` describes.
+  _registered_object = staticmethod(tf_keras.utils.get_registered_object)
 
-    Args:
-      optimizer: A tf_keras optimizer (either family).
-      loss_scale: See the class docstring; a serialized loss scale dict too.
+  def _hold(self, loss_scale):
+    # tf_keras's step updates only its own state class; TF 2.3 checkpointed
+    # the `LossScale` itself.
+    self._loss_scale = _tf23_state_class()(loss_scale)
+    self._track_trackable(loss_scale, "loss_scale")
 
-    Raises:
-      ValueError: For any other value, or if `optimizer` is already wrapped.
-    """
-    resolved, message = _experimental_args.tf23_loss_scale(loss_scale)
-    super().__init__(optimizer, dynamic=False, initial_scale=1.)
-    self._loss_scale = _tf23_state_class()(resolved)
-    self._track_trackable(resolved, "loss_scale")
-    self._tf23_loss_scale = resolved
-    self._loss_scale_value = _loss_scale_value.LossScaleValue(resolved)
-    tf.get_logger().warning(message)
-
-  @property
-  def loss_scale(self) -> Any:
-    """The `LossScale`: callable (TF 2.3) and a float32 tensor (TF 2.4)."""
-    return self._loss_scale_value
-
-  @property
-  def dynamic(self) -> bool:
-    """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return _experimental_args.fixed_scale(self._tf23_loss_scale) is None
-
-  @property
-  def initial_scale(self) -> Any:
-    """The fixed or initial loss scale, or None for a user `LossScale`."""
-    return _experimental_args.initial_scale(self._tf23_loss_scale)
-
-  @property
-  def dynamic_growth_steps(self) -> Optional[int]:
-    """A `DynamicLossScale`'s `increment_period`, else None."""
-    return getattr(self._tf23_loss_scale, "increment_period", None)
-
-  @property
-  def dynamic_counter(self) -> Optional[tf.Variable]:
-    """A `DynamicLossScale`'s good-steps counter, else None."""
-    return _experimental_args.good_steps_counter(self._tf23_loss_scale)
-
-  def get_config(self) -> dict[str, Any]:
-    """TF 2.4's config where it can express the loss scale, else TF 2.3's."""
-    if _experimental_args.tf24_representable(self._tf23_loss_scale):
-      return super().get_config()
-    return {
-        "optimizer": tf_keras.optimizers.serialize(self._optimizer),
-        "loss_scale": loss_scale_module.serialize(self._tf23_loss_scale),
-    }
+  def _serialized_inner(self):
+    return tf_keras.optimizers.serialize(self._optimizer)
 
   @classmethod
-  def from_config(cls, config: dict[str, Any],
-                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
-    """Creates the optimizer from a TF 2.3 or TF 2.4 config.
-
-    Args:
-      config: TF 2.3's `{"optimizer", "loss_scale"}` or TF 2.4's config.
-      custom_objects: Optional dict of user classes (a user `LossScale`
-        too), by name.
-
-    Returns:
-      A `LossScaleOptimizerV1`.
-    """
-    config = dict(config)
-    if "loss_scale" in config:
-      loss_scale = _tf23_loss_scale_from(config["loss_scale"], custom_objects)
-      inner = config["optimizer"]
-    else:
-      inner = config["inner_optimizer"]
-      loss_scale = (loss_scale_module.DynamicLossScale(
-          config["initial_scale"], config["dynamic_growth_steps"])
-                    if config["dynamic"] else config["initial_scale"])
+  def _from_parts(cls, inner, loss_scale, custom_objects):
     inner = tf_keras.optimizers.deserialize(
         inner, custom_objects=custom_objects, use_legacy_optimizer=True)
+    # The metaclass picks the class of the inner optimizer's family.
     return LossScaleOptimizerV1(inner, loss_scale)
-
-
-def _tf23_loss_scale_from(serialized, custom_objects):
-  """A serialized TF 2.3 loss scale, a user class found as Keras finds it."""
-  merged = dict(custom_objects or {})
-  name = serialized.get("class_name") if isinstance(serialized, dict) else None
-  if isinstance(name, str) and name not in merged:
-    found = tf_keras.utils.get_registered_object(name, custom_objects)
-    if found is not None:
-      merged[name] = found
-  return loss_scale_module.deserialize(serialized, merged)
 
 
 class SerializedV1:
@@ -308,8 +237,8 @@ class SerializedV1:
   @classmethod
   def from_config(cls, config: dict[str, Any],
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
-    if "loss_scale" in config and not _experimental_args.tf24_representable(
-        _tf23_loss_scale_from(config["loss_scale"], custom_objects)):
+    if _experimental_args.tf23_only(config, custom_objects,
+                                    tf_keras.utils.get_registered_object):
       return LossScaleOptimizerV1.from_config(config, custom_objects)
     # What tf_keras's own deserialize makes of "LossScaleOptimizerV1".
     return tf_keras.optimizers.deserialize(

@@ -1,7 +1,8 @@
 """TF 2.3's `loss_scale` argument, as TF 2.4's non-experimental arguments.
 
 Used by the experimental `LossScaleOptimizer` of both targets, with the
-deprecation message TF 2.4 logged for each kind of loss scale.
+deprecation message TF 2.4 logged for each kind of loss scale; their shared
+properties and configs are `TF23LossScaleMixin`.
 
 Example:
 
@@ -10,10 +11,13 @@ Example:
 {'dynamic': False, 'initial_scale': 128.0}
 """
 
+from typing import Any, Callable, Optional
+
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
 from tf_mixed_precision_compat.loss_scale import dynamic_state
+from tf_mixed_precision_compat.optimizers import _loss_scale_value
 
 # TF 2.4's LossScaleOptimizer defaults.
 DEFAULT_INITIAL_SCALE = 2**15
@@ -99,50 +103,6 @@ def _dynamic_arguments(loss_scale):
              "  opt = tf.keras.mixed_precision.experimental."
              f"LossScaleOptimizer(opt{extra})\n")
   return kwargs, message
-
-
-def fixed_scale(loss_scale):
-  """The value of a `FixedLossScale` (ours or TF's), else None.
-
-  Args:
-    loss_scale: A `LossScale`.
-
-  Returns:
-    A Python float, or None for any other loss scale.
-  """
-  if isinstance(loss_scale, _fixed_types()):
-    return float(_fixed_value(loss_scale))
-  return None
-
-
-def initial_scale(loss_scale):
-  """TF 2.4's `initial_scale` of a TF 2.3 `LossScale`.
-
-  Args:
-    loss_scale: A `LossScale`.
-
-  Returns:
-    The fixed or initial scale, or None for a user `LossScale` without an
-    `initial_loss_scale`.
-  """
-  fixed = fixed_scale(loss_scale)
-  if fixed is not None:
-    return fixed
-  return getattr(loss_scale, "initial_loss_scale", None)
-
-
-def good_steps_counter(loss_scale):
-  """TF 2.4's `dynamic_counter` of a TF 2.3 `LossScale`, or None.
-
-  Args:
-    loss_scale: A `LossScale`.
-
-  Returns:
-    A dynamic loss scale's good-steps variable, else None.
-  """
-  if isinstance(loss_scale, dynamic_state.DynamicScaleCore):
-    return dynamic_state.counter_variable(loss_scale)
-  return getattr(loss_scale, "_num_good_steps", None)
 
 
 def _loss_scale_types():
@@ -241,3 +201,169 @@ def tf23_config_arguments(serialized):
   raise ValueError(
       "Serialized LossScaleOptimizers with a LossScale that is neither a "
       "FixedLossScale nor a DynamicLossScale can no longer be deserialized")
+
+
+def deserialize_loss_scale(serialized, custom_objects, registered):
+  """A serialized TF 2.3 loss scale; a user class found as Keras finds it.
+
+  Args:
+    serialized: A loss scale's `{"class_name", "config"}`.
+    custom_objects: Optional dict of user classes, by name.
+    registered: The Keras target's `get_registered_object`: a user
+      `LossScale` may also come from a custom object scope or a
+      registration, as Keras looked it up in TF 2.3.
+
+  Returns:
+    The `LossScale`.
+  """
+  merged = dict(custom_objects or {})
+  name = serialized.get("class_name") if isinstance(serialized, dict) else None
+  if isinstance(name, str) and name not in merged:
+    found = registered(name, custom_objects)
+    if found is not None:
+      merged[name] = found
+  return loss_scale_module.deserialize(serialized, merged)
+
+
+def tf23_only(config, custom_objects, registered):
+  """Whether only TF 2.3's experimental class can hold `config`'s loss scale.
+
+  TF 2.4.4 deserialized a serialized experimental optimizer as its
+  non-experimental class, which cannot hold every TF 2.3 loss scale.
+  Arguments as `deserialize_loss_scale`'s.
+  """
+  return "loss_scale" in config and not tf24_representable(
+      deserialize_loss_scale(config["loss_scale"], custom_objects,
+                             registered))
+
+
+class TF23LossScaleMixin:
+  """TF 2.3's experimental `LossScaleOptimizer`, on either Keras's class.
+
+  Each target's `LossScaleOptimizerV1` mixes it in before its Keras's
+  `LossScaleOptimizer`: it takes TF 2.3's `loss_scale` argument, holds that
+  `LossScale` and gives TF 2.4's properties and TF 2.3/2.4 configs from it.
+
+  Example:
+
+  >>> import keras
+  >>> from tf_mixed_precision_compat.optimizers import (
+  ...     experimental_loss_scale_optimizer as v1)
+  >>> opt = v1.LossScaleOptimizerV1(keras.optimizers.SGD(), 128)
+  >>> opt.dynamic, opt.initial_scale, opt.get_config()["initial_scale"]
+  (False, 128.0, 128.0)
+  """
+
+  _tf23_loss_scale: Any
+  # Each class's own: keep the `LossScale` where its base class's step
+  # finds it, its inner optimizer's config, an optimizer from a config's
+  # parts, and its Keras's registry lookup.
+  _hold: Callable[[Any], None]
+  _serialized_inner: Callable[[], Any]
+  _from_parts: Callable[..., Any]
+  _registered_object: Callable[..., Any]
+
+  def __init__(self, optimizer: Any, loss_scale: Any) -> None:
+    """Wraps `optimizer` with the loss scaling `loss_scale` describes.
+
+    Args:
+      optimizer: The optimizer to wrap (of the target's Keras).
+      loss_scale: `"dynamic"`; an int or float (a fixed scale); any
+        `LossScale` (ours, TF's `tf.compat.v1` ones or a user subclass),
+        which the optimizer then uses and updates; or a serialized loss scale
+        dict.
+
+    Raises:
+      ValueError: For any other `loss_scale`, or as `LossScaleOptimizer`.
+      TypeError: As `LossScaleOptimizer`.
+    """
+    resolved, message = tf23_loss_scale(loss_scale)
+    # The base class checks the optimizer; the scale it would hold is
+    # replaced by the TF 2.3 `LossScale`.
+    super().__init__(  # type: ignore[call-arg]
+        optimizer, dynamic=False, initial_scale=1.)
+    self._tf23_loss_scale = resolved
+    self._hold(resolved)
+    self._loss_scale_value = _loss_scale_value.LossScaleValue(resolved)
+    tf.get_logger().warning(message)
+
+  @property
+  def loss_scale(self) -> Any:
+    """The `LossScale`; `loss_scale()` and the value itself are the scale.
+
+    TF 2.3 code calls it (`opt.loss_scale()`, a float32 scalar tensor) or
+    uses the `LossScale`'s methods; TF 2.4 code uses it as a float32 scalar
+    tensor (`float(opt.loss_scale)`, `opt.loss_scale * 2`,
+    `tf.convert_to_tensor(opt.loss_scale)`).
+    """
+    return self._loss_scale_value
+
+  @property
+  def dynamic(self) -> bool:
+    """Whether the loss scale may change (any but a `FixedLossScale`)."""
+    return not isinstance(self._tf23_loss_scale, _fixed_types())
+
+  @property
+  def initial_scale(self) -> Any:
+    """The fixed or initial loss scale, or None for a user `LossScale`."""
+    if not self.dynamic:
+      return float(_fixed_value(self._tf23_loss_scale))
+    return getattr(self._tf23_loss_scale, "initial_loss_scale", None)
+
+  @property
+  def dynamic_growth_steps(self) -> Optional[int]:
+    """A `DynamicLossScale`'s `increment_period`, else None."""
+    return getattr(self._tf23_loss_scale, "increment_period", None)
+
+  @property
+  def dynamic_counter(self) -> Optional[tf.Variable]:
+    """A `DynamicLossScale`'s good-steps counter, else None."""
+    if isinstance(self._tf23_loss_scale, dynamic_state.DynamicScaleCore):
+      return dynamic_state.counter_variable(self._tf23_loss_scale)
+    return getattr(self._tf23_loss_scale, "_num_good_steps", None)
+
+  def get_config(self) -> dict[str, Any]:
+    """TF 2.4's config where it can express the loss scale, else TF 2.3's.
+
+    Returns:
+      `{"inner_optimizer", "dynamic", "initial_scale",
+      "dynamic_growth_steps"}` (as TF 2.4.4's experimental class) for a
+      fixed scale or a `DynamicLossScale` of multiplier 2; otherwise TF
+      2.3.4's `{"optimizer", "loss_scale"}`.
+    """
+    if tf24_representable(self._tf23_loss_scale):
+      return super().get_config()  # type: ignore[misc]
+    return {"optimizer": self._serialized_inner(),
+            "loss_scale": loss_scale_module.serialize(self._tf23_loss_scale)}
+
+  @classmethod
+  def from_config(cls, config: dict[str, Any],
+                  custom_objects: Optional[dict[str, Any]] = None) -> Any:
+    """Creates the optimizer from a TF 2.3 or TF 2.4 config.
+
+    Args:
+      config: TF 2.3's `{"optimizer", "loss_scale"}` or a TF 2.4
+        `get_config` dict.
+      custom_objects: Optional dict of user classes (a user `LossScale`
+        too), by name.
+
+    Returns:
+      A `LossScaleOptimizerV1`.
+
+    Raises:
+      ValueError: If the loss scale names an unknown class, or the inner
+        optimizer config cannot be honoured.
+    """
+    loss_scale: Any
+    if "loss_scale" in config:
+      loss_scale = deserialize_loss_scale(
+          config["loss_scale"], custom_objects, cls._registered_object)
+      inner = config["optimizer"]
+    elif config["dynamic"]:
+      loss_scale = loss_scale_module.DynamicLossScale(
+          config["initial_scale"], config["dynamic_growth_steps"])
+      inner = config["inner_optimizer"]
+    else:
+      loss_scale = float(config["initial_scale"])
+      inner = config["inner_optimizer"]
+    return cls._from_parts(inner, loss_scale, custom_objects)
