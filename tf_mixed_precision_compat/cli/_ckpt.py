@@ -26,15 +26,14 @@ _SLOT = "/.OPTIMIZER_SLOT/"
 def _slot_classes() -> dict:
   """`{TF 2.x slot names: the first TF 2.x class that makes just those}`."""
   out: dict = {}
-  for name, slots in _keras2_config.SLOTS.items():
-    if name not in _keras2_config.KERAS2_OPTIMIZERS.values():
-      continue  # Keras 3's own (AdamW): no TF 2.x checkpoint has it.
-    required = {s.tf2 for s in slots if not s.optional}
+  for name in _keras2_config.KERAS2_OPTIMIZERS.values():  # Adam first.
+    slots = _keras2_config.SLOTS[name]
     optional = [s.tf2 for s in slots if s.optional]
     for n in range(len(optional) + 1):
       for extra in itertools.combinations(optional, n):
-        if required or extra:  # No slots tell no class.
-          out.setdefault(frozenset(required.union(extra)), name)
+        names = frozenset(s.tf2 for s in slots if not s.optional).union(extra)
+        if names:  # No slots tell no class.
+          out.setdefault(names, name)
   return out
 
 
@@ -122,21 +121,19 @@ def _optimizer_roots(graph: Any) -> list[tuple[str, str, str]]:
     nodes = evidence.optimizers[layout]
     for node in nodes - {graph.child(n, wrapped) for n in nodes}:
       inner = graph.child(node, wrapped)
-      end = f"/{step}{_VALUE}"
-      # A step stored elsewhere first (an alias of the job's `global_step`)
-      # names no path to the optimizer: it is listed as other variables.
-      own = graph.variable_child(node, step) or ""
-      below = (inner is not None and graph.variable_child(inner, step)) or ""
-      if own.endswith(end):
-        path = own[:-len(end)]
-      elif not own and below.endswith(f"/{wrapped}{end}"):
-        path = below[:-len(f"/{wrapped}{end}")]
-      else:
-        continue
+      own_step = graph.child(node, step) is not None
       # TF 2.3-2.4's wrappers hold their inner optimizer's `iter` (and its
       # state); TF 2.2's and Keras 3's keep it under the inner one.
-      nested = inner is not None and (layout == "keras3" or not own)
-      roots.append((path, layout, path + f"/{wrapped}" * nested))
+      if inner is None or (layout == "keras2" and own_step):
+        inner = node
+      key, end = graph.variable_child(inner, step) or "", f"/{step}{_VALUE}"
+      inner_path = key[:-len(end)]
+      path = inner_path if inner == node else inner_path[:-len(wrapped) - 1]
+      # A step stored elsewhere first (an alias of the job's `global_step`)
+      # names no path to the optimizer: it is listed as other variables.
+      if key.endswith(end) and (inner == node or
+                                inner_path.endswith("/" + wrapped)):
+        roots.append((path, layout, inner_path))
   return sorted(roots)
 
 
