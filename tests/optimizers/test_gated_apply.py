@@ -1,19 +1,17 @@
 """The gated apply equals TF 2.4's conditional apply, bit for bit.
 
-`_gated_apply.apply_when_finite` writes the tensors its memory budget keeps
-at once (the smallest in place, the others out of place) and restores them
-on a non-finite step; every other variable waits for the verdict and is
-written in place through an `If` (large) or a masked write (small). Under
-XLA it masks the writes of large tensors and defers small ones. Here every
-vetted Keras 3 optimizer runs the same gradient sequence (with non-finite
-steps) through it and through the conditional path it replaces, with small
-and large variables, everything kept, nothing kept and some kept, in
-tf.function and under XLA; the bytes of every variable, slot, `iterations`
-and the loss scale must be equal after every step. Eagerly and under
-MirroredStrategy the conditional path is used (`supported` says so) and
-gives the same trajectory, and so does the conditional whose large updates
-run two at a time, taken by default once the budget cannot keep a large
-update. (What the budget bounds: test_step_memory.py.)"""
+`_gated_apply.apply_when_finite` writes every tensor at once when all fit
+the memory budget (the smallest in place, the others out of place) and
+restores them on a non-finite step; under XLA it masks the writes of large
+tensors and defers small ones when there are many. Otherwise the step is TF
+2.4's conditional, its large updates two at a time. Here every vetted Keras
+3 optimizer runs the same gradient sequence (with non-finite steps) through
+each way and through the plain conditional path, with small and large
+variables, in tf.function and under XLA; the bytes of every variable, slot,
+`iterations` and the loss scale must be equal after every step. Eagerly and
+under MirroredStrategy the plain conditional is used (`supported` says so)
+and gives the same trajectory. (What the budget bounds:
+test_step_memory.py.)"""
 
 import contextlib
 from unittest import mock
@@ -73,14 +71,15 @@ def _gradients(step, scale=1.0):
 
 
 # "function" keeps every tensor's old value (they all fit the default
-# budget); "function_waiting" keeps none (budget 0: every variable waits for
-# the verdict), "function_partial" some (the last, small, ones).
-# "function_conditional" shrinks the default budget so that it keeps no
-# large variable: the step is then TF 2.4's conditional, its large updates
-# two at a time.
-_MODES = ("function", "function_waiting", "function_partial", "jit",
-          "jit_deferred", "function_conditional")
-_BUDGETS = {"function_waiting": 0, "function_partial": 300 * 1024}
+# budget); "function_conditional" has budget 0: the step is then TF 2.4's
+# conditional, its large updates two at a time. "jit_deferred" makes XLA
+# steps defer their small tensors to the conditional (they do when a step
+# writes many; these tests' steps write few, masked under plain "jit").
+_MODES = ("function", "jit", "jit_deferred", "function_conditional")
+_CONFIGS = {
+    "jit_deferred": _gated_apply.StepConfig(xla_masked_small_max=0),
+    "function_conditional": _gated_apply.StepConfig(overlap_budget=0),
+}
 
 
 def _jit(mode):
@@ -88,20 +87,11 @@ def _jit(mode):
 
 
 def _as_mode(mode):
-  """Under "jit_deferred", XLA steps defer small tensors to the conditional.
-
-  (They do when a step writes many small tensors; these tests' steps write
-  few, which are masked under plain "jit".) "function_waiting" and
-  "function_partial" set the memory budget.
-  """
-  if mode == "jit_deferred":
-    return mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0)
-  if mode in _BUDGETS:
-    return mock.patch.object(_gated_apply, "_overlap_budget",
-                             _BUDGETS[mode])
-  if mode == "function_conditional":
-    return mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0)
-  return contextlib.nullcontext()
+  """Steps traced in this block use `mode`'s `StepConfig`."""
+  if mode not in _CONFIGS:
+    return contextlib.nullcontext()
+  return mock.patch.object(_gated_apply, "default_config",
+                           return_value=_CONFIGS[mode])
 
 
 def _differing(got, want):
@@ -357,20 +347,21 @@ class GatedApplyTest(parameterized.TestCase):
     inner = keras.optimizers.Adam(0.01)
     variables = [tf.Variable(tf.ones(s)) for s in _SHAPES]
     inner.build(variables)
+    config = _gated_apply.StepConfig()
 
     @tf.function
     def step():
       grads = [tf.ones(s) for s in _SHAPES]
       _gated_apply.apply_when_finite(inner, grads, variables,
-                                     tf.constant(True))
+                                     tf.constant(True), config)
       with mock.patch.object(type(inner), "update_step",
                              side_effect=RuntimeError("boom")):
         with self.assertRaisesRegex(RuntimeError, "boom"):
           _gated_apply.apply_when_finite(inner, grads, variables,
-                                         tf.constant(True))
+                                         tf.constant(True), config)
 
     step()
-    for name in ("assign", "assign_add", "assign_sub"):
+    for name in ("assign", "assign_add", "assign_sub", "update_step"):
       self.assertNotIn(name, vars(inner))
     self.assertEqual(int(inner.iterations.numpy()), 1)
 

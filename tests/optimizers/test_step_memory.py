@@ -9,12 +9,13 @@ holds (the gradients, which both hold). Those are
 * the tensors computed before the verdict and used after it (new values
   deferred to a conditional), gradients and variable reads excepted.
 
-`set_overlap_memory_budget` raises or lowers the budget; by default it is
-half of max(5% of the optimizer state, 32 MiB). Steps that take TF 2.4's
-conditional (under MirroredStrategy, the `tf.compat.v1` optimizer, by
-default once the budget cannot keep a large update, and under XLA with many
-small tensors only) hold nothing beyond the gradients; eagerly each op runs
-when called, so nothing is computed ahead of the verdict.
+A `StepConfig` (or `set_overlap_memory_budget`) sets the budget; by
+default it is half of max(5% of the optimizer state, 32 MiB). Steps that
+take TF 2.4's conditional (under MirroredStrategy, the `tf.compat.v1`
+optimizer, once the budget cannot keep everything the step writes, and
+under XLA with many small tensors only) hold nothing beyond the gradients;
+eagerly each op runs when called, so nothing is computed ahead of the
+verdict.
 """
 
 from unittest import mock
@@ -100,8 +101,14 @@ def _conditional_verdicts(graph):
 
 
 def _large(variables):
-  return [v for v in variables
-          if np.prod(v.shape) >= _gated_apply._LARGE_MIN_ELEMENTS]  # pylint: disable=protected-access
+  return [v for v in variables if np.prod(v.shape) >=
+          _gated_apply.StepConfig().large_min_elements]
+
+
+def _config(**knobs):
+  """Steps traced in this block use a `StepConfig` of `knobs`."""
+  return mock.patch.object(_gated_apply, "default_config",
+                           return_value=_gated_apply.StepConfig(**knobs))
 
 
 def _step_graph(make_inner, shapes, jit=False):
@@ -145,25 +152,29 @@ class StepMemoryTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{budget}", name, budget)
-      for name in _OPTIMIZERS for budget in (0, 1 * _MIB, 3 * _MIB))
+      for name in _OPTIMIZERS for budget in (0, 3 * _MIB, 8 * _MIB))
   def test_kept_bytes_stay_within_the_budget(self, name, budget):
-    _gated_apply.set_overlap_memory_budget(budget)
-    graph, _, _ = _step_graph(_OPTIMIZERS[name], _SHAPES)
-    verdict = _gated_verdict(graph)
-    self.assertLen(verdict, 1)
+    with _config(overlap_budget=budget):
+      graph, opt, variables = _step_graph(_OPTIMIZERS[name], _SHAPES)
+    state = sum(np.asarray(v).nbytes for v in
+                variables + [w for w in opt.inner_optimizer.variables
+                             if w is not opt.iterations])
+    # All or nothing: kept when everything the step writes fits.
+    verdict = _gated_verdict(graph) or _conditional_verdicts(graph)
+    self.assertEqual(bool(_gated_verdict(graph)), state <= budget)
     kept, held = held_bytes(graph, verdict)
     self.assertLessEqual(kept, budget + _SCALARS)
     self.assertLessEqual(held, _SCALARS)
-    if budget >= 1 * _MIB and name != "sgd":
-      # The budget is used: at least one variable with its slots is kept.
-      self.assertGreater(kept, 256 * 1024)
+    if state <= budget:
+      self.assertBetween(kept, state - _SCALARS, state + _SCALARS)
 
   def test_a_larger_budget_keeps_more(self):
     kept = []
     for budget in (0, 1 * _MIB, 2 * _MIB, 100 * _MIB):
-      _gated_apply.set_overlap_memory_budget(budget)
-      graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
-      kept.append(held_bytes(graph, _gated_verdict(graph))[0])
+      with _config(overlap_budget=budget):
+        graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
+      verdict = _gated_verdict(graph) or _conditional_verdicts(graph)
+      kept.append(held_bytes(graph, verdict)[0])
     self.assertEqual(kept, sorted(kept))
     state = sum(int(np.prod(s)) * 4 * 3 for s in _SHAPES)
     # With room for everything, every variable and slot is kept.
@@ -172,19 +183,26 @@ class StepMemoryTest(parameterized.TestCase):
   def test_default_budget_is_half_of_five_percent_of_state_or_32_mib(self):
     _, opt, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     inner = opt.inner_optimizer
-    self.assertEqual(_gated_apply.keep_budget(inner, variables), 16 * _MIB)
+    self.assertEqual(_gated_apply.keep_budget(
+        inner, variables, _gated_apply.StepConfig()), 16 * _MIB)
     state = sum(np.asarray(v).nbytes
                 for v in list(variables) + list(inner.variables))
-    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
-      self.assertEqual(_gated_apply.keep_budget(inner, variables),
-                       (0.05 * state) // 2)
+    self.assertEqual(_gated_apply.keep_budget(
+        inner, variables, _gated_apply.StepConfig(min_allowance=0)),
+                     (0.05 * state) // 2)
+
+  def test_set_overlap_memory_budget_sets_the_default_config(self):
+    _gated_apply.set_overlap_memory_budget(3 * _MIB)
+    self.assertEqual(_gated_apply.default_config(),
+                     _gated_apply.StepConfig(overlap_budget=3 * _MIB))
+    _gated_apply.set_overlap_memory_budget(None)
+    self.assertEqual(_gated_apply.default_config(), _gated_apply.StepConfig())
 
   def test_default_budget_keeps_no_more_than_it(self):
     graph, opt, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     kept, held = held_bytes(graph, _gated_verdict(graph))
-    self.assertLessEqual(
-        kept,
-        _gated_apply.keep_budget(opt.inner_optimizer, variables) + _SCALARS)
+    self.assertLessEqual(kept, _gated_apply.keep_budget(
+        opt.inner_optimizer, variables, _gated_apply.StepConfig()) + _SCALARS)
     self.assertLessEqual(held, _SCALARS)
 
   def _assert_two_at_a_time(self, graph, writes):
@@ -198,25 +216,10 @@ class StepMemoryTest(parameterized.TestCase):
       self.assertNotIn(writes[index][0],
                        _downstream(graph, writes[index - 1]))
 
-  def test_waiting_large_updates_run_two_at_a_time(self):
-    # At the verdict every gradient is still held: updates all started
-    # together would add their full-size temporaries to that peak, one at a
-    # time would give up the overlap of two.
-    _gated_apply.set_overlap_memory_budget(0)
-    graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
-    internal = {id(outer): inner for outer, inner in graph.captures}
-    writes = [[op for op in graph.get_operations()
-               if op.type in ("If", "StatelessIf") and
-               any(t is internal[id(v.handle)] for t in op.inputs)]
-              for v in _large(variables)]
-    for update in writes[2:]:
-      self.assertLen(update, 1)
-    self._assert_two_at_a_time(graph, writes)
-
   def test_by_default_waiting_large_updates_take_a_conditional(self):
-    # Once the default budget cannot keep a large update, the step is TF
-    # 2.4's conditional, its large updates in the branch two at a time.
-    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
+    # Once the default budget cannot keep everything, the step is TF 2.4's
+    # conditional, its large updates in the branch two at a time.
+    with _config(min_allowance=0):
       graph, _, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
     self.assertEmpty(_gated_verdict(graph))
     [cond] = [op for op in graph.get_operations()
@@ -240,7 +243,7 @@ class StepMemoryTest(parameterized.TestCase):
   def test_under_xla_waiting_large_updates_are_masked_not_conditional(self):
     # XLA updates a tensor in place only outside a conditional, so there the
     # default budget's waiting large updates stay in the gated apply.
-    with mock.patch.object(_gated_apply, "_MIN_ALLOWANCE", 0):
+    with _config(min_allowance=0):
       graph, _, _ = _step_graph(_OPTIMIZERS["adam"], _SHAPES, jit=True)
     self.assertLen(_gated_verdict(graph), 1)
     self.assertFalse({"If", "StatelessIf"} &
@@ -249,11 +252,10 @@ class StepMemoryTest(parameterized.TestCase):
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_deferred_small_tensors_stay_within_the_budget(
       self, budget):
-    _gated_apply.set_overlap_memory_budget(budget)
     # Many small tensors beside a large one (masked): the small ones are
     # deferred to the conditional if they fit.
     shapes = ((64, 64),) * 100 + ((256, 256),)
-    with mock.patch.object(_gated_apply, "_XLA_MASKED_SMALL_MAX", 0):
+    with _config(overlap_budget=budget, xla_masked_small_max=0):
       graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
     verdict = _gated_verdict(graph)
     self.assertLen(verdict, 1)
@@ -269,9 +271,9 @@ class StepMemoryTest(parameterized.TestCase):
   @parameterized.parameters(0, 8 * _MIB)
   def test_under_xla_many_small_tensors_alone_take_the_conditional(
       self, budget):
-    _gated_apply.set_overlap_memory_budget(budget)
     shapes = ((64, 64),) * 100  # 301 small tensors with Adam's slots.
-    graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
+    with _config(overlap_budget=budget):
+      graph, _, _ = _step_graph(_OPTIMIZERS["adam"], shapes, jit=True)
     # Within the budget (4.7 MiB), TF 2.4's conditional: the whole update in
     # its branch, so nothing is computed ahead of the verdict but the
     # gradients; beyond it, every write masked in place.
@@ -329,7 +331,6 @@ def test_under_a_mirrored_strategy_only_the_gradients_are_held(
   assert held <= strategy.num_replicas_in_sync * gradients + _SCALARS
 
 
-@parameterized.parameters("v2", "v1")
 class FitTest(parameterized.TestCase):
   """`compile`/`fit` with TF 2.4's and TF 2.3's class keep within budget."""
 
@@ -337,7 +338,8 @@ class FitTest(parameterized.TestCase):
     _gated_apply.set_overlap_memory_budget(None)
     super().tearDown()
 
-  def test_fit_keeps_within_the_budget(self, version):
+  @parameterized.product(version=("v2", "v1"), budget=(60 * 1024, 200 * 1024))
+  def test_fit_keeps_within_the_budget(self, version, budget):
     writes = []
     real = _gated_apply._Writes  # pylint: disable=protected-access
 
@@ -345,9 +347,6 @@ class FitTest(parameterized.TestCase):
       writes.append(real(*args))
       return writes[-1]
 
-    # Adam: a kernel (64x64) with its slots 48 KiB, a bias 768 bytes.
-    budget = 60 * 1024
-    _gated_apply.set_overlap_memory_budget(budget)
     keras.utils.set_random_seed(1)
     model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(64),
                               keras.layers.Dense(64), keras.layers.Dense(64)])
@@ -357,14 +356,16 @@ class FitTest(parameterized.TestCase):
                inner, "dynamic"))
     model.compile(optimizer=opt, loss="mse")
     x = np.ones((8, 64), np.float32)
-    with mock.patch.object(_gated_apply, "_Writes", spy):
+    # Adam: three kernels (64x64) and biases with their slots, 146 KiB.
+    state = 3 * (64 * 64 + 64) * 4 * 3
+    with _config(overlap_budget=budget), mock.patch.object(
+        _gated_apply, "_Writes", spy):
       model.fit(x, x, epochs=1, verbose=0)
-    self.assertNotEmpty(writes)  # one per trace
-    for traced in writes:
-      self.assertBetween(traced.kept_bytes, 1, budget)
-      # From the last: its bias and kernel, then the biases only; the
-      # first two kernels wait.
-      self.assertLen(traced.kept_variables, 4)
+    # All or nothing: kept within the budget, else the conditional.
+    self.assertEqual(bool(writes), state <= budget)
+    for traced in writes:  # one per trace
+      kept = sum(np.asarray(t).nbytes for t, _ in traced.originals.values())
+      self.assertEqual(kept, state)
 
 
 class SetOverlapMemoryBudgetTest(parameterized.TestCase):

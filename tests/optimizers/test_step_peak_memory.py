@@ -30,8 +30,8 @@ _VARS, _WIDTH = 8, 2048
 _GRADIENTS = _VARS * _WIDTH * _WIDTH * 4
 _STATE = 3 * _GRADIENTS
 # The package's own allowance (`_gated_apply.keep_budget` keeps half).
-_ALLOWANCE = max(_gated_apply._STATE_SHARE * _STATE,  # pylint: disable=protected-access
-                 _gated_apply._MIN_ALLOWANCE)  # pylint: disable=protected-access
+_ALLOWANCE = max(_gated_apply.StepConfig().state_share * _STATE,
+                 _gated_apply.StepConfig().min_allowance)
 
 # Each loss-scaled case and the bare one it is measured against.
 _CASES = {

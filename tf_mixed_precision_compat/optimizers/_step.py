@@ -274,17 +274,17 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
     update_op, should_apply = None, True
   else:
     update_op, should_apply = loss_scale.update(grads)
-  gated = (not isinstance(should_apply, bool) and
-           _gated_apply.supported(inner.optimizer, grads, variables))
-  if gated and not _gated_apply.waits_in_conditional(inner.optimizer,
-                                                     variables):
+  config = _gated_apply.default_config()
+  vetted = (not isinstance(should_apply, bool) and
+            _gated_apply.supported(inner.optimizer, grads, variables))
+  if vetted and _gated_apply.gates(inner.optimizer, variables, config):
     # Same result as `apply_or_skip`'s conditional, without making every
     # update wait for the verdict (see _gated_apply).
     _gated_apply.apply_when_finite(inner.optimizer, grads, variables,
-                                   should_apply)
+                                   should_apply, config)
     return update_op
-  order = (_gated_apply.large_updates_two_at_a_time(inner.optimizer)
-           if gated else contextlib.nullcontext())
+  order = (_gated_apply.large_updates_two_at_a_time(inner.optimizer, config)
+           if vetted else contextlib.nullcontext())
   with order:
     applied = apply_or_skip(distribution, inner, should_apply, grads,
                             variables, name, experimental_aggregate_gradients)
