@@ -24,15 +24,11 @@ def _finite_checks(grads):
   """Scalar bool tensors whose conjunction says whether `grads` are finite.
 
   In a graph the executor runs, one check per gradient: each runs as soon as
-  its gradient exists, overlapping the rest of the backward pass, so only
-  the final reduction waits for the last gradient. (Concatenating the
-  gradients into one check was measured slower there: it waits for all of
-  them, then copies.) Under XLA, which schedules everything itself, the
-  gradients of each dtype are flattened and concatenated into one check:
-  with one reduction per gradient XLA took minutes to compile a step with
-  400 variables (about 20 s with the concatenation). Large gradients are
-  still checked one by one there: copying them costs more than the
-  reduction it saves (+14% on ten 1000x1000 gradients).
+  its gradient exists, overlapping the rest of the backward pass. Under XLA,
+  which schedules everything itself, small gradients are concatenated into
+  one check per dtype (one reduction each compiles far slower), large ones
+  checked one by one (copying costs more than the reduction it saves).
+  docs/performance.md has the measurements.
   """
   present = [g.values if isinstance(g, tf.IndexedSlices) else g
              for g in grads if g is not None]
