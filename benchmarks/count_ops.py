@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+import contenders  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -28,7 +28,7 @@ def _op_types(graph, seen=None):
   counts = collections.Counter()
   for op in graph.get_operations():
     counts[op.type] += 1
-  # pylint: disable=protected-access
+
   for name, fn in getattr(graph, "_functions", {}).items():
     if name in seen:
       continue
@@ -41,8 +41,8 @@ def _op_types(graph, seen=None):
 
 def count(name, mode, num_vars, width, strategy=None):
   """Op counts of one contender's step."""
-  values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
-  step = bench._make_step(name, mode, values, x, strategy)  # pylint: disable=protected-access
+  values, x = contenders.initial_values(num_vars, width)
+  step = contenders.make_step(name, mode, values, x, strategy)
   concrete = step.get_concrete_function()
   return _op_types(concrete.graph)
 

@@ -31,12 +31,16 @@ check and the gated apply without the update TF 2.4's loss scale made too,
 and `floor_gated` leaves out. `floor_dynamic`, likewise chosen, is
 `floor_gated` with that update (bench_loss_scaling.py's contender).
 
+`ours_conditional`, chosen with `--variants`, is ours with a budget of 0:
+in `tf.function` TF 2.4's conditional instead of keeping old values (under
+XLA still masked), the step ours takes when the state does not fit.
+
 Two more variants, chosen with `--variants`, time the two ways of keeping a
 small tensor's old value while the variable takes the new one, whatever its
 size: `in_place` (every small tensor updated in place, so the write copies
 it first) and `out_of_place` (every small one computed into a new tensor
 that the variable adopts: no copy, one op more). Ours switches from the
-first to the second at `_gated_apply._OUT_OF_PLACE_MIN_ELEMENTS`.
+first to the second at `StepConfig.out_of_place_min_elements`.
 
 After the table, the script prints what 1.5x the floor would allow above
 the floor for each of the tensors the step writes (three per Adam variable),
@@ -64,7 +68,9 @@ from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+import contenders  # pylint: disable=g-import-not-at-top,wrong-import-position
+import report  # pylint: disable=g-import-not-at-top,wrong-import-position
+import timing  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -73,14 +79,19 @@ from tf_mixed_precision_compat.loss_scale import dynamic_state  # pylint: disabl
 from tf_mixed_precision_compat.optimizers import _gated_apply  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
-def _apply_always(inner, grads, variables, finite):
-  del finite
+def _apply_always(inner, grads, variables, finite, config):
+  del finite, config
   inner.apply_gradients(list(zip(grads, variables)))
 
 
-def _no_restore(finite, originals):
-  del finite, originals
+def _no_restore(finite, originals, chunk_size):
+  del finite, originals, chunk_size
   return []
+
+
+def _config(**knobs):
+  """A stand-in for `_gated_apply.default_config` returning `knobs`' config."""
+  return lambda: _gated_apply.StepConfig(**knobs)
 
 
 def _check_only(scale, counter, grads, growth_steps, multiplier):
@@ -101,10 +112,12 @@ _VARIANTS = {
     "ours_dynamic": ("ours_dynamic", {}),
     "floor_gated": ("floor_gated", {}),
     "floor_dynamic": ("floor_dynamic", {}),
-    "in_place": ("ours_dynamic", {
-        (_gated_apply, "_OUT_OF_PLACE_MIN_ELEMENTS"): float("inf")}),
-    "out_of_place": ("ours_dynamic",
-                     {(_gated_apply, "_OUT_OF_PLACE_MIN_ELEMENTS"): 0}),
+    "in_place": ("ours_dynamic", {(_gated_apply, "default_config"): _config(
+        out_of_place_min_elements=float("inf"))}),
+    "out_of_place": ("ours_dynamic", {(_gated_apply, "default_config"):
+                                      _config(out_of_place_min_elements=0)}),
+    "ours_conditional": ("ours_dynamic", {(_gated_apply, "default_config"):
+                                          _config(overlap_budget=0)}),
     "no_scale_update": ("ours_dynamic",
                         {(dynamic_state, "update_variables"): _check_only}),
 }
@@ -117,15 +130,15 @@ def make_steps(num_vars, width, names=_DEFAULT_VARIANTS, mode="function"):
 
   `mode` is "function" (`tf.function`) or "jit" (compiled with XLA).
   """
-  values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
+  values, x = contenders.initial_values(num_vars, width)
   steps = {}
   for name in names:
     contender, patches = _VARIANTS[name]
     with contextlib.ExitStack() as stand_ins:
       for (module, attr), stand_in in patches.items():
         stand_ins.enter_context(mock.patch.object(module, attr, stand_in))
-      step = bench._make_step(contender, mode, values, x, None)  # pylint: disable=protected-access
-      bench._sync(step())  # Traced while the stand-ins are in place.  # pylint: disable=protected-access
+      step = contenders.make_step(contender, mode, values, x, None)
+      contenders.sync(step())  # Traced while the stand-ins are in place.
     steps[name] = step
   return steps
 
@@ -137,7 +150,7 @@ def measure(num_vars, width, reps, instances, names=_DEFAULT_VARIANTS,
   for index in range(instances):
     for name, step in make_steps(num_vars, width, names, mode).items():
       steps[(name, index)] = step
-  return bench._summarize(bench.interleave_instances(steps, reps))  # pylint: disable=protected-access
+  return timing.summarize(timing.interleave_instances(steps, reps))
 
 
 # Profiler events of kernels that carry no op type, by event name.
@@ -147,7 +160,7 @@ _UNTYPED_KERNELS = {"IfOp": "If"}
 def profile(steps, reps, warmup=5):
   """Time and count of ops per step by op type, from TF's profiler.
 
-  The steps run interleaved as in `bench.interleave_steps` (profiling one
+  The steps run interleaved as in `timing.interleave_steps` (profiling one
   variant after another let the machine's drift show as differences between
   them), and each kernel is attributed to the step call it ran in.
 
@@ -168,10 +181,10 @@ def profile(steps, reps, warmup=5):
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
   by_function = {step.get_concrete_function().name.decode(): name
                  for name, step in steps.items()}
-  bench.interleave_steps(steps, warmup, warmup=0)
+  timing.interleave_steps(steps, warmup, warmup=0)
   with tempfile.TemporaryDirectory() as logdir:
     tf.profiler.experimental.start(logdir)
-    bench.interleave_steps(steps, reps, warmup=0)
+    timing.interleave_steps(steps, reps, warmup=0)
     tf.profiler.experimental.stop()
     paths = [os.path.join(d, f) for d, _, files in os.walk(logdir)
              for f in files if f.endswith(".xplane.pb")]
@@ -283,7 +296,7 @@ def _run(args, parser):
     parser.error("--profile: tf.function steps only (--mode function)")
   summary = measure(args.vars, args.width, args.reps, args.instances, names,
                     args.mode)
-  print(f"Device: {bench._device(args.device)}")  # pylint: disable=protected-access
+  print(f"Device: {report.device(args.device)}")
   kind = "XLA" if args.mode == "jit" else "tf.function"
   print(f"{kind} step, {args.vars} variables of {args.width}x"
         f"{args.width}, {args.reps} step-level interleaved repetitions, "

@@ -35,7 +35,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench_loss_scaling as bench  # pylint: disable=g-import-not-at-top,wrong-import-position
+import contenders  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 CONTENDERS = ("bare", "floor_gated", "keras3", "ours_dynamic", "ours_fixed",
@@ -129,14 +129,14 @@ def measure(contender, mode, num_vars, width, steps, device, source="rss"):
   memory.reset()
   resting = memory.current()
   with tf.device(memory.device):
-    values, x = bench._initial_values(num_vars, width)  # pylint: disable=protected-access
-    step = bench._make_step(contender, mode, values, x, strategy)  # pylint: disable=protected-access
+    values, x = contenders.initial_values(num_vars, width)
+    step = contenders.make_step(contender, mode, values, x, strategy)
     if step is None:
       return {"contender": contender, "skipped": "tf_keras is not installed"}
     del values
     gc.collect()
     start = time.perf_counter()
-    bench._sync(step())  # pylint: disable=protected-access
+    contenders.sync(step())
     first_s = time.perf_counter() - start
     first_peak = memory.peak()
     memory.reset()
@@ -144,7 +144,7 @@ def measure(contender, mode, num_vars, width, steps, device, source="rss"):
     times = []
     for _ in range(steps):
       start = time.perf_counter()
-      bench._sync(step())  # pylint: disable=protected-access
+      contenders.sync(step())
       times.append(time.perf_counter() - start)
     steps_peak = memory.peak()
   state = num_vars * width * width * 4 * 3

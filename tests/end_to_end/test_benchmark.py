@@ -3,7 +3,6 @@
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -30,11 +29,11 @@ def _run_quick(tmp_path, *args):
                         env=env, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out) as f:
-    return proc.stdout, proc.stderr, json.load(f)
+    return json.load(f)
 
 
 def test_quick_run_reports_every_cell(tmp_path):
-  stdout, stderr, results = _run_quick(tmp_path)
+  results = _run_quick(tmp_path)
   cells = {(c["workload"], c["mode"], c["num_vars"]) for c in results["cells"]}
   settings = results["settings"]
   wide_vars, many_vars = settings["wide"][0], settings["many"][0]
@@ -123,46 +122,46 @@ def test_quick_run_reports_every_cell(tmp_path):
     assert "allocator_extra_bytes" in probe
     state = probe["optimizer_state_bytes"]
     assert probe["bound_bytes"] == state // 3 + max(0.05 * state, 32 * 2**20)
-  assert "Peak memory, each contender alone in a fresh process" in stdout
-  assert "allocator: extra over bare | within bound |" in stdout
-  assert "Device: CPU" in stdout
+  # The report (also printed) is in the JSON, with its device line.
+  text = results["report"]
+  assert "Peak memory, each contender alone in a fresh process" in text
+  assert "allocator: extra over bare | within bound |" in text
+  assert results["machine"]["device"].startswith("CPU")
+  assert f"Device: {results['machine']['device']}." in text
   assert results["machine"]["tensorflow"]
 
-  # The printed table has a row per non-session cell and a column per
-  # contender.
-  header = next(line for line in stdout.splitlines()
+  # The table has a row per non-session cell and a column per contender.
+  header = next(line for line in text.splitlines()
                 if line.startswith("| workload | mode |"))
   for name in ("floor", "keras3", "ours_dynamic", "ours_fixed", "tf_keras"):
     assert name in header
-  rows = [line for line in stdout.splitlines()
+  rows = [line for line in text.splitlines()
           if line.startswith("| ") and ("ms" in line) and "%" in line]
   assert len(rows) >= sum(1 for c in results["cells"]
                           if c["mode"] != "session")
-  assert "First call (trace + build)" in stdout
-  assert "n/a¹: not measured: floor_cond (with replicas" in stdout
+  assert "First call (trace + build)" in text
+  assert "n/a¹: not measured: floor_cond (with replicas" in text
 
   # The mirrored cells run last, so that no MirroredStrategy exists while
-  # the others are measured; the results keep the table's order.
-  logged = [line.split("] ", 1)[1].split() for line in stderr.splitlines()
-            if re.match(r"\[\s*[\d.]+s\] ", line)]
-  # The device line first, the memory probes (own processes) after the
-  # cells.
-  assert logged[0][0] == "device:"
-  assert logged[-1][0].startswith("memory[")
-  logged = [words for words in logged[1:]
-            if not words[0].startswith("memory[")]
-  modes = [words[1] for words in logged if words[2] != "skipped"]
-  mirrored = sum(c["mode"] == "mirrored" for c in results["cells"])
-  assert len(modes) == len(results["cells"]) and mirrored
-  assert modes[-mirrored:] == ["mirrored"] * mirrored
-  order = [(c["workload"], c["mode"]) for c in results["cells"]]
-  assert order[:4] == [("wide", "function"), ("wide", "jit"),
-                       ("wide", "mirrored"), ("many", "eager")]
+  # the others are measured, and the memory probes (own processes) after
+  # the cells; the results keep the table's order.
+  ran = [tuple(entry) for entry in results["run_order"]]
+  cells = [(c["workload"], c["mode"], c["num_vars"])
+           for c in results["cells"]]
+  assert ran[-1][0] == "memory"
+  ran = [entry for entry in ran if entry[0] != "memory"]
+  assert sorted(ran) == sorted(cells)
+  mirrored = sum(mode == "mirrored" for _, mode, _ in cells)
+  assert mirrored
+  assert [mode for _, mode, _ in ran[-mirrored:]] == ["mirrored"] * mirrored
+  assert [c[:2] for c in cells[:4]] == [("wide", "function"), ("wide", "jit"),
+                                        ("wide", "mirrored"),
+                                        ("many", "eager")]
 
 
 def test_a_selection_without_cells_reports_an_empty_table(tmp_path):
   # "wide" has no eager cell.
-  _, _, results = _run_quick(tmp_path, "--only", "wide", "--modes", "eager")
+  results = _run_quick(tmp_path, "--only", "wide", "--modes", "eager")
   assert results["cells"] == [] and "partial" not in results
 
 
@@ -177,7 +176,7 @@ types = {name: sorted({op.type for op in
          for name, step in steps.items()}
 types["after"] = [_gated_apply._restore_unless.__name__,
                   _gated_apply.apply_when_finite.__name__,
-                  _gated_apply._OUT_OF_PLACE_MIN_ELEMENTS]
+                  _gated_apply.default_config().out_of_place_min_elements]
 print(json.dumps(types))
 """
 
@@ -258,24 +257,24 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
 import tensorflow as tf
-import bench_loss_scaling as bench
-values, x = bench._initial_values(3, 8)
+import contenders as bench
+values, x = bench.initial_values(3, 8)
 out = {}
-# The steps are built here rather than by bench._make_step, which keeps the
+# The steps are built here rather than by bench.make_step, which keeps the
 # optimizer (and so the scale and counter read below) to itself.
 for name in ("floor_dynamic", "floor_cond"):
   for mode in ("eager", "function", "jit", "mirrored"):
-    if bench._unavailable(name, mode):
+    if bench.unavailable(name, mode):
       continue
     strategy = (tf.distribute.MirroredStrategy(["CPU:0", "CPU:1"])
                 if mode == "mirrored" else None)
-    scope = strategy.scope() if strategy else bench._NullScope()
+    scope = strategy.scope() if strategy else bench.NullScope()
     with scope:
-      opt = bench._make_optimizer(name)
+      opt = bench.make_optimizer(name)
       variables = [tf.Variable(v) for v in values]
       opt.build(variables)
     inputs = tf.Variable(x)
-    body = lambda: bench._step_body(name, opt, variables, inputs,
+    body = lambda: bench.step_body(name, opt, variables, inputs,
                                     xla=(mode == "jit"))
     if mode == "mirrored":
       step = tf.function(lambda: strategy.run(body))
@@ -394,7 +393,7 @@ def test_instances_are_combined_per_repetition_against_bare(tmp_path):
 _INTERLEAVE_PROBE = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import bench_loss_scaling as bench
+import timing as bench
 calls = []
 steps = {k: (lambda k=k: calls.append(k)) for k in "abcd"}
 times = bench.interleave_steps(steps, reps=30, warmup=2)
