@@ -157,10 +157,8 @@ def step_body(name, opt, variables, x, xla=False):
   if name in floors:
     inverse = 1. / floor_scale(opt)
     grads = [g * inverse for g in grads]
-    # The package's check, the cheapest found in each mode (under XLA one
-    # reduction per dtype: one per gradient took minutes to compile 400
-    # variables unless the verdict was also an output of the step), so
-    # that the floors and ours differ only in what follows it.
+    # The package's check, the cheapest found in each mode, so that the
+    # floors and ours differ only in what follows it.
     finite = _scaling.local_all_finite(grads)
     if name == "floor":
       # Returned so that it is computed: nothing else consumes it.
@@ -191,8 +189,8 @@ def step_body(name, opt, variables, x, xla=False):
       grads = [tf.where(finite, g, 0.) for g in grads]
     with tf.control_dependencies([finite]):
       opt.apply_gradients(zip(grads, variables))
-    # The loss alone, as every step but `floor`'s: under XLA a step that
-    # also returned its verdict measured 1-2 points faster on "wide".
+    # The loss alone, as every step but `floor`'s (returning the verdict
+    # too made XLA's step faster: docs/performance.md).
     return loss
   if name == "keras3":
     opt.apply(grads, variables)

@@ -91,8 +91,8 @@ def _label(cell):
   return f"{cell['workload']} ({cell['num_vars']}x{cell['width']}²)"
 
 
-def markdown(results):
-  """The report tables, as markdown text."""
+def _time_table(results):
+  """The step-time table of the non-session cells, with its footnote."""
   lines = []
   lines.append("Overhead = step time / bare step time - 1 (median over "
                "step-level interleaved repetitions, ± its standard error).")
@@ -125,6 +125,12 @@ def markdown(results):
   if reasons:
     footnote = f"n/a¹: not measured: {'; '.join(reasons)}. " + footnote
   lines.append(footnote)
+  return lines
+
+
+def _extra_tables(results):
+  """The tf.compat.v1, first-call and per-variable tables."""
+  lines = []
   v1 = [c for c in results["cells"] if c["mode"] == "session"]
   if v1:
     lines.append("")
@@ -166,6 +172,12 @@ def markdown(results):
         lines.append(f"| {mode} | {name} | " + " | ".join(
             f"{by_name[name].get(str(s), float('nan')):.2f}" for s in sizes) +
                      " |")
+  return lines
+
+
+def markdown(results):
+  """The report tables, as markdown text."""
+  lines = _time_table(results) + _extra_tables(results)
   if results.get("memory"):
     lines.extend(memory_markdown(results["memory"]))
   return "\n".join(lines)
