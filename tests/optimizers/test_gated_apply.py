@@ -26,9 +26,9 @@ from tf_mixed_precision_compat.optimizers import _gated_apply
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
 # (3, 4) and (5,) are small (written in place); (128, 128) has exactly
-# `_OUT_OF_PLACE_MIN_ELEMENTS` elements, so it is written out of place;
-# (256, 256) has exactly `_LARGE_MIN_ELEMENTS`, so it is large (deferred, or
-# masked under XLA).
+# `out_of_place_min_elements` elements, so it is written out of place;
+# (256, 256) has exactly `large_min_elements`, so it is large (in the
+# conditional, or masked under XLA).
 _SHAPES = ((3, 4), (256, 256), (5,), (128, 128))
 _NON_FINITE_STEPS = (1, 4, 5)
 # Optimizers whose XLA-compiled update rounds differently once masked.
