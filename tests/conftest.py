@@ -44,6 +44,7 @@ _LONGEST_FIRST = (
     "tests/optimizers/test_gated_apply.py",
     "tests/install/test_import_forms.py",
     "tests/end_to_end/test_examples.py",
+    "tests/targets/both/test_examples.py",
     "tests/reliability/test_properties.py",
 )
 
