@@ -191,22 +191,54 @@ print(json.dumps({name: {t: c for t, (_, c) in p.items()}
 """
 
 
-def _probe(source):
-  """Runs `source` in a fresh interpreter; returns its last line, parsed.
+# Runs every probe in one interpreter, each in its own namespace, and prints
+# {name: {"result": its last printed line, parsed} or {"error": traceback}}.
+_RUN_PROBES = """
+import contextlib, io, json, sys, traceback
+results = {}
+for name, source in json.loads(sys.stdin.read()):
+  out = io.StringIO()
+  try:
+    with contextlib.redirect_stdout(out):
+      exec(compile(source, name, "exec"), {"__name__": "__main__"})
+    results[name] = {"result": json.loads(out.getvalue().splitlines()[-1])}
+  except BaseException:  # pylint: disable=broad-except
+    results[name] = {"error": traceback.format_exc()[-3000:]}
+print(json.dumps(results))
+"""
 
-  The benchmark modules set TF's log level and devices when imported, which
-  other tests in this process would see.
+
+@pytest.fixture(scope="module")
+def probes():
+  """Each probe's result, from one fresh interpreter for them all.
+
+  Fresh, as the benchmark modules set TF's log level and devices when
+  imported, which other tests in this process would see. The probes share
+  it: each builds its own steps, and every one imports the benchmark (which
+  sets the devices) before TensorFlow starts; the MirroredStrategy one runs
+  last, as the benchmark runs its mirrored cells.
   """
+  sources = [("interleave", _INTERLEAVE_PROBE),
+             ("gate_costs", _GATE_COSTS_PROBE),
+             ("scale_update", _SCALE_UPDATE_PROBE),
+             ("profile", _PROFILE_PROBE),
+             ("dynamic_floors", _DYNAMIC_FLOORS_PROBE)]
   proc = subprocess.run(
-      [sys.executable, "-c", source, os.path.join(ROOT, "benchmarks")],
-      capture_output=True, text=True, check=False,
+      [sys.executable, "-c", _RUN_PROBES, os.path.join(ROOT, "benchmarks")],
+      input=json.dumps(sources), capture_output=True, text=True, check=False,
       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.splitlines()[-1])
 
 
-def test_gate_costs_variants_differ_only_in_their_part():
-  types = _probe(_GATE_COSTS_PROBE)
+def _probe(probes, name):
+  """The probe's result; its traceback if it raised."""
+  assert "error" not in probes[name], probes[name]["error"]
+  return probes[name]["result"]
+
+
+def test_gate_costs_variants_differ_only_in_their_part(probes):
+  types = _probe(probes, "gate_costs")
   ours, no_restore, nogate = (
       set(types[n]) for n in ("ours_dynamic", "no_restore", "dyn_nogate"))
   assert "If" in ours and "If" not in no_restore
@@ -238,8 +270,8 @@ print(json.dumps(out))
 """
 
 
-def test_no_scale_update_drops_only_the_update_in_either_mode():
-  steps = _probe(_SCALE_UPDATE_PROBE)
+def test_no_scale_update_drops_only_the_update_in_either_mode(probes):
+  steps = _probe(probes, "scale_update")
   for mode in ("function", "jit"):
     ours = steps[f"{mode}/ours_dynamic"]
     check_only = steps[f"{mode}/no_scale_update"]
@@ -299,8 +331,9 @@ print(json.dumps(out))
 """
 
 
-def test_dynamic_floors_update_their_scale_as_tf24_did_in_every_mode():
-  seen = _probe(_DYNAMIC_FLOORS_PROBE)
+def test_dynamic_floors_update_their_scale_as_tf24_did_in_every_mode(
+    probes):
+  seen = _probe(probes, "dynamic_floors")
   modes = {"floor_dynamic": ("eager", "function", "jit", "mirrored"),
            "floor_cond": ("eager", "function", "jit")}
   assert set(seen) == {f"{n} {m}" for n, ms in modes.items() for m in ms}
@@ -326,10 +359,10 @@ def test_profile_of_xla_steps_is_refused_by_name():
   assert "--profile: tf.function steps only (--mode function)" in proc.stderr
 
 
-def test_profile_attributes_every_kernel_to_its_own_step():
+def test_profile_attributes_every_kernel_to_its_own_step(probes):
   # Ops per step by type, from interleaved profiled calls: exact counts,
   # which attributing a kernel to the wrong call would change.
-  counts = _probe(_PROFILE_PROBE)
+  counts = _probe(probes, "profile")
   bare, ours, out_of_place = (
       counts[n] for n in ("bare", "ours_dynamic", "out_of_place"))
   # Adam over 3 variables: m and v added to, the variable subtracted from.
@@ -402,8 +435,9 @@ print(json.dumps({"calls": calls, "lengths": {k: len(v) for k, v in
 """
 
 
-def test_interleaving_calls_each_step_once_per_repetition_in_varying_order():
-  probe = _probe(_INTERLEAVE_PROBE)
+def test_interleaving_calls_each_step_once_per_repetition_in_varying_order(
+    probes):
+  probe = _probe(probes, "interleave")
   calls = probe["calls"]
   assert probe["lengths"] == {k: 30 for k in "abcd"}
   assert len(calls) == 32 * 4
