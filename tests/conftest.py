@@ -31,11 +31,9 @@ NUM_REPLICAS = 2
 # parses; the defaults are what we want.
 flags.FLAGS.mark_as_parsed()
 
-# Parallel runs (`-n 2 --dist loadgroup`, README's test command): each test
+# Parallel runs (`-n 2 --dist loadfile`, README's test command): each test
 # file runs whole on one worker, so module- and class-level fixtures are
-# built once and a file's tests keep their order; a file whose tests carry an
-# explicit `xdist_group` mark shares that group (one worker, one after
-# another) with the other files of the same mark. The files below take the
+# built once and a file's tests keep their order. The files below take the
 # longest, so they are handed out first: started last, one of them would
 # leave the other worker idle at the end.
 _LONGEST_FIRST = (
@@ -50,18 +48,15 @@ _LONGEST_FIRST = (
 
 
 def pytest_configure(config):
-  if config.getoption("dist", "no") == "loadgroup":
+  if config.getoption("dist", "no") == "loadfile":
     # Hand files out in the order collected (below), not by test count.
     config.option.loadscopereorder = False
 
 
-@pytest.hookimpl(tryfirst=True)  # Before xdist reads the groups.
 def pytest_collection_modifyitems(config, items):
-  if config.getoption("dist", "no") != "loadgroup":
+  del config
+  if not os.environ.get("PYTEST_XDIST_WORKER"):
     return
-  for item in items:
-    if item.get_closest_marker("xdist_group") is None:
-      item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
   rank = {path: i for i, path in enumerate(_LONGEST_FIRST)}
   items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0],
                                        len(rank)))
