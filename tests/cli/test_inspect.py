@@ -123,6 +123,31 @@ def test_keras3_checkpoint(capsys, tmp_path):
   assert all(w["name"].startswith("model/") for w in got["weights"])
 
 
+@pytest.mark.parametrize("name, kwargs", [
+    ("SGD", {"momentum": 0.9}), ("Adam", {"amsgrad": True}), ("AdamW", {}),
+    ("Adamax", {}), ("Nadam", {}), ("RMSprop", {"momentum": 0.9,
+                                                "centered": True}),
+    ("Adagrad", {}), ("Adadelta", {}), ("Ftrl", {})])
+def test_keras3_checkpoint_names_every_slot_and_class(capsys, tmp_path, name,
+                                                      kwargs):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  opt = getattr(keras.optimizers, name)(**kwargs)
+  opt.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "c"))
+  (info,) = _json(capsys, str(tmp_path / "c"))["optimizers"]
+  assert info["class_name"] == name
+  # Every slot named as Keras 3 names it (none left "(unnamed)").
+  # Keras 3 names a slot `<variable path, "/" as "_">_<slot name>`.
+  prefixes = [w.path.replace("/", "_") + "_"
+              for w in model.trainable_variables]
+  expected = sorted(v.name[len(p):] for v in opt.variables
+                    for p in prefixes if v.name.startswith(p))
+  assert expected
+  assert "(unnamed)" not in info["slots"]
+  assert sorted(sum(info["slots"].values(), [])) == expected
+
+
 def test_keras3_files(capsys, tmp_path):
   model, opt = _keras3_job(tmp_path)
   model.compile(optimizer=opt, loss="mse")
