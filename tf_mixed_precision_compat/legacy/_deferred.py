@@ -246,9 +246,12 @@ class LegacyRestore:
     report = self.report or _gate.RestoreReport(self.source)
     lines += [f"checkpoint value not restored: {k}"
               for k in self._parts.orphans + report.unmatched_checkpoint]
-    lines += [f"not restored from the checkpoint: {d}"
-              for d in report.unmatched_objects]
-    return lines
+    return lines + [f"{_gate.NOT_RESTORED}: {d}"
+                    for d in self.unmatched_objects()]
+
+  def unmatched_objects(self):
+    """Descriptions of the variables the checkpoint gave no value."""
+    return (self.report or _gate.RestoreReport(self.source)).unmatched_objects
 
   def matched_any(self):
     return bool(self.pending) or bool(self.report and self.report.matched)

@@ -147,6 +147,10 @@ def failure(source, error):
                         f"restored: {error}")
 
 
+# How `unconsumed` lines name a variable the checkpoint gave no value.
+NOT_RESTORED = "not restored from the checkpoint"
+
+
 class Restored:
   """A restore done at once (`load_weights`): nothing waits, nothing failed."""
 
@@ -156,6 +160,9 @@ class Restored:
     self.report, self.source = report, report.source
 
   def unconsumed(self):
+    return []
+
+  def unmatched_objects(self):
     return []
 
   def matched_any(self):
@@ -214,8 +221,7 @@ class LoadStatus:
     """Raises `AssertionError` if a variable got no value; or self."""
     self._raise_if_failed()
     return self._assert_none(
-        [line for line in self.legacy.unconsumed()
-         if line.startswith("not restored from the checkpoint")],
+        [f"{NOT_RESTORED}: {d}" for d in self.legacy.unmatched_objects()],
         "has no value for")
 
   def assert_nontrivial_match(self):
