@@ -37,6 +37,12 @@ def _slot_classes() -> dict:
   return out
 
 
+def _default_name(class_name: str) -> str:
+  """Keras 3's default name of an optimizer: its class's, in snake case."""
+  name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", class_name)  # RMSprop: rm_sprop
+  return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()  # AdamW: adam_w
+
+
 _SLOT_CLASSES = _slot_classes()
 # Same slots, other class: named so a user can correct the guess.
 _LOOKALIKES = {"Adam": "Adamax and Nadam keep the same m and v slots"}
@@ -45,14 +51,6 @@ _SGD_HYPERS = {"learning_rate", "decay", "momentum"}
 # it), and the classes whose default names prefix their variables.
 _KERAS3_SLOTS = sorted({s.keras3 for slots in _keras2_config.SLOTS.values()
                         for s in slots}, key=len, reverse=True)
-
-
-def _default_name(class_name: str) -> str:
-  """Keras 3's default name of an optimizer: its class's, in snake case."""
-  name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", class_name)  # RMSprop: rm_sprop
-  return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()  # AdamW: adam_w
-
-
 _KERAS3_CLASSES = {_default_name(c): c
                    for c in (*_keras2_config.SLOTS, "Lion")}
 

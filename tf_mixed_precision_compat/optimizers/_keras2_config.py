@@ -45,7 +45,6 @@ KERAS2_OPTIMIZERS = {
 }
 
 
-
 class Slot(typing.NamedTuple):
   """One slot of a built-in optimizer, as each Keras names it.
 
