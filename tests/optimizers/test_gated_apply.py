@@ -71,12 +71,18 @@ def _gradients(step, scale=1.0):
 
 
 # "function" keeps every tensor's old value (they all fit the default
-# budget); "function_conditional" has budget 0: the step is then TF 2.4's
+# budget); "function_partial" counts no tensor large and keeps the updates
+# of (128, 128), (5,) and (3, 4), whose bytes and slots' fit 200 KiB, while
+# (256, 256)'s waits for the verdict and masks its writes;
+# "function_conditional" has budget 0: the step is then TF 2.4's
 # conditional, its large updates two at a time. "jit_deferred" makes XLA
 # steps defer their small tensors to the conditional (they do when a step
 # writes many; these tests' steps write few, masked under plain "jit").
-_MODES = ("function", "jit", "jit_deferred", "function_conditional")
+_MODES = ("function", "function_partial", "jit", "jit_deferred",
+          "function_conditional")
 _CONFIGS = {
+    "function_partial": _gated_apply.StepConfig(
+        overlap_budget=200 * 2**10, large_min_elements=1 << 30),
     "jit_deferred": _gated_apply.StepConfig(xla_masked_small_max=0),
     "function_conditional": _gated_apply.StepConfig(overlap_budget=0),
 }

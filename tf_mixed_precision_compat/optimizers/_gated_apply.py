@@ -2,11 +2,12 @@
 
 A supported step takes one of three ways, all giving TF 2.4's conditional
 apply's results: under XLA its writes are masked on the verdict (small ones
-deferred when there are many); elsewhere, when every tensor it writes fits
-the keep budget, written at once and restored on a non-finite step; else
-TF 2.4's conditional, its large updates two at a time. The knobs are one
-`StepConfig` (docs/architecture.md has the design; docs/performance.md the
-numbers).
+deferred when there are many); elsewhere, when every large tensor it writes
+fits the keep budget, the updates of the variables that fit are written at
+once and restored on a non-finite step, the others wait for the verdict and
+mask their writes; else TF 2.4's conditional, its large updates two at a
+time. The knobs are one `StepConfig` (docs/architecture.md has the design;
+docs/performance.md the numbers).
 
 Example:
 
@@ -195,8 +196,10 @@ def gates(inner, variables, config):
 
   Under XLA a conditional's branch copies each tensor it writes, so large
   ones are masked in place; only a step of many small tensors within the
-  budget takes the conditional. Elsewhere the step keeps old values only
-  when all of them fit the budget.
+  budget takes the conditional. Elsewhere the step is gated when all it
+  writes fits the budget, or when it writes no large tensor and the budget
+  is not 0 (a mask costs a pass over a tensor; a conditional over many small
+  ones costs more).
 
   Args:
     inner: The inner optimizer (built).
@@ -212,7 +215,28 @@ def gates(inner, variables, config):
   if _private_api.in_xla_context():
     return not _xla_small_wait(written, budget, config) or any(
         _is_large(v, config) for v in written)
-  return sum(_bytes(v) for v in written) <= budget
+  if sum(_bytes(v) for v in written) <= budget:
+    return True
+  return budget > 0 and not any(_is_large(v, config) for v in written)
+
+
+def _kept_variables(inner, variables, budget):
+  """Ids of the variables whose updates are kept, the others waiting.
+
+  From the last variable backwards (the backward pass computes their
+  gradients first), while each one's bytes and its slots' fit the budget.
+  """
+  slot_bytes = sum(_bytes(v) for v in inner.variables
+                   if _num_elements(v) > 1)
+  var_bytes = sum(_bytes(v) for v in variables)
+  per_variable = 1 + -(-slot_bytes // max(var_bytes, 1))
+  kept, used = set(), 0
+  for variable in reversed(list(variables)):
+    cost = per_variable * _bytes(variable)
+    if used + cost <= budget:
+      kept.add(id(_tf_variable(variable)))
+      used += cost
+  return kept
 
 
 def _xla_small_wait(written, budget, config):
@@ -301,7 +325,8 @@ class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
   Under XLA it masks writes or defers them to the commit; elsewhere it
-  writes at once, keeping each tensor's old value for the restore. Built
+  writes a kept variable's tensors at once, keeping their old values for
+  the restore, and masks a waiting variable's writes. Built
   outside the stateless scope, where `keras.Variable.value` is still the
   underlying `tf.Variable`.
   """
@@ -321,6 +346,9 @@ class _Writes:
     self._mask_small = self.xla and not _xla_small_wait(
         _written(inner, variables), keep_budget(inner, variables, config),
         config)
+    self.kept = (None if self.xla else _kept_variables(
+        inner, variables, keep_budget(inner, variables, config)))
+    self.current = None  # id(tf.Variable) `update_step` is updating.
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.last_write = {}  # id(tf.Variable) -> its last write so far
@@ -334,7 +362,9 @@ class _Writes:
       target = _tf_variable(variable)
     value = tf.cast(value, target.dtype)
     if not self.xla:
-      op = self._write_kept(method, target, value)
+      waiting = self.current is not None and self.current not in self.kept
+      op = (self._write_masked if waiting else self._write_kept)(
+          method, target, value)
     elif self._mask_small or _is_large(target, self._config):
       op = self._write_masked(method, target, value)
     else:
@@ -346,6 +376,20 @@ class _Writes:
       # Later reads in the scope must see the update.
       with tf.control_dependencies([op]):
         self.scope.add_update((variable, target.value()))
+
+  def update_step(self, original, gradient, variable, learning_rate):
+    """`update_step`, a waiting variable's whole update after the verdict.
+
+    So that none of its temporaries is held until the verdict.
+    """
+    self.current = id(_tf_variable(variable))
+    try:
+      if self.current in self.kept:
+        return original(gradient, variable, learning_rate)
+      with tf.control_dependencies([self._finite]):
+        return original(gradient, variable, learning_rate)
+    finally:
+      self.current = None
 
   def _write_masked(self, method, target, value):
     """The write, leaving `target` as it was unless the step is finite."""
@@ -439,7 +483,8 @@ def _gate(finite, grads, writes):
 
   `where(finite, g, 0.)` is the gradient itself on a finite step, fused into
   its consumers; on a non-finite one the masked writes discard what it gives.
-  Kept writes need no gate: they are restored.
+  Elsewhere a waiting update is ordered after the verdict whole, and kept
+  writes are restored.
   """
   if not writes.xla:
     return grads
@@ -472,6 +517,9 @@ def apply_when_finite(inner, grads, variables, finite, config):
   writes = _Writes(inner, variables, finite, config)
   stand_ins = {name: functools.partial(writes.write, name)
                for name in _COMBINE}
+  if not writes.xla:
+    stand_ins["update_step"] = functools.partial(writes.update_step,
+                                                 inner.update_step)
   with _replaced(inner, **stand_ins), keras.StatelessScope(
       writes.first_reads) as scope:
     writes.scope = scope
