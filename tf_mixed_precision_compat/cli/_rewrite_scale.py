@@ -1,9 +1,6 @@
 """`migrate`'s rewrites of loss-scale optimizers, policies, graph rewrites.
 
-The TF 2.3/2.4 calls whose arguments change on the way to Keras 3: a
-LossScaleOptimizer's loss scale (a string, a `DynamicLossScale`, a
-policy's), a policy's own loss scale and its reads, and the graph rewrite
-of a Keras or a `tf.compat.v1` optimizer.
+The TF 2.3/2.4 calls whose arguments change on the way to Keras 3.
 """
 
 from __future__ import annotations
@@ -48,10 +45,7 @@ class LossScaleRewrites(RewriterBase):
 
   def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
                 ) -> tuple[Optional[list[cst.Arg]], str]:
-    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call.
-
-    Returns `(arguments, "")`, or `(None, why not)`.
-    """
+    """Keras 3 arguments of a LossScaleOptimizer call, or `(None, why not)`."""
     order = (["optimizer", "loss_scale"] if "experimental" in name else
              ["inner_optimizer", "dynamic", "initial_scale",
               "dynamic_growth_steps"])
