@@ -131,10 +131,6 @@ class Facts(cst.CSTVisitor):
     self._scopes.pop()
     self._functions.pop()
 
-  def visit_Return(self, node: cst.Return) -> None:
-    if node.value is not None and self._functions:
-      self._returning.add(self._functions[-1])
-
   def leave_Module(self, original_node: cst.Module) -> None:
     # Optimizers from this file's factories (functions that wrap one for
     # loss scaling, e.g. `configure_optimizer`, or call one that does) are
@@ -201,6 +197,7 @@ class Facts(cst.CSTVisitor):
   def leave_Return(self, original_node: cst.Return) -> None:
     value = original_node.value
     if value is not None and self._functions:
+      self._returning.add(self._functions[-1])
       family = self.optimizer_family(value)
       if family is not None:
         self.class_families.setdefault(self._functions[-1], family)

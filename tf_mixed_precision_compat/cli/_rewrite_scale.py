@@ -229,7 +229,6 @@ class LossScaleRewrites(RewriterBase):
 
   def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
                      ) -> cst.BaseExpression:
-    api = name
     family = (self.facts.optimizer_family(original.args[0].value, self.scope)
               if original.args and original.args[0].keyword is None
               else None)
@@ -237,7 +236,7 @@ class LossScaleRewrites(RewriterBase):
       # The tf.compat.v1 endpoint of graph jobs: TF's own v1 function,
       # which refuses (loudly) a Keras optimizer should it be one.
       new = _V1 + "enable_mixed_precision_graph_rewrite"
-      self._add(original, api, new, "the same TF function, still shipped "
+      self._add(original, name, new, "the same TF function, still shipped "
                 "(tf.compat.v1 optimizers only)", "rewrite")
       return updated.with_changes(func=expr(new))
     lso = table.FUNCTIONS[
@@ -246,12 +245,12 @@ class LossScaleRewrites(RewriterBase):
                   "not known from this file") if family is None else
                  self._lso_args(original, updated, "experimental"))
     if args is None:
-      self._add(original, api, None, f"not rewritten: {why}. For a Keras "
+      self._add(original, name, None, f"not rewritten: {why}. For a Keras "
                 f"optimizer: {table.GRAPPLER_ON}, then wrap it in {lso}; "
                 f"for a tf.compat.v1 one: {_V1}"
                 "enable_mixed_precision_graph_rewrite", "manual")
       return updated
-    self._add(original, api, f"{table.GRAPPLER_ON}; {lso}(...)",
+    self._add(original, name, f"{table.GRAPPLER_ON}; {lso}(...)",
               table.GRAPH_REWRITE_CHANGES + table.METHODS[
                   "loss_scale"][1], "rewrite")
     self.needs_keras = self.needs_tf = True
