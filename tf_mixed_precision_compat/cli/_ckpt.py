@@ -1,9 +1,4 @@
-"""What a TF checkpoint holds, read from its keys alone (nothing executed).
-
-Works on TF 2.2-2.4 Keras checkpoints (OptimizerV2: `iter`, slot variables
-under `.OPTIMIZER_SLOT`, `loss_scale/current_loss_scale`) and on checkpoints
-Keras 3 writes (`_iterations`, `dynamic_scale`, `step_counter`).
-"""
+"""What a TF 2.2-2.4 or Keras 3 checkpoint holds, read from its keys alone."""
 
 from __future__ import annotations
 
@@ -65,8 +60,6 @@ class OptimizerInfo:
     inner_path: Where the inner optimizer's own variables are.
     class_name: The class its slots and hyperparameters point to, or None.
     class_note: Why, and what else it could be.
-    hyperparameters: Stored hyperparameter values by name.
-    iterations: The stored step, or None.
     slots: `{variable path: [slot names]}`.
     loss_scale: `{"type", "value", "counter", "growth_steps"}` or None.
   """
@@ -86,10 +79,8 @@ class CheckpointInfo:
   """A checkpoint's contents, grouped for people.
 
   Attributes:
-    prefix: The checkpoint prefix read.
     generation: Which TensorFlow / Keras wrote it, in words.
     weights: `{variable path: (shape, dtype)}` of model-like variables.
-    optimizers: The optimizers found.
     other: `{key: value or (shape, dtype)}` of everything else.
   """
   prefix: str
@@ -117,10 +108,7 @@ def _scalar(reader: Any, path: str) -> Any:
 
 
 def _optimizer_roots(graph: Any) -> list[tuple[str, str, str]]:
-  """`(path, layout, inner path)` of each optimizer, outermost first.
-
-  Which Keras wrote each is the restore pipeline's call (`_layout`).
-  """
+  """`(path, layout, inner path)` of each optimizer, as `_layout` tells."""
   roots = []
   evidence = _layout.Evidence(graph)
   for layout, step, wrapped in (("keras2", "iter", "base_optimizer"),
@@ -188,16 +176,15 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
   _slots(variables, info)
   if layout == "keras3":
     _keras3_slots(reader, variables, info)
-  scale, counter = ((path + "/loss_scale/current_loss_scale",
-                     path + "/loss_scale/good_steps") if layout == "keras2"
-                    else (path + "/dynamic_scale", path + "/step_counter"))
-  if layout == "keras3" and scale not in variables and (
-      path + "/loss_scale/current_loss_scale") in variables:
+  tf24 = (path + "/loss_scale/current_loss_scale",
+          path + "/loss_scale/good_steps")
+  scale, counter = tf24 if layout == "keras2" else (
+      path + "/dynamic_scale", path + "/step_counter")
+  if layout == "keras3" and scale not in variables and tf24[0] in variables:
     # This package's LossScaleOptimizer on TF 2.16+: TF 2.4's loss-scale
     # entries beside Keras 3 optimizer state.
     info.layout = "keras3 (this package)"
-    scale, counter = (path + "/loss_scale/current_loss_scale",
-                      path + "/loss_scale/good_steps")
+    scale, counter = tf24
   if scale in variables:
     info.loss_scale = {
         "type": "dynamic", "value": _scalar(reader, scale),
@@ -210,11 +197,7 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
 
 
 def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
-  """Keras 3 keeps slots in `_variables/N`; their names say whose and what.
-
-  Each slot variable's name is `<optimizer name>/<variable>_<slot>`, and an
-  optimizer's default name is its class's, lowercased.
-  """
+  """Slots from `_variables/N`'s names: `<optimizer name>/<variable>_<slot>`."""
   names = full_names(reader)
   owners = set()
   for var in sorted(variables):
@@ -255,10 +238,7 @@ def full_names(reader: Any) -> dict:
 
 
 def _generation(optimizers: list, writers: set) -> str:
-  """Which TensorFlow / Keras wrote the checkpoint, in words.
-
-  `writers`: `_layout.describe`'s values, for the root's entries.
-  """
+  """Which TensorFlow / Keras wrote it; `writers`: `_layout.describe`'s."""
   if any(o.layout == "keras3 (this package)" for o in optimizers):
     return ("this package on TF 2.16 or later: Keras 3 optimizer state "
             "(`_iterations`, `_variables`) with TF 2.4's `loss_scale/` "
@@ -287,13 +267,7 @@ def _generation(optimizers: list, writers: set) -> str:
 
 
 def describe(path: str) -> CheckpointInfo:
-  """Reads the checkpoint at `path` (a prefix or a manager directory).
-
-  Args:
-    path: A checkpoint prefix or a directory with a `checkpoint` file.
-
-  Returns:
-    A `CheckpointInfo`.
+  """The `CheckpointInfo` of the checkpoint at `path` (prefix or directory).
 
   Raises:
     FileNotFoundError: If there is no checkpoint there.

@@ -1,9 +1,7 @@
 """A failed (or partial) restore's lists, told as sentences grouped by layer.
 
-The package's `RestoreError` / `RestoreReport` name every checkpoint key and
-Keras 3 variable; a user needs to know which layers differ and how. Problems
-are explained from their records' kind and fields, never from their message
-text. Slots follow their variables, so they are summarised, not listed.
+Problems are explained from their records' kind and fields, never from their
+message text; slots follow their variables, so they are summarised.
 """
 
 from __future__ import annotations
@@ -30,8 +28,6 @@ def _by_layer(names: list[str]) -> str:
                    groups.items())
 
 
-# What each kind of problem means for the user's model, told from the
-# problem's fields (keys shortened).
 _SENTENCES = {
     _problems.SHAPE:
         "The old job's {key} has shape {found}, your model's {target} has "
@@ -61,8 +57,7 @@ _SENTENCES = {
 
 
 def _problem(problem: _problems.Problem, targets: set) -> str:
-  """The sentence explaining `problem`; adds the names it covers to
-  `targets` (not listed again as unmatched)."""
+  """The sentence for `problem`; adds the names it covers to `targets`."""
   targets.update((problem.key, problem.other, problem.target))
   fields = dict(vars(problem), key=_key(problem.key),
                 other=_key(problem.other))
@@ -70,11 +65,7 @@ def _problem(problem: _problems.Problem, targets: set) -> str:
 
 
 def root_entries(keys: list) -> list[str]:
-  """Plain variables at the checkpoint's root (a step, an epoch counter).
-
-  Neither model nor optimizer: the job's own `tf.train.Checkpoint` restores
-  them, and `convert` carries them over.
-  """
+  """Plain variables at the checkpoint's root (a step, an epoch counter)."""
   return [_key(k) for k in keys if "/" not in _key(k)]
 
 
@@ -85,12 +76,8 @@ def _optimizer_key(key: str) -> bool:
 def sentences(source: Any) -> list[str]:
   """Sentences for a `RestoreError` or `RestoreReport`'s mismatches.
 
-  Args:
-    source: Anything with `unmatched_checkpoint` and `unmatched_objects`
-      lists (and optionally `problems`, `legacy._problems.Problem`s).
-
-  Returns:
-    One sentence per problem, grouped by layer; empty if everything fits.
+  `source` has `unmatched_checkpoint`, `unmatched_objects` and optionally
+  `problems`; the result is empty if everything fits.
 
   Example:
 

@@ -1,10 +1,6 @@
 """What `migrate` learns from a whole file before it rewrites any of it.
 
-One read-only pass over the module: which names hold optimizers, policies
-and models (and in which function scope they were assigned), what loss
-scale each TF 2.3 policy carried, which optimizers `apply_gradients` to
-which variables, and which builds an earlier `migrate --write` inserted.
-The rewrites (`_rewrite.py`) ask these facts; nothing here changes code.
+One read-only pass (docs/architecture.md); the rewrites ask these facts.
 """
 
 from __future__ import annotations
@@ -22,18 +18,17 @@ from libcst.metadata import QualifiedNameProvider
 
 from tf_mixed_precision_compat.cli import _api_table as table
 
-# A receiver's last name that says "optimizer" (self.optimizer, gen_optimizer,
-# self._optimizer); a bare `opt` counts only when assigned from an optimizer
-# (argparse namespaces are often called `opt` too).
+# Receiver names saying "optimizer"; a bare `opt` counts only when assigned
+# from an optimizer (argparse namespaces are often called `opt` too).
 _OPTIMIZER_WORD = re.compile(r"optimi[sz]er", re.IGNORECASE)
 _OPT_WORD = re.compile(r"(^|_)opt(im)?($|_)", re.IGNORECASE)
 _POLICY_WORD = re.compile(r"policy", re.IGNORECASE)
-# Calls whose result is a Keras model (builders are named after it).
 # Receivers holding settings (FLAGS.loss_scale, params.runtime.loss_scale).
 _CONFIG_WORD = re.compile(
     r"^(flags|flags_obj|config|cfg|conf|params|hparams|hps|args|opts|"
     r"options|settings|runtime|.*_(config|cfg|params|args|flags))$",
     re.IGNORECASE)
+# Calls whose result is a Keras model (builders are named after it).
 _MODEL_WORD = re.compile(r"model|sequential|net\b|network", re.IGNORECASE)
 _FINITE_CHECKS = ("is_finite", "is_inf", "is_nan", "reduce_all", "reduce_any",
                   "check_numerics")
@@ -60,9 +55,7 @@ def code(node: cst.CSTNode) -> str:
 
 
 def looks_like_optimizer(node: cst.BaseExpression) -> bool:
-  """A receiver whose name says optimizer, `opt` included (`opt_d`, ...).
-
-  Only for calls nothing else makes, such as TF 2.x's `variables()` method.
+  """A receiver whose name says optimizer (for calls only optimizers make).
 
   Example:
 
@@ -125,7 +118,6 @@ class Facts(cst.CSTVisitor):
     self._applied: set[cst.CSTNode] = set()  # zip(X, ...) in apply_gradients
     self._finite_checks = 0  # depth inside is_finite(...), reduce_all(...)
 
-  # Scopes.
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
     self._scopes.append(f"{node.name.value}@{line}")
@@ -138,10 +130,6 @@ class Facts(cst.CSTVisitor):
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     self._scopes.pop()
     self._functions.pop()
-
-  def visit_Return(self, node: cst.Return) -> None:
-    if node.value is not None and self._functions:
-      self._returning.add(self._functions[-1])
 
   def leave_Module(self, original_node: cst.Module) -> None:
     # Optimizers from this file's factories (functions that wrap one for
@@ -198,7 +186,6 @@ class Facts(cst.CSTVisitor):
                for n in names)
 
   def visit_ClassDef(self, node: cst.ClassDef) -> None:
-    # Optimizer classes the file defines take their family from their base.
     for base in node.bases:
       names = self.names(base.value)
       if any(n.startswith("keras.optimizers.") for n in names):
@@ -210,6 +197,7 @@ class Facts(cst.CSTVisitor):
   def leave_Return(self, original_node: cst.Return) -> None:
     value = original_node.value
     if value is not None and self._functions:
+      self._returning.add(self._functions[-1])
       family = self.optimizer_family(value)
       if family is not None:
         self.class_families.setdefault(self._functions[-1], family)
@@ -242,20 +230,18 @@ class Facts(cst.CSTVisitor):
               else None)
     for target in node.targets:
       t = target.target
-      if callee is not None and (isinstance(t, cst.Name) or m.matches(
-          t, m.Attribute(value=m.Name("self")))):
+      on_self = m.matches(t, m.Attribute(value=m.Name("self")))
+      if not (on_self or isinstance(t, cst.Name)):
+        continue
+      if callee is not None:
         self._factory_results.append(((code(t), line, self.scope), callee))
-      if isinstance(t, cst.Name):
-        self.assigned.setdefault((self.scope, t.value),
-                                 Assignment(line, kind, node.value))
-        if self._wraps_for_loss_scaling(node.value):
-          self.lso_sites.append((t.value, line, self.scope))
-      elif m.matches(t, m.Attribute(value=m.Name("self"))):
+      if on_self:
         self.self_attrs.setdefault(t.attr.value, kind)  # type: ignore
-        self.assigned.setdefault((self.scope, code(t)),
-                                 Assignment(line, kind, node.value))
-        if self._wraps_for_loss_scaling(node.value):
-          self.lso_sites.append((code(t), line, self.scope))
+      name = t.value if isinstance(t, cst.Name) else code(t)
+      self.assigned.setdefault((self.scope, name),
+                               Assignment(line, kind, node.value))
+      if self._wraps_for_loss_scaling(node.value):
+        self.lso_sites.append((name, line, self.scope))
 
   def _wraps_for_loss_scaling(self, value: cst.BaseExpression) -> bool:
     """A TF 2.x call returning a Keras 3 LossScaleOptimizer once migrated."""
@@ -344,7 +330,6 @@ class Facts(cst.CSTVisitor):
       self.built_guards.add(
           test.expression.value.value.value)  # type: ignore
 
-  # Queries (used while rewriting).
   def lookup(self, scope: str, name: str) -> Optional[Assignment]:
     """`name`'s assignment seen from `scope` (its own, else the module's)."""
     return (self.assigned.get((scope, name)) or
@@ -380,9 +365,8 @@ class Facts(cst.CSTVisitor):
   def unscaled_only_applied(self, call: cst.Call) -> bool:
     """Whether `get_unscaled_gradients`' result only reaches apply_gradients.
 
-    Keras 3's `apply_gradients` unscales by itself, so dropping the call
-    keeps behaviour only then; clipping, accumulating or logging the
-    unscaled gradients would see them still scaled.
+    Keras 3's `apply_gradients` unscales by itself: only then is dropping the
+    call exact.
     """
     if call in self._applied:
       return True  # apply_gradients(zip(opt.get_unscaled_gradients(g), v))
@@ -406,11 +390,7 @@ class Facts(cst.CSTVisitor):
 
   def policy_source(self, node: cst.BaseExpression, scope: str
                     ) -> Optional[cst.BaseExpression]:
-    """What made the policy `node`: a `Policy(...)` call or a name string.
-
-    Follows names to their assignments and `global_policy()` to the one
-    `set_policy` argument of the file; None when the file does not tell.
-    """
+    """The `Policy(...)` call or name string that made the policy `node`."""
     for _ in range(4):  # name -> global_policy() -> set_policy's argument
       if isinstance(node, cst.Name):
         found = self.lookup(scope, node.value)

@@ -1,9 +1,6 @@
 """What a saved file holds, as a plain dict (nothing from the file executed).
 
-TF checkpoints (via `_ckpt`), TF 2.x H5 files (whole models and weights),
-TF 2.x Keras SavedModels (their protos and variables checkpoint), and Keras
-3's `.keras` archives and `.weights.h5` files. JSON configs are parsed as
-data; no pickle, marshal or graph function is touched.
+JSON configs are parsed as data; no pickle, marshal or graph function is run.
 """
 
 from __future__ import annotations
@@ -168,11 +165,7 @@ def describe_saved_model(path: str) -> dict:
 
 
 def _saved_keras_metadata(proto: Any, out: dict) -> None:
-  """Layers and the optimizer's config from the SavedModel's Keras metadata.
-
-  TF 2.x kept each Keras object's config as JSON in its object-graph node
-  (`user_object.metadata`); read as data, like an H5 file's configs.
-  """
+  """Layers and optimizer config from the nodes' `user_object.metadata` JSON."""
   nodes = proto.meta_graphs[0].object_graph_def.nodes
   if not nodes or nodes[0].WhichOneof("kind") != "user_object":
     return
@@ -206,18 +199,11 @@ def _saved_keras_metadata(proto: Any, out: dict) -> None:
 
 
 def describe(path: str) -> dict:
-  """Whatever is at `path`, described as a JSON-able dict.
+  """A checkpoint, H5 file, SavedModel, `.keras` or `.weights.h5` as a dict.
 
-  Args:
-    path: A checkpoint prefix or directory, an H5 file, a SavedModel
-      directory, a `.keras` archive or a `.weights.h5` file.
-
-  Returns:
-    A dict with `format`, `generation`, `weights`, `optimizers`, `other`.
-
-  Raises:
-    FileNotFoundError: If nothing readable is there.
-    ValueError, OSError: If the file cannot be read.
+  The dict has `format`, `generation`, `weights`, `optimizers`, `other`.
+  Raises FileNotFoundError if nothing is there, ValueError or OSError if it
+  cannot be read.
 
   Example:
 

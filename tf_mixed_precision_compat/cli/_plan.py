@@ -1,10 +1,7 @@
 """The user's model and optimizer, and the restore plan of a checkpoint.
 
-`--model MODULE:FUNCTION` imports the user's own module (their code, run on
-purpose) and calls the function for a fresh model. The dry run restores the
-checkpoint into that throwaway model and a fresh optimizer: nothing of the
-user's training state exists there, so restoring into them changes nothing
-that matters, and what matched or not is the plan for the real restore.
+`--model` runs the user's own code on purpose; the dry run restores into that
+throwaway model and a fresh optimizer, so it changes no training state.
 """
 
 from __future__ import annotations
@@ -37,14 +34,7 @@ class UsageError(ValueError):
 def load_function(spec: str) -> Any:
   """The function `MODULE:FUNCTION` names (MODULE: dotted name or .py path).
 
-  Args:
-    spec: e.g. `my_job.model:make_model` or `jobs/model.py:make_model`.
-
-  Returns:
-    The callable.
-
-  Raises:
-    UsageError: If `spec` is malformed or names nothing callable.
+  Raises UsageError if `spec` is malformed or names nothing callable.
 
   Example:
 
@@ -129,11 +119,7 @@ def accepted(name: str, kwargs: dict) -> dict:
 
 
 def make_inner(name: str, kwargs: dict) -> Any:
-  """A Keras 3 optimizer of class `name`.
-
-  Stored hyperparameters its constructor does not take (another class's,
-  when `--optimizer` overrides the checkpoint) are left out.
-  """
+  """A Keras 3 optimizer of class `name`, from the `kwargs` it takes."""
   try:
     return getattr(keras.optimizers, name)(**accepted(name, kwargs))
   except (TypeError, ValueError) as e:
@@ -148,19 +134,10 @@ def package_optimizer(info: Optional[_ckpt.OptimizerInfo], inner: Any) -> Any:
   return inner
 
 
-def dry_run(path: str, model: Any, optimizer: Any,
-            assign: bool = True) -> tuple[Any, Any]:
-  """Matches `path` to fresh objects: `(report or None, error)`.
-
-  `convert` restores (`assign`), then writes what it restored; `inspect`
-  only asks the pipeline what would be matched (`legacy.restore_checkpoint`'s
-  `dry_run`), so no value is assigned.
-  """
+def dry_run(path: str, model: Any, optimizer: Any) -> tuple[Any, Any]:
+  """The pipeline's dry run of `path` into fresh objects: `(report, error)`."""
   try:
     return legacy.restore_checkpoint(path, model, optimizer,
-                                     allow_partial=True,
-                                     dry_run=not assign), None
-  except legacy.RestoreError as e:
-    return None, e
-  except ValueError as e:  # Not built, malformed: explained as it is.
+                                     allow_partial=True, dry_run=True), None
+  except ValueError as e:  # A RestoreError; not built, malformed: as it is.
     return None, e

@@ -1,13 +1,8 @@
 """The libcst transformer behind `migrate`: finds and rewrites API uses.
 
-libcst keeps every comment and all formatting outside the rewritten
-expressions. Names are resolved through the file's imports
-(`QualifiedNameProvider`), so `mixed_precision.Policy` after `from
-tensorflow.keras.mixed_precision import experimental as mixed_precision` is
-recognised. Methods (`get_scaled_loss`, ...) are recognised by name, on
-receivers the whole-file facts (`_facts.py`) say hold an optimizer or a
-policy. A use is rewritten only where the Keras 3 code does what the TF 2.x
-code did; every other use is a "manual" finding that says what to change.
+Names resolve through the file's imports, methods by name on receivers the
+facts (`_facts.py`) say hold an optimizer or a policy. A use is rewritten
+only where Keras 3 does what TF 2.x did; any other is a "manual" finding.
 """
 
 from __future__ import annotations
@@ -68,7 +63,6 @@ class Migrator(LossScaleRewrites, BuildRewrites):
                 "keras.optimizers.LossScaleOptimizer (its `inner_optimizer`, "
                 "`dynamic_scale`, `step_counter`) instead", "manual")
 
-  # Names: function and class endpoints.
   def leave_Call(self, original: cst.Call, updated: cst.Call
                  ) -> cst.BaseExpression:
     for name in self._names(original.func):
@@ -129,7 +123,6 @@ class Migrator(LossScaleRewrites, BuildRewrites):
     return cst.Attribute(value=updated.args[0].value,
                          attr=cst.Name("dtype_policy"))
 
-  # Methods and attributes of optimizers.
   def _method_call(self, original: cst.Call, updated: cst.Call
                    ) -> cst.BaseExpression:
     func = original.func
@@ -257,7 +250,6 @@ class Migrator(LossScaleRewrites, BuildRewrites):
               "update rule needs a LossScaleOptimizer subclass)", "manual")
     return updated
 
-  # Statements: the package import, builds, the graph rewrite's option.
   def leave_Module(self, original: cst.Module, updated: cst.Module
                    ) -> cst.Module:
     manual = any(f.status == "manual" and f.old_api for f in self.findings)
@@ -314,17 +306,10 @@ def _imports_package(statement: cst.CSTNode) -> bool:
 
 
 def migrate_source(source: str) -> tuple[str, list[Finding]]:
-  """Rewrites `source`; returns the new code and every finding.
+  """`(new source, findings)`: `source` rewritten where a finding says so.
 
-  Args:
-    source: A Python module's text.
-
-  Returns:
-    `(new source, findings)`; the new source differs only where a finding
-    has status "rewrite". Rewriting the new source again changes nothing.
-
-  Raises:
-    libcst.ParserSyntaxError: If `source` is not valid Python.
+  Rewriting the new source again changes nothing. Raises
+  libcst.ParserSyntaxError if `source` is not valid Python.
 
   Example:
 
@@ -364,18 +349,18 @@ def _remove_unused_experimental(module: cst.Module, context: Any
   # Imports inside functions too: a job may import the old API where it
   # sets the policy.
   for small in m.findall(module, m.ImportFrom()):
-    if isinstance(small, cst.ImportFrom):
-      if small.module is not None and \
-          not isinstance(small.names, cst.ImportStar):
-        mod = code(small.module)
-        for alias in small.names:
-          # Names the rewrites replaced leave their imports unused; unused
-          # imports of the old API are removed (it no longer exists).
-          asname = alias.asname.name if alias.asname else None
-          if ("mixed_precision" in mod or "experimental" in mod) and \
-              isinstance(alias.name, cst.Name) and (
-                  asname is None or isinstance(asname, cst.Name)):
-            RemoveImportsVisitor.remove_unused_import(
-                context, mod, alias.name.value,
-                asname.value if isinstance(asname, cst.Name) else None)
+    if not isinstance(small, cst.ImportFrom) or small.module is None or \
+        isinstance(small.names, cst.ImportStar):
+      continue
+    mod = code(small.module)
+    for alias in small.names:
+      # Names the rewrites replaced leave their imports unused; unused
+      # imports of the old API are removed (it no longer exists).
+      asname = alias.asname.name if alias.asname else None
+      if ("mixed_precision" in mod or "experimental" in mod) and \
+          isinstance(alias.name, cst.Name) and (
+              asname is None or isinstance(asname, cst.Name)):
+        RemoveImportsVisitor.remove_unused_import(
+            context, mod, alias.name.value,
+            asname.value if isinstance(asname, cst.Name) else None)
   return RemoveImportsVisitor(context).transform_module(module)

@@ -1,11 +1,4 @@
-"""What the parts of `migrate`'s transformer share: findings, bookkeeping.
-
-`_rewrite.Migrator` is assembled from families of rewrites, each a
-`RewriterBase` subclass in a module of its own (loss scales and policies:
-`_rewrite_scale.py`; builds: `_rewrite_build.py`). This module holds what
-they all use: the `Finding` record, and where in the file the transformer
-is.
-"""
+"""What the parts of `migrate`'s transformer share: findings, bookkeeping."""
 
 from __future__ import annotations
 

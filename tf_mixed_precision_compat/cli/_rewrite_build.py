@@ -1,10 +1,7 @@
 """`migrate`'s inserted builds: Keras 3 optimizers built where TF 2.x's were.
 
-TF 2.x created a loss-scale optimizer's variables with it; Keras 3 creates
-them when the optimizer is built, and an unbuilt one's `scale_loss` in a
-`tf.function` bakes in `initial_scale`. The build goes right after the
-optimizer when the file says which model's variables it trains, and is
-reported otherwise.
+Inserted after the optimizer when the file says which model's variables it
+trains, reported otherwise.
 """
 
 from __future__ import annotations
@@ -35,9 +32,7 @@ class BuildRewrites(RewriterBase):
                        ) -> Optional[cst.BaseStatement]:
     """`self.optimizer.build(self.model.trainable_variables)`, if one model.
 
-    Only where the same method bound exactly one model attribute before the
-    optimizer: a trainer of several models, or of a model from elsewhere,
-    is reported instead.
+    Only where the same method bound exactly one model before the optimizer.
     """
     line = self._pos_of_site(name, scope)
     models = self.facts.self_models(scope, line)

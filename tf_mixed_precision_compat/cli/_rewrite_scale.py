@@ -1,9 +1,6 @@
 """`migrate`'s rewrites of loss-scale optimizers, policies, graph rewrites.
 
-The TF 2.3/2.4 calls whose arguments change on the way to Keras 3: a
-LossScaleOptimizer's loss scale (a string, a `DynamicLossScale`, a
-policy's), a policy's own loss scale and its reads, and the graph rewrite
-of a Keras or a `tf.compat.v1` optimizer.
+The TF 2.3/2.4 calls whose arguments change on the way to Keras 3.
 """
 
 from __future__ import annotations
@@ -48,10 +45,7 @@ class LossScaleRewrites(RewriterBase):
 
   def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
                 ) -> tuple[Optional[list[cst.Arg]], str]:
-    """Keras 3 arguments for a TF 2.3/2.4 LossScaleOptimizer call.
-
-    Returns `(arguments, "")`, or `(None, why not)`.
-    """
+    """Keras 3 arguments of a LossScaleOptimizer call, or `(None, why not)`."""
     order = (["optimizer", "loss_scale"] if "experimental" in name else
              ["inner_optimizer", "dynamic", "initial_scale",
               "dynamic_growth_steps"])
@@ -235,7 +229,6 @@ class LossScaleRewrites(RewriterBase):
 
   def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
                      ) -> cst.BaseExpression:
-    api = name
     family = (self.facts.optimizer_family(original.args[0].value, self.scope)
               if original.args and original.args[0].keyword is None
               else None)
@@ -243,7 +236,7 @@ class LossScaleRewrites(RewriterBase):
       # The tf.compat.v1 endpoint of graph jobs: TF's own v1 function,
       # which refuses (loudly) a Keras optimizer should it be one.
       new = _V1 + "enable_mixed_precision_graph_rewrite"
-      self._add(original, api, new, "the same TF function, still shipped "
+      self._add(original, name, new, "the same TF function, still shipped "
                 "(tf.compat.v1 optimizers only)", "rewrite")
       return updated.with_changes(func=expr(new))
     lso = table.FUNCTIONS[
@@ -252,12 +245,12 @@ class LossScaleRewrites(RewriterBase):
                   "not known from this file") if family is None else
                  self._lso_args(original, updated, "experimental"))
     if args is None:
-      self._add(original, api, None, f"not rewritten: {why}. For a Keras "
+      self._add(original, name, None, f"not rewritten: {why}. For a Keras "
                 f"optimizer: {table.GRAPPLER_ON}, then wrap it in {lso}; "
                 f"for a tf.compat.v1 one: {_V1}"
                 "enable_mixed_precision_graph_rewrite", "manual")
       return updated
-    self._add(original, api, f"{table.GRAPPLER_ON}; {lso}(...)",
+    self._add(original, name, f"{table.GRAPPLER_ON}; {lso}(...)",
               table.GRAPH_REWRITE_CHANGES + table.METHODS[
                   "loss_scale"][1], "rewrite")
     self.needs_keras = self.needs_tf = True

@@ -1,19 +1,7 @@
 """Where `convert` finds the model and the optimizer in a TF 2.x checkpoint.
 
-TF 2.x jobs saved them in many layouts: `tf.train.Checkpoint(model=...,
-optimizer=...)`; below a trainer object (`trainer=trainer`, the trainer
-holding `.model` and `.optimizer`), a dict or a list; at the root
-(`model.save_weights(prefix)`: the model is the root, its compiled optimizer
-under `optimizer`); or the optimizer alone, with the weights in an H5 file.
-The object graph tells where each Keras object sits, so they are found
-wherever they are (or named with `--model-path` / `--optimizer-path`), and
-the restore pipeline of `legacy/` binds them: the same matcher and gate as
-`legacy.restore_checkpoint`, given the two nodes instead of the root's
-`model` and `optimizer` entries. Other scalar variables (a step, an epoch,
-`trainer.epoch`) are carried over under their paths. `written_paths` tells
-where the native checkpoint keeps model and optimizer: where the old one
-did, so the job's own `tf.train.Checkpoint(trainer=trainer, ...)` restores
-it, unless the model was the root or absent.
+Found in any layout the object graph tells (docs/migration.md), then bound by
+`legacy/`'s matcher and gate, given those two nodes instead of the root's.
 """
 
 from __future__ import annotations
@@ -44,17 +32,13 @@ class Layout:
   """Where a checkpoint keeps what `convert` restores and carries over.
 
   Attributes:
-    prefix: The checkpoint prefix.
-    reader: Its `tf.train.CheckpointReader`.
-    graph: Its object graph (`_read_checkpoint.ObjectGraph`).
-    optimizer_node: The optimizer's node.
-    optimizer_path: Its object path, dotted (`trainer.optimizer`).
+    graph: The checkpoint's `_read_checkpoint.ObjectGraph`.
+    optimizer_path: The optimizer's object path, dotted (`trainer.optimizer`);
+      `optimizer_names` as a tuple of names.
     inner_key: The checkpoint key prefix of its inner optimizer's state.
-    optimizer_names: Its object path, a tuple of names.
     model_node: The model's node, or None (an optimizer-only checkpoint).
-    model_path: Its dotted path (`.`: the root), or None.
-    model_names: Its object path, a tuple of names (`()`: the root), or
-      None.
+    model_path: Its dotted path (`.`: the root) or None; `model_names` as a
+      tuple of names (`()`: the root) or None.
     extras: `{path (tuple of names): node}` of the scalar variables outside
       model and optimizer, `save_counter` aside.
   """
@@ -112,11 +96,7 @@ def optimizer_nodes(graph: Any) -> list[int]:
 
 
 def model_nodes(graph: Any) -> list[int]:
-  """The outermost nodes that TF 2.x Sequential/functional models wrote.
-
-  Those number their layers (`layer_with_weights-N`, `layer-N`); a model
-  inside another (a Sequential in a functional model) is not counted.
-  """
+  """Nodes of outermost TF 2.x Sequential/functional models (`layer-N`)."""
   found = [node for node in range(len(graph.nodes))
            if any(_match.LAYER_INDEX.match(name)
                   for name, _ in graph.children(node))]
@@ -126,8 +106,7 @@ def model_nodes(graph: Any) -> list[int]:
 
 
 def _fits(layout: Layout, node: int, model: Any) -> bool:
-  """Whether everything below `node` (the optimizer's entries aside)
-  restores into `model`, and all of `model`'s weights from it."""
+  """Whether `node` (the optimizer aside) and `model` match completely."""
   try:
     plan = _match.plan_restore(layout.reader, layout.graph, layout.prefix,
                                [(node, model)], [],
@@ -142,10 +121,9 @@ def _fits(layout: Layout, node: int, model: Any) -> bool:
 
 def _subclassed_model_node(layout: Layout, model: Any,
                            paths: dict) -> Optional[int]:
-  """The one shallow node `model` restores from completely, else None.
+  """The one node (two names deep at most) `model` restores from completely.
 
-  A subclassed model names its layers by attribute, so only a trial
-  match with the user's model tells its node (at most two names deep).
+  A subclassed model names its layers by attribute: only a trial match tells.
   """
   covered = layout.graph.variable_node_set([layout.optimizer_node])
   fits = [node for node, path in paths.items()
@@ -215,21 +193,11 @@ def _has_weights_outside(layout: Layout) -> bool:
 
 
 def written_paths(layout: Layout) -> tuple[tuple, tuple, str]:
-  """Where the native checkpoint keeps the model and the optimizer.
+  """`(model path, optimizer path, why not the old paths)` in the new one.
 
-  At their paths in the old checkpoint (`trainer.model`,
-  `trainer.optimizer`), so that the job's own resume code restores it.
-  At the root's `model` and `optimizer` when the model was the root
-  (`model.save_weights`) or absent (the optimizer alone): Keras 3 reads
-  no TF checkpoint with `load_weights`, so no job code restores those as
-  they were; likewise when one lies inside the other.
-
-  Args:
-    layout: What `find` found.
-
-  Returns:
-    `(model path, optimizer path, why)`: tuples of names, and why they are
-    not the old paths ("" when they are).
+  The old paths, so that the job's own resume code restores it; the root's
+  `model` and `optimizer` when the model was the root or absent (no job code
+  restores those as they were) or one lies inside the other.
 
   Example:
 
@@ -290,15 +258,7 @@ def _inner_key(graph: Any, optimizer_node: int) -> str:
 
 def find_optimizer(path: str,
                    optimizer_path: Optional[str] = None) -> Layout:
-  """Where the checkpoint at `path` keeps its optimizer (`find` goes on).
-
-  Args:
-    path: A checkpoint prefix or a `tf.train.CheckpointManager` directory.
-    optimizer_path: Dotted object path of the optimizer
-      (`trainer.optimizer`), or None to find the one there is.
-
-  Returns:
-    A `Layout` without the model and extras yet.
+  """A `Layout` of where the checkpoint at `path` keeps its optimizer.
 
   Raises:
     NotConvertible: If there is no TF 2.x Keras optimizer, or several.
@@ -324,18 +284,6 @@ def find_optimizer(path: str,
 def find(layout: Layout, model: Any, model_path: Optional[str] = None,
          weights_h5: Optional[str] = None) -> Layout:
   """Adds where the model is, and the scalars to carry over, to `layout`.
-
-  Args:
-    layout: What `find_optimizer` found.
-    model: The built Keras 3 model `--model` made (a subclassed model's node
-      is found by a trial match with it).
-    model_path: Dotted object path of the model (`trainer.model`; `.`: the
-      root), or None to find it.
-    weights_h5: The H5 file holding the model's weights, for a checkpoint
-      of the optimizer alone.
-
-  Returns:
-    `layout`, completed.
 
   Raises:
     NotConvertible: If the model cannot be told, or other variables than
@@ -377,12 +325,10 @@ def _slots(optimizer: Any) -> set:
 
 def restore(layout: Layout, model: Any, optimizer: Any,
             weights_h5: Optional[str] = None) -> Any:
-  """Restores into the fresh `model` and `optimizer` through the pipeline.
+  """Restores into the fresh `model` and `optimizer`; leftovers in the report.
 
-  Leftovers either way are listed in the report, not raised: `convert`
-  refuses them itself. A checkpoint of the optimizer alone holds no slots
-  (TF saved a slot only beside its variable), so they stay at zero, as in
-  the job's own resume.
+  An optimizer-only checkpoint holds no slots (TF saved a slot only beside
+  its variable): they stay at zero, as in the job's own resume.
 
   Example (the demo job's checkpoint, as in `find`):
 

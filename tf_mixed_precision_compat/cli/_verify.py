@@ -1,13 +1,9 @@
 """Reads a converted checkpoint back as a Keras 3 job would, package-free.
 
-Run as a script in a fresh interpreter by `convert` (never imported by the
-package): `python _verify.py SPEC.json`. Importing `tf_mixed_precision_compat`
-is blocked, so the restore below is TensorFlow's and Keras 3's own. SPEC
-names the model function (or, for an H5 model, the `.keras` file written),
-the optimizer, the checkpoint directory, the extra variables by path and an
-`.npz` of the values every variable must hold; a `.keras` file written is
-loaded and checked against the same values. Exit code 0 when all are exact,
-1 (with the differences on stdout) otherwise.
+`convert` runs `python _verify.py SPEC.json` in a fresh interpreter that
+cannot import the package, so the restore is TF's and Keras 3's own. Exit
+code 0 when every value matches SPEC's `.npz`, else 1 (the differences on
+stdout). Only `tree` is shared with `convert`, which writes what it reads.
 """
 
 import importlib
@@ -45,12 +41,12 @@ def _function(spec):
   return getattr(module, function)
 
 
-def _tree(entries, make_node):
+def tree(entries, make_node):
   """`{root name: object, or a node holding those below it}` of
-  `(path, object)` entries, nested as convert wrote them."""
-  tree = {}
+  `(path, object)` entries: `tf.train.Checkpoint`'s keyword arguments."""
+  nested = {}
   for path, variable in entries:
-    node = tree
+    node = nested
     for name in path[:-1]:
       node = node.setdefault(name, {})
     node[path[-1]] = variable
@@ -63,7 +59,7 @@ def _tree(entries, make_node):
       setattr(node, name, build(child))
     return node
 
-  return {name: build(value) for name, value in tree.items()}
+  return {name: build(value) for name, value in nested.items()}
 
 
 def _model(spec):
@@ -88,13 +84,11 @@ def _restore(spec):
       dynamic_growth_steps=spec["growth_steps"])
   extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
            for path, dtype in spec["extra"]}
-  # Model and optimizer where convert wrote them (`trainer.model`, as the
-  # job's own `Checkpoint(trainer=trainer)` restores them, or `model`).
+  # Where convert wrote them: as the job's own Checkpoint restores them.
   entries = [(tuple(spec.get("model_path", ["model"])), model),
              (tuple(spec.get("optimizer_path", ["optimizer"])), opt)]
-  tree = _tree(entries + list(extra.items()),
-               tf.__internal__.tracking.AutoTrackable)
-  ckpt = tf.train.Checkpoint(**tree)
+  ckpt = tf.train.Checkpoint(**tree(entries + list(extra.items()),
+                                    tf.__internal__.tracking.AutoTrackable))
   status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
   opt.build(model.trainable_variables)
   status.assert_consumed()

@@ -1,19 +1,8 @@
 """`convert OLD NEW --model MODULE:FUNCTION`: a TF 2.x checkpoint, made native.
 
-OLD is a TF 2.2-2.4 checkpoint in any layout the object graph tells
-(`model=`/`optimizer=` entries, a trainer object, dicts and lists,
-`model.save_weights` TF format, the optimizer alone with the weights in an
-H5 file: cli/_sources.py) or a whole-model H5 file. It is restored through
-the package (exactly, or refused) into the model the function builds (or,
-for an H5 file, the model its config describes). NEW is written by a
-`tf.train.CheckpointManager` holding the model and
-`keras.optimizers.LossScaleOptimizer(inner)` at their old object paths
-(`trainer.model`, `trainer.optimizer`: the job's own
-`tf.train.Checkpoint(trainer=trainer, ...)` restores it) or, when the model
-was the root or absent, as `tf.train.Checkpoint(model=model,
-optimizer=...)`; the other scalars at their paths. It is then read back in
-a fresh interpreter that cannot import the package. Only a conversion that
-reads back exactly is left at NEW.
+OLD (a checkpoint in any layout `_sources.py` finds, or a whole-model H5 file)
+is restored through the package, exactly or refused; NEW, with Keras 3's own
+LossScaleOptimizer, is left only if it reads back exactly without the package.
 """
 
 from __future__ import annotations
@@ -36,6 +25,7 @@ from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
 from tf_mixed_precision_compat.cli import _plan
 from tf_mixed_precision_compat.cli import _sources
+from tf_mixed_precision_compat.cli import _verify
 from tf_mixed_precision_compat.cli import inspect_cmd
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _read_h5
@@ -62,13 +52,9 @@ class Restored:
   """What the package restored from OLD, to be written natively.
 
   Attributes:
-    model: The Keras 3 model, restored.
     source: The package's optimizer (or the plain inner one), restored.
     choice: `(class name, constructor kwargs, why)` of the inner optimizer.
-    loss_scale: The scale to write.
     counter: The good-steps counter to write.
-    initial_scale: `initial_scale` of the written optimizer.
-    growth_steps: Its `dynamic_growth_steps`.
     notes: What the user should know about the conversion.
     extras: `{path tuple: tf.Variable}` carried over beside model and
       optimizer.
@@ -160,7 +146,6 @@ def _growth_steps(args: Any, fixed: Optional[float]) -> int:
 
 def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
   """Restores a TF 2.x checkpoint through the package."""
-  _progress(1, f"reading {args.old}", err)
   if not args.model:
     raise _plan.UsageError("--model MODULE:FUNCTION is needed for a "
                            "checkpoint (only H5 files describe their model)")
@@ -249,7 +234,6 @@ def _h5_scale(args: Any, opt: Any, restored: Restored) -> None:
 
 def _restore_h5(args: Any, err: TextIO) -> Restored:
   """Loads a whole-model TF 2.x H5 file through the package."""
-  _progress(1, f"reading {args.old}", err)
   for option in ("model", "model_path", "optimizer_path", "weights_h5",
                  "optimizer", "optimizer_args"):
     if getattr(args, option, None):
@@ -291,40 +275,6 @@ def native_optimizer(restored: Restored) -> Any:
   return opt
 
 
-def _root(objects: dict) -> dict:
-  """`tf.train.Checkpoint` keyword arguments holding `objects` by path.
-
-  Args:
-    objects: `{path (tuple of names): object}`; no path lies below
-      another's.
-
-  Returns:
-    `{name: object, or an AutoTrackable holding those below it}`.
-  """
-  tree: dict = {}
-  for path, obj in objects.items():
-    node = tree
-    for name in path[:-1]:
-      node = node.setdefault(name, {})
-    node[path[-1]] = obj
-
-  def build(value: Any) -> Any:
-    if not isinstance(value, dict):
-      return value
-    holder = tf.__internal__.tracking.AutoTrackable()
-    for name, child in value.items():
-      setattr(holder, name, build(child))
-    return holder
-
-  return {name: build(value) for name, value in tree.items()}
-
-
-def _objects(restored: Restored, opt: Any) -> dict:
-  """`{path: object}` of everything NEW holds."""
-  model_path, optimizer_path = restored.paths
-  return {model_path: restored.model, optimizer_path: opt, **restored.extras}
-
-
 def written(restored: Restored) -> str:
   """Where NEW holds what, in words.
 
@@ -348,7 +298,12 @@ def written(restored: Restored) -> str:
 
 
 def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
-  ckpt = tf.train.Checkpoint(**_root(_objects(restored, opt)))
+  model_path, optimizer_path = restored.paths
+  objects = {model_path: restored.model, optimizer_path: opt,
+             **restored.extras}
+  # Nested as _verify.py reads it back.
+  ckpt = tf.train.Checkpoint(**_verify.tree(
+      objects.items(), tf.__internal__.tracking.AutoTrackable))
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
   return manager.save(checkpoint_number=number)
 
@@ -411,8 +366,7 @@ def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
                  staged: str) -> list:
   """`--weights` / `--keras` outputs, written under `work` first.
 
-  An H5 model file is always written as `.keras` too (`--keras`, else
-  NEW/model.keras): the model is described by no code of the user's.
+  An H5 file's model is always written as `.keras` too: no user code builds it.
   """
   written = []
   if args.weights:
@@ -431,9 +385,7 @@ def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
 def _uncompiled(path: str, model: Any) -> Any:
   """The `.keras` file's model, uncompiled, holding `model`'s weights.
 
-  The package compiled the H5 file's model with its own optimizer, which
-  the model tracks: written as it is, the checkpoint would hold that
-  optimizer under `model/optimizer` beside the native one.
+  Else the package's own optimizer, tracked by the model, would be written.
   """
   plain = keras.models.load_model(path, compile=False)
   for target, value in zip(plain.weights, model.weights):
@@ -460,6 +412,7 @@ def convert(args: Any, err: TextIO) -> dict:
   if not h5 and os.path.isfile(args.old):  # A prefix is no file itself.
     raise ValueError(f"{args.old}: not a TF 2.x whole-model H5 file (nor a "
                      "checkpoint: give its prefix or directory)")
+  _progress(1, f"reading {args.old}", err)
   restored = (_restore_h5 if h5 else _restore_checkpoint)(args, err)
   name, kwargs, why = restored.choice
   err.write(f"      optimizer {name}({kwargs}): {why}\n")

@@ -107,7 +107,7 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
         opt_info, _plan.make_inner(name, kwargs))
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
-  report, error = _plan.dry_run(path, model, optimizer, assign=False)
+  report, error = _plan.dry_run(path, model, optimizer)
   return explain(report, error)
 
 

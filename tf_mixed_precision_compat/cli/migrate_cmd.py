@@ -16,20 +16,15 @@ from typing import Any, Optional, TextIO
 from tf_mixed_precision_compat.cli import _plan
 
 
-def _rewrite_module() -> Any:
+def migrate_file(path: str, write: bool) -> list[Any]:
+  """The findings in `path`; with `write`, the file rewritten in place."""
   try:
     # pylint: disable-next=g-import-not-at-top
-    from tf_mixed_precision_compat.cli import _rewrite
+    from tf_mixed_precision_compat.cli import _rewrite as rewrite
   except ImportError as e:
     raise _plan.UsageError(
         f"migrate needs libcst ({e}): pip install "
         "'tf_mixed_precision_compat[migrate]'") from e
-  return _rewrite
-
-
-def migrate_file(path: str, write: bool) -> list[Any]:
-  """The findings in `path`; with `write`, the file rewritten in place."""
-  rewrite = _rewrite_module()
   # Importable now: _rewrite, just imported, needs it.
   import libcst  # pylint: disable=g-import-not-at-top
   try:
