@@ -425,15 +425,9 @@ def _equivalent_to_dtype(policy):
 def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   """Serializes a policy as TF 2.4's layers did in their configs.
 
-  Args:
-    policy: A `Policy` or `PolicyV1`.
-
   Returns:
-    The dtype name for a plain `Policy` named after a dtype (None for
-    `"_infer"`), else `{"class_name": ..., "config": ...}`.
-
-  Raises:
-    ValueError: If `policy` is not one of our policies.
+    A plain `Policy`'s dtype name (None for `"_infer"`), else
+    `{"class_name": ..., "config": ...}`; ValueError for other objects.
 
   Example:
 
@@ -467,10 +461,7 @@ def deserialize(config: dict[str, Any],
     custom_objects: Optional dict of further policy classes by class name.
 
   Returns:
-    A `Policy` (or an instance of a class from `custom_objects`).
-
-  Raises:
-    ValueError: If `config` cannot be interpreted.
+    A `Policy` (or of a `custom_objects` class); ValueError for other configs.
 
   Example:
 
