@@ -1,10 +1,7 @@
-"""The `Model.compile` TF 2.3/2.4's Keras had: it wrapped the optimizer.
+"""The `Model.compile` of TF 2.3/2.4, which wrapped the optimizer by policy.
 
-TF 2.3/2.4 wrapped the optimizer given to `Model.compile` in a loss scale
-optimizer chosen by the model's dtype policy. Keras 3 only offers its own
-wrapper, so this module builds a `compile` that decides as TF did from Keras
-3's. It patches nothing: `install` puts that `compile` in place and takes it
-away again (`install()`, or `install.enable_compile_integration()` alone).
+Keras 3 only offers its own wrapper. This module patches nothing: `install`
+puts the `compile` built here in place and takes it away again.
 """
 
 from __future__ import annotations
@@ -26,12 +23,8 @@ _ORIGINAL = "_tf_mixed_precision_compat_original"
 def compile_owner() -> type:
   """The class of `keras.Model`'s MRO that defines `compile` (Keras's Trainer).
 
-  The patch replaces `compile` there rather than on `keras.Model`: Keras 3
-  loading a `.keras` file skips `compile_from_config` for any class whose
-  `compile` differs from the Trainer's, taking it for a user override.
-
-  Returns:
-    The class.
+  Not `keras.Model`: loading a `.keras` file skips `compile_from_config` for
+  a class whose `compile` differs from the Trainer's (a user override).
   """
   return next(k for k in keras.Model.__mro__ if "compile" in vars(k))
 
@@ -59,20 +52,9 @@ def _wrap_optimizer(optimizer, loss_scale):
 
 
 def make_compile(original: Callable[..., Any]) -> Callable[..., Any]:
-  """Returns `Model.compile` choosing the optimizer as TF 2.3/2.4 did.
+  """Keras 3's `original` compile, wrapping the optimizer as TF 2.3/2.4 did.
 
-  If the model's policy is a `PolicyV1` with a loss scale, the optimizer is
-  wrapped in `LossScaleOptimizerV1` with that loss scale; if the policy is
-  `"mixed_float16"` (ours or Keras 3's), in a dynamic `LossScaleOptimizer`.
-  An optimizer that already is a loss scale optimizer (ours or Keras 3's) is
-  left alone, and Keras 3 never adds its own wrapper around ours.
-  `compile(..., auto_scale_loss=False)` still disables wrapping.
-
-  Args:
-    original: Keras 3's `compile` function (of `compile_owner()`).
-
-  Returns:
-    The replacement function; `original_of` gives `original` back.
+  See `install.enable_compile_integration`; `original_of` gives `original`.
   """
 
   @functools.wraps(original)
@@ -92,13 +74,5 @@ def make_compile(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def original_of(function: Any) -> Optional[Callable[..., Any]]:
-  """The `compile` that `function` wraps, if `make_compile` made it.
-
-  Args:
-    function: Any object, usually the current `compile_owner().compile`.
-
-  Returns:
-    The `original` passed to `make_compile`, or None if `function` is not
-    one of its results.
-  """
+  """The `compile` that `function` wraps if `make_compile` made it, or None."""
   return getattr(function, _ORIGINAL, None)

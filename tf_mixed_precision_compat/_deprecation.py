@@ -21,8 +21,7 @@ _lock = threading.Lock()
 
 def _caller_location() -> str:
   """Returns 'file:line' of the first frame outside this package."""
-  # `inspect.currentframe()` is this function's frame (None where Python keeps
-  # no frames); it lies in this package, so the walk passes over it.
+  # None where Python keeps no frames.
   frame: types.FrameType | None = inspect.currentframe()
   while frame is not None:
     filename = frame.f_code.co_filename
@@ -39,12 +38,7 @@ def deprecation_message(qualname: str, module: str, instructions: str) -> str:
 
 
 def warn_once(key: Hashable, message: str) -> None:
-  """Logs `message` to the "tensorflow" logger the first time `key` is seen.
-
-  Args:
-    key: Any hashable identifying the deprecated callable.
-    message: The warning text, without the "From file:line:" prefix.
-  """
+  """Logs `message` ("From file:line: " added) the first time `key` is seen."""
   with _lock:
     if key in _warned:
       return

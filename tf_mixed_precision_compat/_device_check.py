@@ -60,14 +60,9 @@ def _slow_gpus_warning(fast, slow):
 
 
 def message(gpu_details):
-  """The (log level, text) TF 2.4 logged for GPUs with these details.
+  """The ("warning" or "info", text) TF 2.4 logged for `gpu_details`.
 
-  Args:
-    gpu_details: One dict per GPU, as from
-      `tf.config.experimental.get_device_details`.
-
-  Returns:
-    `("warning", text)` or `("info", text)`.
+  `gpu_details`: per GPU, `tf.config.experimental.get_device_details`'s dict.
   """
   described = [_describe(d) for d in gpu_details]
   fast = [text for text, is_fast in described if is_fast]

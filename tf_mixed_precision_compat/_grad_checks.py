@@ -18,17 +18,7 @@ def _base_dtype(value):
 
 
 def check_dense_shape(grad, var):
-  """Raises `ValueError` if a dense `grad`'s shape cannot be `var`'s.
-
-  (`tf.IndexedSlices` are checked by `check_sparse`.)
-
-  Args:
-    grad: A tensor, `tf.IndexedSlices`, NumPy array or Python number.
-    var: The variable it is for.
-
-  Raises:
-    ValueError: On a shape incompatible with the variable's.
-  """
+  """Raises `ValueError` if a dense `grad`'s shape cannot be `var`'s."""
   shape = getattr(grad, "shape", None)
   if (not isinstance(grad, tf.IndexedSlices) and shape is not None and
       not tf.TensorShape(shape).is_compatible_with(var.shape)):
@@ -40,18 +30,8 @@ def check_dense_shape(grad, var):
 def check_dtype(grad, var, graph_error=TypeError):
   """Raises if `grad`'s dtype differs from `var`'s.
 
-  TF 2.4 refused the mismatch where its optimizers ran the apply kernel:
-  eagerly the kernel raised `InvalidArgumentError`, while tracing a graph the
-  op builder raised `TypeError`. The same types are raised here.
-
-  Args:
-    grad: A tensor, `tf.IndexedSlices`, NumPy array or Python number.
-    var: The variable it is for.
-    graph_error: The exception class raised outside eager execution.
-
-  Raises:
-    tf.errors.InvalidArgumentError: Eagerly, on a mismatch.
-    TypeError: (or `graph_error`) In a graph, on a mismatch.
+  As TF 2.4's apply kernels: `InvalidArgumentError` eagerly, else (its op
+  builders') `TypeError`, or `graph_error`.
   """
   grad_dtype = _base_dtype(grad)
   var_dtype = _base_dtype(var)
@@ -99,20 +79,11 @@ def _range_message(var, rows):
 def check_sparse(grad, var):
   """Checks an `IndexedSlices` gradient against `var` before any update.
 
-  Args:
-    grad: A `tf.IndexedSlices` (anything else is returned unchanged).
-    var: The variable it is for.
-
-  Returns:
-    `grad`, or in a graph an equal `tf.IndexedSlices` whose values can only be
-    read once its indices were found in range.
-
-  Raises:
-    ValueError: If the values' shape does not fit the variable's rows, or
-      (in a graph) the number of indices.
-    tf.errors.InvalidArgumentError: Eagerly, if an index is outside the
-      variable's rows or the values and indices differ in number. (In a
-      graph the step raises it when run, before changing anything.)
+  Returns `grad` (anything else unchanged), or in a graph an equal one whose
+  values are read only once its indices were found in range. Raises
+  `ValueError` for values not fitting the variable's rows (or, in a graph,
+  the indices), `InvalidArgumentError` eagerly for an index out of range or
+  mismatched counts (in a graph, when the step runs).
   """
   if not isinstance(grad, tf.IndexedSlices):
     return grad

@@ -16,12 +16,11 @@ import warnings
 PREFIX = "tensorflow.keras"
 MOVE_HINT = ("move `import tf_mixed_precision_compat.auto` (or the "
              "`install()` call) above the Keras imports")
-# Top-level packages whose modules the early-name scan leaves alone: Keras
-# and TensorFlow's own modules are hooked as holders of the public API, and
-# their internal ones must keep Keras' functions.
 _MISSING = object()
 # Large module-level tables are data, not where a job keeps a loader.
 _MAX_SCANNED_ITEMS = 1000
+# The early-name scan leaves these alone: their public modules are hooked as
+# holders of the API, and their internal ones must keep Keras' functions.
 _LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras",
                      "tf_mixed_precision_compat")
 
@@ -32,14 +31,9 @@ def is_alias_name(fullname):
 
 
 def resolve(root, fullname):
-  """The module `tf.keras.<path>` is for the import name `fullname`.
+  """The module under `root` (`tf.keras`) the import name `fullname` means.
 
-  Args:
-    root: The module `tf.keras` resolves to.
-    fullname: `tensorflow.keras` or `tensorflow.keras.<path>`.
-
-  Returns:
-    A module, or None if `<path>` names no module of `root`'s tree.
+  None if `fullname` (`tensorflow.keras[.<path>]`) names no module there.
   """
   node = root
   for part in fullname.split(".")[2:]:
@@ -73,12 +67,9 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class AliasFinder(importlib.abc.MetaPathFinder):
-  """`tensorflow.keras[.<path>]` imports, as the modules `tf.keras` holds.
+  """Serves `tensorflow.keras[.<path>]` imports from `root` (`tf.keras`).
 
-  Args:
-    root: The module `tf.keras` resolves to.
-    journal: `install()`'s journal (`set_attr`, `on_undo`), so that
-      `uninstall()` removes the aliases and rebinds the parents.
+  `journal` (install()'s) lets `uninstall()` remove the aliases.
   """
 
   def __init__(self, root, journal):
@@ -123,18 +114,7 @@ def install_finder(journal, root):
   return finder
 
 
-def _user_modules():
-  """Loaded modules outside Keras, TensorFlow and this package, once each
-  (`__mp_main__` may be `__main__` again)."""
-  seen = set()
-  for name, module in list(sys.modules.items()):
-    if (isinstance(module, types.ModuleType) and id(module) not in seen and
-        name.split(".")[0] not in _LIBRARY_PACKAGES):
-      seen.add(id(module))
-      yield name, module
-
-
-def _module_globals(module):
+def module_globals(module):
   """A module's namespace, or None for objects posing as modules."""
   try:
     return vars(module)
@@ -142,21 +122,28 @@ def _module_globals(module):
     return None
 
 
+def _user_globals():
+  """`(name, module, namespace)` of loaded modules outside the libraries.
+
+  Each module once (`__mp_main__` may be `__main__` again).
+  """
+  seen = set()
+  for name, module in list(sys.modules.items()):
+    if (isinstance(module, types.ModuleType) and id(module) not in seen and
+        name.split(".")[0] not in _LIBRARY_PACKAGES):
+      seen.add(id(module))
+      namespace = module_globals(module)
+      if namespace is not None:
+        yield name, module, namespace
+
+
 def rebind_early_names(journal, replacements):
   """Rebinds module globals bound to a replaced function before install.
 
-  A replacement only adds TF 2.x files and configs to what the original
-  accepts, so handing it to code that imported the original (even Keras 3
-  code importing `keras.models.load_model`) changes nothing else.
-
-  Args:
-    journal: `install()`'s journal.
-    replacements: `{id(original): (original, replacement)}`.
+  Safe: a replacement only adds TF 2.x files and configs to what the original
+  accepts. `replacements`: `{id(original): (original, replacement)}`.
   """
-  for _, module in _user_modules():
-    namespace = _module_globals(module)
-    if namespace is None:
-      continue
+  for _, module, namespace in _user_globals():
     for key, value in list(namespace.items()):
       pair = replacements.get(id(value))
       if pair is not None and pair[0] is value:
@@ -183,24 +170,15 @@ def _held_inside(value, originals):
 
 
 def early_names(originals, hidden):
-  """Names bound before install() that keep Keras' unhooked objects.
+  """Sorted `module.name`s bound before install() to Keras' unhooked objects.
 
-  Args:
-    originals: `{id(obj): obj}` of functions install() replaced; found
-      inside containers, default arguments and `functools.partial`.
-    hidden: `{(name, id(obj)): obj}` of objects install() replaced by
-      TF 2.4's at a `tf.keras` path only (e.g. Keras 3's
-      `LossScaleOptimizer` class, which stays Keras 3's at
-      `keras.optimizers`): found as a module global of that name.
-
-  Returns:
-    Sorted `module.name` strings.
+  `originals` (`{id(obj): obj}`, replaced functions) are also found inside
+  containers, default arguments and `functools.partial`; `hidden`
+  (`{(name, id(obj)): obj}`, replaced at a `tf.keras` path only, such as
+  Keras 3's `LossScaleOptimizer`) only as a module global of that name.
   """
   found = set()
-  for module_name, module in _user_modules():
-    namespace = _module_globals(module)
-    if namespace is None:
-      continue
+  for module_name, _, namespace in _user_globals():
     for key, value in list(namespace.items()):
       if hidden.get((key, id(value)), _MISSING) is value:
         found.add(f"{module_name}.{key}")

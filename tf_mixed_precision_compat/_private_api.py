@@ -1,33 +1,20 @@
 """The only place this package reaches into TensorFlow and Keras internals.
 
 Non-public modules are imported, and private members read or set, here only;
-each import and accessor says why no public API does the job.
+each import and accessor says in one line why no public API does the job.
 """
 
 import contextlib
 import sys
 
 # pylint: disable=unused-import
-# The object graph stored in every object-based checkpoint (the
-# `_CHECKPOINTABLE_OBJECT_GRAPH` tensor) is a serialized
-# TrackableObjectGraph; restoring TF 2.x Keras checkpoints into differently
-# structured Keras 3 objects needs to read it, and TF exposes no public parser.
+# TF 2.x checkpoints' object graph (TrackableObjectGraph): no public parser.
 from tensorflow.core.protobuf import trackable_object_graph_pb2
-# A TF 2.3 SavedModel keeps its Keras config in the `user_object.metadata` of
-# the nodes of `saved_model.pb` (a SavedModel proto); `tf.saved_model.load`
-# does not expose that metadata.
+# A TF 2.3 SavedModel's Keras config: `tf.saved_model.load` hides the metadata.
 from tensorflow.core.protobuf import saved_model_pb2
-# TF 2.x Keras SavedModels contain an object of type "optimizer" with slot
-# variables; without Keras 2 installed nothing revives that type and
-# `tf.saved_model.load` fails ("'_UserObject' object has no attribute
-# 'add_slot'"). `tf.__internal__.saved_model.load.register_revived_type`
-# registers one; TF has no public way to remove it again, which `uninstall()`
-# must do to leave TF exactly as it found it.
+# uninstall() unregisters the revived "optimizer" type: TF has no public way.
 from tensorflow.python.saved_model import revived_types
-# `legacy.load_model(..., safe_mode=True)` must not run code from a file even
-# when the process called `keras.config.enable_unsafe_deserialization()`:
-# Keras 3 lets that global switch override the `safe_mode` argument of its
-# deserializers, and only its scope (no public equivalent) overrides it back.
+# Only this scope overrides `enable_unsafe_deserialization()` for safe_mode.
 from keras.src.saving.serialization_lib import SafeModeScope
 
 
@@ -38,13 +25,7 @@ def unregister_revived_type(identifier):
     revived_types._TYPE_IDENTIFIERS.remove(identifier)  # pylint: disable=protected-access
 
 
-# Whether the graph being built will be compiled by XLA
-# (`tf.function(jit_compile=True)`, also around nested control flow). XLA
-# schedules ops its own way and compiles some graph shapes very slowly (a
-# functional `If` over many tensors, hundreds of small reductions), so there
-# the gated apply masks its writes instead of restoring them, and the finite
-# check concatenates small gradients; TF only tells through its control-flow
-# contexts, which have no public accessor.
+# Only TF's control-flow contexts tell whether XLA compiles the graph built.
 from tensorflow.python.ops import control_flow_util
 
 
@@ -55,21 +36,13 @@ def in_xla_context():
       tf.compat.v1.get_default_graph())
 
 
-# Restoring a TF 2.x Keras checkpoint through `tf.train.Checkpoint.restore`
-# needs the objects the user passed to `tf.train.Checkpoint(...)` by the names
-# the checkpoint stores; `Checkpoint` keeps them only as trackable children.
-# (`tf.__internal__.tracking.Trackable` declares the method; it is what
-# TF's own savers call.)
+# `Checkpoint` keeps the objects passed to it only as trackable children.
 def trackable_children(obj, save_type="checkpoint", **kwargs):
   """`{name: object}` of a trackable's dependencies (checkpoint ones)."""
   return dict(obj._trackable_children(save_type=save_type, **kwargs))  # pylint: disable=protected-access
 
 
-# A wrapper that checkpoints like the object it wraps (the loss-scale
-# optimizers, tf_keras's TF 2.2 stand-in) answers TF's checkpoint lookups with
-# the wrapped object's: TF finds dependencies and queues restores for
-# variables not yet created only through these Trackable hooks, which
-# `tf.__internal__.tracking.Trackable` declares but exposes no caller for.
+# Restores find dependencies (and queue deferred ones) only through these hooks.
 def lookup_dependency(obj, name):
   """The trackable's dependency `name` (or None), as a restore finds it."""
   return obj._lookup_dependency(name)  # pylint: disable=protected-access
@@ -80,26 +53,19 @@ def deferred_dependencies(obj):
   return obj._deferred_dependencies  # pylint: disable=protected-access
 
 
-# `assert_consumed()` of a restore split between TF and the legacy matcher
-# must know which checkpoint nodes TF's part resolved; TF's load status
-# keeps that only in its private restore-coordinator.
-# TF's checkpoint restore hands a slot variable's value to the optimizer
-# object it was saved under through this private hook (looked up with
-# `hasattr`); a wrapper of a tf_keras OptimizerV2 must pass it on so that a
-# restore made before the first step lands when the slot is created.
+# TF restores a slot through this hook; a tf_keras wrapper must pass it on.
 def optimizer_slot_restorer(optimizer):
   """The optimizer's `_create_or_restore_slot_variable`, or None."""
   return getattr(optimizer, "_create_or_restore_slot_variable", None)
 
 
+# Only TF's private restore coordinator knows the nodes its restore resolved.
 def resolved_node_ids(status):
   """Checkpoint node ids a TF load status has matched to Python objects."""
   return set(status._checkpoint.object_by_proto_id.keys())  # pylint: disable=protected-access
 
 
-# `enable_mixed_precision_graph_rewrite` warns, as TF 2.4 did, when a Session
-# without the rewrite already exists; TF 2.21's Session still records that in
-# a module-level flag, which has no public accessor.
+# TF's Session keeps the graph rewrite's flags in this module only.
 from tensorflow.python.training.experimental import mixed_precision_global_state  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
@@ -109,11 +75,7 @@ def non_mixed_precision_session_created():
 
 
 def graph_rewrite_enabled():
-  """Whether the graph rewrite functions turned the rewrite on.
-
-  TF 2.3/2.4 kept it in the same module, which TF 2.21's Session still reads
-  (a Session made while it is set is not one "without mixed precision").
-  """
+  """Whether the graph rewrite functions turned the rewrite on."""
   return mixed_precision_global_state.is_mixed_precision_graph_rewrite_enabled()
 
 
@@ -128,55 +90,30 @@ def set_non_mixed_precision_session_created(created):
   mixed_precision_global_state.set_non_mixed_precision_session_created(created)
 
 
-def tf_keras_loss_scale_optimizer_classes():
-  """tf_keras's two concrete loss-scale optimizer classes and their metaclass.
-
-  tf_keras exports only `BaseLossScaleOptimizer` (whose metaclass picks the
-  concrete class from the wrapped optimizer); TF 2.3/2.4's experimental class
-  subclassed the concrete one, and the tf_keras target's experimental class
-  must too, for both of tf_keras's optimizer families. Imported on call: only
-  the tf_keras target (TF_USE_LEGACY_KERAS=1) needs them.
-
-  Returns:
-    `(LossScaleOptimizer, LossScaleOptimizerV3, LossScaleOptimizerMetaclass)`.
-  """
+def _tf_keras_lso():
+  """tf_keras's loss_scale_optimizer module (only its target imports it)."""
   # pylint: disable-next=g-import-not-at-top
-  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
+  from tf_keras.src.mixed_precision import loss_scale_optimizer
+  return loss_scale_optimizer
+
+
+# tf_keras exports only the base class; TF 2.3's subclassed the concrete ones.
+def tf_keras_loss_scale_optimizer_classes():
+  """tf_keras's `(LossScaleOptimizer, LossScaleOptimizerV3, metaclass)`."""
+  lso = _tf_keras_lso()
   return (lso.LossScaleOptimizer, lso.LossScaleOptimizerV3,
           lso.LossScaleOptimizerMetaclass)
 
 
+# TF 2.2 checkpoints' `base_optimizer` edge ends only at this private class.
 def tf_keras_tf22_restoration_class():
-  """tf_keras's stand-in for the TF 2.2 `base_optimizer` checkpoint edge.
-
-  TF 2.2 checkpoints hold the wrapped optimizer's iterations and
-  hyperparameters under `optimizer/base_optimizer/`; tf_keras's stand-in
-  restores only its slots. The tf_keras target makes it hand the rest to the
-  wrapped optimizer too (`tf_keras_classes`), and
-  only this class is where that edge ends.
-
-  Returns:
-    tf_keras's `FakeOptimizerForRestoration` class.
-  """
-  # pylint: disable-next=g-import-not-at-top
-  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
-  return lso.FakeOptimizerForRestoration
+  """tf_keras's `FakeOptimizerForRestoration` class."""
+  return _tf_keras_lso().FakeOptimizerForRestoration
 
 
+# Only `_learning_rate` holds the variable a TF1 graph cannot `.numpy()` yet.
 def tf_keras_optimizer_config_in_graph(optimizer):
-  """`get_config()` of a tf_keras current-family optimizer built in a TF1 graph.
-
-  Its `get_config` reads the learning-rate variable with `.numpy()`, which a
-  TF1 graph cannot do before a session runs; the value it was created with is
-  the constant initial value in the graph. Only the private attribute holds
-  the variable, so it is read (and put back) here.
-
-  Args:
-    optimizer: A `tf_keras.optimizers.Optimizer` built in a TF1 graph.
-
-  Returns:
-    The optimizer's config, learning rate as created.
-  """
+  """`get_config()` of a tf_keras optimizer in a TF1 graph, lr as created."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   # pylint: disable=protected-access
   variable = optimizer._learning_rate
@@ -194,19 +131,13 @@ def tf_keras_optimizer_config_in_graph(optimizer):
     object.__setattr__(optimizer, "_learning_rate", variable)
 
 
-# The `tf.compat.v1` loss-scale optimizer passes the wrapped optimizer's
-# `use_locking` on to its own base class, as TF 2.3's did; `tf.compat.v1`
-# optimizers take it as an argument but keep it only in this attribute.
+# `tf.compat.v1` optimizers keep their `use_locking` argument only here.
 def v1_optimizer_use_locking(optimizer):
   """The `use_locking` a `tf.compat.v1.train.Optimizer` was created with."""
   return optimizer._use_locking  # pylint: disable=protected-access
 
 
-# The Keras 3 optimizer a loss-scale optimizer wraps, asked what TF 2.4's
-# OptimizerV2 answered publicly. Keras 3 keeps these private: the variables
-# it was built with (its `variables` also hold slots and counters), its
-# check that applied variables are among them, and the step counter itself
-# (`iterations` may hand out a distributed wrapper of it).
+# Keras 3 keeps private what TF 2.4's OptimizerV2 answered publicly.
 def keras_optimizer_built_variables(optimizer):
   """The variables a Keras 3 optimizer was built with, or None before that."""
   return getattr(optimizer, "_trainable_variables", None)
@@ -224,14 +155,9 @@ def keras_optimizer_iterations_variable(optimizer):
   return getattr(optimizer, "_iterations", None)
 
 
-# TF 2.4's optimizers summed gradients over replicas, then clipped the sum;
-# Keras 3's clip per replica first. Only these two private steps of its
-# `apply` can be reordered (by shadowing them on the instance for one apply).
+# TF 2.4 clipped the replicas' sum; only these private steps can be reordered.
 def keras_clip_and_all_reduce_methods(optimizer_class):
-  """`(_clip_gradients, _all_reduce_sum_gradients)` of a Keras 3 class.
-
-  Either is None when this Keras version lacks it.
-  """
+  """`(_clip_gradients, _all_reduce_sum_gradients)` of a class, or Nones."""
   return (getattr(optimizer_class, "_clip_gradients", None),
           getattr(optimizer_class, "_all_reduce_sum_gradients", None))
 
@@ -249,26 +175,19 @@ def keras_clip_and_all_reduce_shadowed(optimizer, clip, all_reduce):
     del optimizer.__dict__["_all_reduce_sum_gradients"]
 
 
-# tf_keras's OptimizerV2 (TF 2.4's optimizer) keeps its hyperparameters by
-# name in `_hyper`; its public `get_config` mixes them with other settings.
+# OptimizerV2's public `get_config` mixes its hyperparameters with the rest.
 def tf_keras_hyperparameter_names(optimizer):
   """The hyperparameter names of a tf_keras OptimizerV2."""
   return frozenset(optimizer._hyper)  # pylint: disable=protected-access
 
 
-# TF 2.x checkpoints and H5 files name a model's variables by the layer that
-# owns them, at any depth; Keras 3's `layers` lists only direct children and
-# no public API walks nested layers (sub-models, layers held as attributes).
+# No public Keras 3 API walks nested layers, which checkpoints name.
 def keras_nested_layers(model):
   """Every layer inside a Keras 3 `model`, nested ones too, not itself."""
   return model._flatten_layers(include_self=False)  # pylint: disable=protected-access
 
 
-# TF 2.x optimizer checkpoints restore into tf_keras's current optimizers
-# through hooks `install()` wraps: tf_keras finds a checkpoint's optimizer
-# dependencies only through `Optimizer._lookup_dependency`, and TF 2.3's
-# `compile` wrapping by a `PolicyV1` needs `Model._get_optimizer`, where
-# tf_keras's `compile` turns its argument into an optimizer.
+# tf_keras finds optimizer dependencies and compile's optimizer only here.
 def tf_keras_optimizer_lookup_dependency(optimizer_class):
   """The `_lookup_dependency` method of a tf_keras optimizer class."""
   return optimizer_class._lookup_dependency  # pylint: disable=protected-access
@@ -279,14 +198,7 @@ def tf_keras_model_get_optimizer(model_class):
   return model_class._get_optimizer  # pylint: disable=protected-access
 
 
-# A restore into a tf_keras model not built yet hands each weight its value
-# when the layer creates it, and a sublayer made in `build` its values when
-# the layer tracks it; the values are checked only then, inside TF's
-# `_add_variable_with_custom_getter` (which tf_keras's `add_weight` calls) and
-# `_handle_deferred_dependencies` (which tracking a new attribute calls), so a
-# value that does not fit fails there. Wrapping those hooks on the layer
-# instance is the one place that tells such a failure from any other error
-# of the model's first call.
+# Only these hooks tell a deferred restore's failure from other call errors.
 _LAYER_RESTORE_HOOKS = ("_add_variable_with_custom_getter",
                         "_handle_deferred_dependencies")
 
@@ -294,9 +206,8 @@ _LAYER_RESTORE_HOOKS = ("_add_variable_with_custom_getter",
 def wrap_layer_restore_hooks(layer, wrap):
   """Replaces each of `layer`'s restore hooks by `wrap(original, is_handover)`.
 
-  `is_handover` is True for the hook that hands values to a new dependency
-  (its arguments: `name, trackable`), False for variable creation (`name,
-  ...`).
+  `is_handover`: True for the hook handing values to a new dependency (`name,
+  trackable`), False for variable creation (`name, ...`).
   """
   for hook in _LAYER_RESTORE_HOOKS:
     original = getattr(layer, hook)
@@ -311,28 +222,10 @@ def unwrap_layer_restore_hooks(layer):
       object.__delattr__(layer, hook)
 
 
-# A TF 2.x checkpoint restoring slots into an unbuilt tf_keras optimizer must
-# wait for its build; tf_keras's current optimizers record being built only in
-# `_built`, and its OptimizerV2 creates slots for given variables only
-# through `_create_all_weights`.
+# tf_keras records being built, and creates slots, only privately.
 def tf_keras_optimizer_is_built(optimizer):
   """Whether a tf_keras current-family optimizer has built its slots."""
   return bool(getattr(optimizer, "_built", False))
-
-
-# tf_keras marks an optimizer its LossScaleOptimizer wrapped only with this
-# flag (set before its argument checks); the package refuses a second wrapper
-# with TF 2.4's message before tf_keras does with its own, also when tf_keras
-# built the first one itself, and clears it after a refused first wrapper.
-def tf_keras_wrapped_by_loss_scale_optimizer(optimizer):
-  """Whether a tf_keras LossScaleOptimizer ever wrapped `optimizer`."""
-  return bool(getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False))
-
-
-def tf_keras_unmark_wrapped(optimizer):
-  """Clears the flag after a refused wrapper set it (see the caller)."""
-  if getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False):
-    optimizer._is_wrapped_by_loss_scale_optimizer = False
 
 
 def tf_keras_v2_create_slots(optimizer, variables):
@@ -344,13 +237,19 @@ def tf_keras_v2_create_slots(optimizer, variables):
   return True
 
 
-# Keras re-creates an exception raised in a layer's `call` as
-# `type(e)(message + call arguments)`, and AutoGraph (tf.function) replaces
-# one raised while tracing by a `StagingError` when its type takes other
-# constructor arguments than a message, unless the exception is marked to
-# pass through. A failed restore's `RestoreError` (a `ValueError` taking its
-# own arguments), raised from a model's first call or again from later ones,
-# must reach the job as it is, eagerly and in tf.function.
+# tf_keras marks an optimizer its LossScaleOptimizer wrapped only so.
+def tf_keras_wrapped_by_loss_scale_optimizer(optimizer):
+  """Whether a tf_keras LossScaleOptimizer ever wrapped `optimizer`."""
+  return bool(getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False))
+
+
+def tf_keras_unmark_wrapped(optimizer):
+  """Clears the flag after a refused wrapper set it (see the caller)."""
+  if getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False):
+    optimizer._is_wrapped_by_loss_scale_optimizer = False
+
+
+# Keras and AutoGraph re-create errors of a call unless marked so.
 def keep_error_as_raised(error):
   """Marks `error` so Keras and AutoGraph re-raise it unchanged."""
   try:
@@ -361,12 +260,7 @@ def keep_error_as_raised(error):
   return error
 
 
-# A TF 2.x slot restored into a tf_keras optimizer is checked against its
-# variable when TF hands it over (TF 2.4 refused a slot of another shape
-# then, tf_keras 2.21 creates it or fails at the first step). TF's
-# `CheckpointPosition` exposes the value's shape, not its dtype, which is in
-# its restore coordinator's `dtype_map`; and OptimizerV2's hook for it is
-# private.
+# A restored slot's dtype is only in the restore coordinator's `dtype_map`.
 def checkpoint_position_dtype(position):
   """The dtype of a `CheckpointPosition`'s VARIABLE_VALUE, or None."""
   dtype_map = getattr(position.checkpoint, "dtype_map", None) or {}
@@ -376,35 +270,25 @@ def checkpoint_position_dtype(position):
   return None
 
 
+# OptimizerV2's hook checking a restored slot against its variable is private.
 def tf_keras_v2_create_or_restore_slot_variable(optimizer_class):
   """tf_keras OptimizerV2's `_create_or_restore_slot_variable`."""
   return optimizer_class._create_or_restore_slot_variable  # pylint: disable=protected-access
 
 
-# Keras 3's Nadam keeps the running product of its momentum schedule (TF 2.4's
-# `momentum_cache` weight) in an unnamed variable with no public accessor;
-# TF 2.4's `optimizer.weights` listed it after `iterations`.
+# Keras 3 Nadam's `momentum_cache` counterpart has no public accessor.
 def keras_nadam_u_product(optimizer):
   """Keras 3 Nadam's momentum-schedule product variable, or None."""
   return getattr(optimizer, "_u_product", None)
 
 
-# tf_keras's loss-scale optimizers update the loss scale only when their
-# state is an instance of this class (their `apply_gradients` tests it); the
-# tf_keras target's experimental class holds TF 2.3's `LossScale` in a
-# subclass of it, as TF 2.3 updated any `LossScale`.
+# tf_keras's optimizers update the loss scale only of this private class.
 def tf_keras_dynamic_loss_scale_state_class():
   """tf_keras's `_DynamicLossScaleState` class (imported on call)."""
-  # pylint: disable-next=g-import-not-at-top
-  from tf_keras.src.mixed_precision import loss_scale_optimizer as lso
-  return lso._DynamicLossScaleState  # pylint: disable=protected-access
+  return _tf_keras_lso()._DynamicLossScaleState  # pylint: disable=protected-access
 
 
-# TF 2.4 code in a `tf.compat.v1` session fetches `opt.loss_scale`, a tensor
-# there; the experimental class's loss scale is a tensor-like object
-# (`optimizers/_loss_scale_value`), which `Session.run` fetches only through
-# this registry (its only entry point, with no public alias). It concerns
-# that class alone and changes nothing for any other fetch.
+# `Session.run` fetches other types only through this unexported registry.
 def register_session_fetch(cls, to_tensor):
   """Makes `Session.run` fetch instances of `cls` as `to_tensor(obj)`."""
   # pylint: disable-next=g-import-not-at-top
@@ -413,11 +297,7 @@ def register_session_fetch(cls, to_tensor):
       cls, lambda obj: ([to_tensor(obj)], lambda values: values[0]))
 
 
-# `tf.keras` resolves (through TF's lazy loader) to a package that Keras or
-# tf_keras keep under a private name, with no public handle on it: Keras 3's
-# `keras._tf_keras.keras`, tf_keras's `tf_keras.api._v2.keras`. An import
-# statement naming `tensorflow.keras...` must yield that package's modules
-# (`_import_hooks.AliasFinder`), not new copies.
+# `tf.keras` resolves to these privately named packages (no public handle).
 _TF_KERAS_ROOTS = {"keras3": "keras._tf_keras.keras",
                    "tf_keras": "tf_keras.api._v2.keras"}
 
@@ -427,37 +307,21 @@ def tf_keras_root_name(target):
   return _TF_KERAS_ROOTS[target]
 
 
+# Keras API modules bind functions defined in private modules; install()
+# replaces them there too, for API modules executed after it.
 def defining_module(function):
-  """The module that defines `function` under its name, or None.
-
-  Keras' public API modules bind functions defined in private modules
-  (`keras.src.saving.saving_api.load_model`); `install()` replaces them there
-  too, so that an API module executed after it binds the replacement.
-
-  Args:
-    function: A function.
-
-  Returns:
-    The loaded module whose attribute `function.__name__` is `function`.
-  """
+  """The loaded module whose attribute `function.__name__` is it, or None."""
   module = sys.modules.get(getattr(function, "__module__", None) or "")
   if module is not None and vars(module).get(function.__name__) is function:
     return module
   return None
 
 
+# Only the loader's private fields tell whether and to which Keras it resolved.
 def keras_lazy_loader_version(loader):
-  """Which Keras a TF Keras lazy loader (`tf.keras` etc.) resolved to.
+  """TF's name of the Keras a `tf.keras` lazy loader chose, None if unresolved.
 
-  Only the loader's private fields tell whether it resolved yet (TF reads
-  `TF_USE_LEGACY_KERAS` then) and to which Keras.
-
-  Args:
-    loader: A value of `vars(tf)`, `vars(tf.compat.v1)`, ...
-
-  Returns:
-    None if `loader` is no such loader or not resolved yet; else TF's name
-    for the Keras it chose (`"keras_3"`, `"tf_keras"`, `"keras_2"`).
+  `"keras_3"`, `"tf_keras"` or `"keras_2"`; None also for a non-loader.
   """
   if not is_keras_lazy_loader(loader):
     return None

@@ -47,13 +47,7 @@ class UnverifiedVersionWarning(UserWarning):
 
 
 def parse(version: str) -> tuple[int, int]:
-  """The (major, minor) of a version string such as '2.18.1' or '3.7.0rc1'.
-
-  Args:
-    version: A release's version string.
-
-  Returns:
-    Its first two numeric parts; a missing or non-numeric part counts as 0.
+  """The (major, minor) of a version string; a missing part counts as 0.
 
   Example:
 
@@ -89,17 +83,9 @@ def _tf_keras_version() -> Optional[str]:
 
 
 def unverified(found: dict[str, Optional[str]]) -> list[str]:
-  """The installed releases newer (by major.minor) than the newest verified.
+  """`found`'s versions (by label; None: absent) newer than the newest verified.
 
-  A patch release or a pre-release of a verified minor version counts as
-  verified: TensorFlow and Keras change their APIs in minor releases.
-
-  Args:
-    found: Label ("TensorFlow", "Keras", "tf_keras") -> installed version,
-      or None when not installed.
-
-  Returns:
-    One "<label> <installed> (newest verified: <version>)" per newer release.
+  By major.minor: TensorFlow and Keras change their APIs in minor releases.
 
   Example:
 
@@ -116,13 +102,10 @@ def check() -> None:
   """Refuses old or missing TensorFlow and Keras; warns once for newer ones.
 
   Raises:
-    ImportError: TensorFlow or Keras is missing or older than the oldest
-      supported release; the message says which and how to install one.
+    ImportError: TensorFlow or Keras is missing or too old (says how to fix).
 
   Warns:
-    UnverifiedVersionWarning: One warning naming every installed
-      TensorFlow, Keras or tf_keras newer than the newest verified release,
-      with that release.
+    UnverifiedVersionWarning: Naming every release newer than the verified.
 
   Example:
 

@@ -30,12 +30,8 @@ SPIKE_FACTOR = 1000.
 def configure_devices() -> Optional[list[str]]:
   """Splits the CPU into 2 logical devices when there is no GPU.
 
-  Must run before TensorFlow initializes its runtime; if it already has, the
-  devices are left as they are.
-
-  Returns:
-    The device names a `MirroredStrategy` should use, or None for its
-    default (all GPUs).
+  Only before TensorFlow initializes its runtime; afterwards nothing changes.
+  Returns the devices for a `MirroredStrategy`, or None for all GPUs.
   """
   if tf.config.list_physical_devices("GPU"):
     return None
@@ -85,12 +81,7 @@ def _progress(done: int, total: int, text: str,
 
 def _restore(job: dict[str, Any], checkpoint: str,
              strategy: tf.distribute.Strategy) -> tuple[Any, Any, Any]:
-  """The job's model and optimizer, rebuilt and resumed by its TF 2.3 code.
-
-  Exactly what the job ran: `tf.train.Checkpoint(model=..., optimizer=...)`
-  and its manager's latest checkpoint restored; after `install()` that reads
-  the Keras 2 layout TF 2.3.4 wrote.
-  """
+  """The job's model and optimizer, restored by its own TF 2.3 code."""
   # pylint: disable-next=g-import-not-at-top
   from tf_mixed_precision_compat import legacy
   spec = job["data"]
@@ -165,18 +156,15 @@ def resume(steps: int = 30, spike_step: Optional[int] = 50,
 
   Args:
     steps: Steps to train after the restored step 40.
-    spike_step: The (1-based, job-global) step whose batch is corrupted, or
-      None.
+    spike_step: The (1-based) step whose batch is corrupted, or None.
     progress: Whether to draw a progress bar on stderr.
-    strategy: The `tf.distribute.Strategy`; default a `MirroredStrategy` over
-      the devices `configure_devices()` chose.
+    strategy: Default: a `MirroredStrategy` over `configure_devices()`.
 
   Returns:
-    A dict: `recorded` (what TF 2.3.4 recorded: loss_scale, counter,
-    iterations), `restored` (the same, read back after the restore on this
-    TensorFlow), `replicas`, `history` (TF 2.3.4's steps 1-40) and
-    `trajectory` (one dict per new step: step, loss, loss_scale, counter,
-    skipped, corrupted).
+    A dict: `recorded` (TF 2.3.4's loss_scale, counter, iterations),
+    `restored` (the same read back here), `replicas`, `history` (TF 2.3.4's
+    steps 1-40) and `trajectory` (per new step: step, loss, loss_scale,
+    counter, skipped, corrupted).
   """
   job = load_job()
   if strategy is None:
@@ -204,12 +192,7 @@ def replay(progress: bool = True
            ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
   """Re-runs the job's steps 21-40 from its step-20 checkpoint, one replica.
 
-  Args:
-    progress: Whether to draw a progress bar on stderr.
-
-  Returns:
-    A list of `(ours, recorded)` step dicts (step, loss, loss_scale, counter,
-    skipped), ours computed here, recorded by TF 2.3.4.
+  Returns `(ours, TF 2.3.4's recorded)` step dicts, as `resume`'s trajectory.
   """
   job = load_job()
   strategy = tf.distribute.get_strategy()
@@ -221,14 +204,9 @@ def replay(progress: bool = True
 
 
 def plot(result: dict[str, Any], path: str) -> bool:
-  """Writes loss and loss scale over the steps to the PNG `path`.
+  """Writes `resume()`'s loss and loss scale to the PNG `path`.
 
-  Args:
-    result: What `resume()` returned.
-    path: The output file.
-
-  Returns:
-    True if written, False if matplotlib is not installed.
+  Returns False, writing nothing, if matplotlib is not installed.
   """
   try:
     import matplotlib  # pylint: disable=g-import-not-at-top
@@ -268,18 +246,8 @@ def scale_dynamics(steps: int = 24, initial_loss_scale: float = 2.**12,
                    seed: int = 0) -> list[dict[str, Any]]:
   """Trains a float16 linear model with a TF 2.3 `DynamicLossScale` by hand.
 
-  The scaled loss is float32 but the backward pass runs in float16, so once
-  the scale is large enough the gradients overflow for real.
-
-  Args:
-    steps: Number of training steps.
-    initial_loss_scale: The scale to start from.
-    increment_period: Finite steps between two growths of the scale.
-    seed: Seed of the synthetic data.
-
-  Returns:
-    One dict per step: loss, scale (used for the step), applied, and the
-    scale and counter after the update.
+  The backward pass runs in float16, so a large scale really overflows.
+  Returns per step: loss, scale (used), applied, new_scale and good_steps.
   """
   # pylint: disable=g-import-not-at-top
   from tf_mixed_precision_compat import loss_scale as loss_scale_module
@@ -379,8 +347,7 @@ def _print_resume(result: dict[str, Any], spike_step: int,
     if scales[-1] != r["loss_scale"]:
       scales.append(r["loss_scale"])
   print(f"\nskipped steps: {skipped}", file=out)
-  print("loss scale trajectory: "
-        + " -> ".join(f"{s:g}" for s in scales),
+  print("loss scale trajectory: " + " -> ".join(f"{s:g}" for s in scales),
         file=out)
   print(f"loss: {trajectory[0]['loss']:.4f} -> {trajectory[-1]['loss']:.4f}",
         file=out)
@@ -409,9 +376,7 @@ def main(argv: Optional[Sequence[str]] = None,
   args = _parse_args(argv)
   devices = configure_devices()
 
-  # pylint: disable=g-import-not-at-top
-  import tf_mixed_precision_compat
-  # pylint: enable=g-import-not-at-top
+  import tf_mixed_precision_compat  # pylint: disable=g-import-not-at-top
   tf_mixed_precision_compat.install()  # The line a TF 2.3 job adds.
 
   strategy = tf.distribute.MirroredStrategy(devices)

@@ -69,11 +69,10 @@ def export(*v2: str,
     warning: The deprecation warning text the symbol logs, if any.
 
   Returns:
-    A decorator that registers its argument and returns it unchanged.
+    A decorator registering its argument and returning it unchanged.
 
   Raises:
-    ValueError: If a deprecated path is not among the exported paths, or a
-      path is already taken by another symbol.
+    ValueError: If a deprecated path is not exported, or a path is taken.
   """
   unknown = set(deprecated) - set(v2) - set(v1)
   if unknown:
@@ -112,17 +111,7 @@ def _graft(root: types.ModuleType, path: str, symbol: Any) -> None:
 
 
 def namespace(api_version: str) -> types.ModuleType:
-  """Returns the root of the `api_version` attribute tree.
-
-  Args:
-    api_version: "v1" (paths under `tf.compat.v1`) or "v2" (under `tf`).
-
-  Returns:
-    A module whose attributes mirror TensorFlow's namespaces.
-
-  Raises:
-    ValueError: If `api_version` is not "v1" or "v2".
-  """
+  """Returns the module mirroring `tf.compat.v1` ("v1") or `tf` ("v2")."""
   _check_api_version(api_version)
   if api_version not in _ROOTS:
     root = types.ModuleType(f"{_PACKAGE}.{api_version}")
@@ -146,17 +135,10 @@ def _find(api_version: str, path: str) -> Optional[EndpointSpec]:
 
 
 def lookup(api_version: str, path: str) -> EndpointSpec:
-  """Returns the spec registered at `path` in `api_version`.
-
-  Args:
-    api_version: "v1" or "v2".
-    path: A dotted path relative to `tf` (v2) or `tf.compat.v1` (v1).
-
-  Returns:
-    The matching `EndpointSpec`.
+  """Returns the spec registered at `path` (under `tf` or `tf.compat.v1`).
 
   Raises:
-    ValueError: If `api_version` is unknown.
+    ValueError: If `api_version` is not "v1" or "v2".
     KeyError: If nothing is registered at `path`.
   """
   _check_api_version(api_version)

@@ -60,24 +60,13 @@ def _v2_deprecation_text(function_name):
 
 
 def rewrite_is_enabled() -> bool:
-  """Whether `enable_mixed_precision_graph_rewrite` is in effect.
-
-  For this package's Keras dtype policy, which must refuse a mixed policy
-  while the rewrite is on (the other half of TF 2.3's mutual exclusion).
-
-  Returns:
-    True between an `enable_...` and the next `disable_...` call.
-  """
+  """Whether an `enable_...` call is in effect (no `disable_...` since)."""
   # TF's own flag, not the option: other code may set the option too.
   return _private_api.graph_rewrite_enabled()
 
 
 def _mixed_keras_policy_name():
-  """The global Keras dtype policy's name if it is a mixed one, else None.
-
-  Only Keras packages already imported are consulted: if Keras was never
-  imported, no policy can have been set.
-  """
+  """The name of a mixed global policy of a loaded Keras, else None."""
   for policy in keras_target.global_policies():
     name = str(getattr(policy, "name", ""))
     compute = getattr(policy, "compute_dtype", None)
@@ -85,11 +74,6 @@ def _mixed_keras_policy_name():
     if name.startswith("mixed") or compute != variable:
       return name
   return None
-
-
-def _keras_wrapper_classes():
-  """Keras loss-scale optimizer classes that must not be wrapped again."""
-  return keras_target.loss_scale_optimizer_classes()
 
 
 def _keras_loss_scale_optimizer():
@@ -104,7 +88,7 @@ def _keras_loss_scale_optimizer():
 def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
   """Wraps `opt` in the loss-scale optimizer made for its kind."""
   wrappers = [compat_v1_optimizer.MixedPrecisionLossScaleOptimizer]
-  wrappers += _keras_wrapper_classes()
+  wrappers += keras_target.loss_scale_optimizer_classes()
   for wrapper in wrappers:
     if isinstance(opt, wrapper):
       raise ValueError(
@@ -115,11 +99,9 @@ def _wrap_optimizer(opt, loss_scale, use_v1_behavior):
     return compat_v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
   if compat_v1_optimizer.is_keras_optimizer(opt):
     return _keras_loss_scale_optimizer()(opt, loss_scale)
-  if use_v1_behavior:
-    raise ValueError('"opt" must be an instance of a tf.train.Optimizer or a '
-                     "tf.keras.optimizers.Optimizer, but got: %s" % opt)
-  raise ValueError('"opt" must be an instance of a '
-                   "tf.keras.optimizers.Optimizer, but got: %s" % opt)
+  either = "a tf.train.Optimizer or " if use_v1_behavior else ""
+  raise ValueError(f'"opt" must be an instance of {either}a '
+                   f"tf.keras.optimizers.Optimizer, but got: {opt}")
 
 
 def _enable(opt, loss_scale, use_v1_behavior):
@@ -136,6 +118,10 @@ def _enable(opt, loss_scale, use_v1_behavior):
 
 
 def _disable():
+  # Both flavours, as TF 2.4's v1 function called the v2 one.
+  _deprecation.warn_once(
+      disable_mixed_precision_graph_rewrite,
+      _v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
   if not rewrite_is_enabled():
     tf.get_logger().warning(_ALREADY_DISABLED)
   tf.config.optimizer.set_experimental_options({_OPTION: False})
@@ -148,15 +134,9 @@ def enable_mixed_precision_graph_rewrite(opt: Any,
                                          loss_scale: Any = "dynamic") -> Any:
   """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
 
-  The rewrite converts suitable float32 ops of `tf.function` graphs to
-  float16 on GPUs that support it (NVIDIA, compute capability 7.0+); eager
-  code outside `tf.function` is never rewritten. Compute and apply gradients
-  with the returned optimizer (its `minimize`, or its own gradient and apply
-  methods): gradients taken any other way are not loss scaled and may
-  underflow in float16.
-
-  Prefer the Keras mixed precision API (`mixed_float16` dtype policy) in new
-  code; only one of the two may be used at a time.
+  The rewrite makes suitable float32 ops of `tf.function` graphs float16 on
+  GPUs of compute capability 7.0+. Take gradients through the returned
+  optimizer: others are not loss scaled. Not together with a mixed policy.
 
   Example:
 
@@ -175,9 +155,8 @@ def enable_mixed_precision_graph_rewrite(opt: Any,
     `opt` wrapped in the matching loss-scale optimizer.
 
   Raises:
-    ValueError: If the global Keras dtype policy is a mixed one, if `opt` is
-      already a loss-scale optimizer or not an optimizer, or if `loss_scale`
-      is not accepted.
+    ValueError: If the global Keras dtype policy is a mixed one, `opt` is a
+      loss-scale optimizer or no optimizer, or `loss_scale` is refused.
     TypeError: If `opt` is a Keras optimizer but this package's Keras
       loss-scale optimizer is unavailable.
   """
@@ -194,14 +173,11 @@ def enable_mixed_precision_graph_rewrite(opt: Any,
 def enable_mixed_precision_graph_rewrite_v1(opt: Any,
                                             loss_scale: Any = "dynamic"
                                            ) -> Any:
-  """Wraps `opt` for loss scaling and turns on the mixed precision rewrite.
+  """The `tf.compat.v1` `enable_mixed_precision_graph_rewrite`, for Sessions.
 
-  The `tf.compat.v1` flavour: as `enable_mixed_precision_graph_rewrite`, and
-  the rewrite applies to `tf.compat.v1.Session`s created afterwards with the
-  default config (a `Session` given its own `ConfigProto` must set
-  `graph_options.rewrite_options.auto_mixed_precision` itself). Sessions
-  created before this call are not affected; as in TF 2.4, a warning says so
-  when one was created without the rewrite (by either flavour).
+  The rewrite applies to Sessions created afterwards with the default config
+  (a `ConfigProto` of one's own must set `auto_mixed_precision`); as in TF
+  2.4, a warning names earlier Sessions without it (by either flavour).
 
   Example:
 
@@ -213,18 +189,13 @@ def enable_mixed_precision_graph_rewrite_v1(opt: Any,
 
   Args:
     opt: A `tf.compat.v1.train.Optimizer` or a Keras optimizer.
-    loss_scale: A Python int or float (fixed loss scale), `"dynamic"` (the
-      default, recommended) or a `LossScale` instance.
+    loss_scale: As for `enable_mixed_precision_graph_rewrite`.
 
   Returns:
     `opt` wrapped in the matching loss-scale optimizer.
 
   Raises:
-    ValueError: If the global Keras dtype policy is a mixed one, if `opt` is
-      already a loss-scale optimizer or not an optimizer, or if `loss_scale`
-      is not accepted.
-    TypeError: If `opt` is a Keras optimizer but this package's Keras
-      loss-scale optimizer is unavailable.
+    ValueError, TypeError: As `enable_mixed_precision_graph_rewrite`.
   """
   return _enable(opt, loss_scale, use_v1_behavior=True)
 
@@ -232,11 +203,9 @@ def enable_mixed_precision_graph_rewrite_v1(opt: Any,
 @export("train.experimental.disable_mixed_precision_graph_rewrite",
         warning=_v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
 def disable_mixed_precision_graph_rewrite() -> None:
-  """Turns the mixed precision graph rewrite off again.
+  """Turns the mixed precision graph rewrite off again (warns if it was off).
 
-  `tf.function`s traced or optimized afterwards stay float32. Optimizers
-  already wrapped keep scaling the loss (harmless, but no longer useful).
-  Logs a warning if the rewrite was not enabled.
+  Later `tf.function`s stay float32; wrapped optimizers keep scaling the loss.
 
   Example:
 
@@ -246,9 +215,6 @@ def disable_mixed_precision_graph_rewrite() -> None:
   >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
   False
   """
-  _deprecation.warn_once(
-      disable_mixed_precision_graph_rewrite,
-      _v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
   _disable()
 
 
@@ -259,10 +225,8 @@ def disable_mixed_precision_graph_rewrite() -> None:
 def disable_mixed_precision_graph_rewrite_v1() -> None:
   """Turns the mixed precision graph rewrite off for new Sessions.
 
-  Sessions created while the rewrite was on keep it; create new ones (and do
-  not share one Session between tests that toggle the rewrite). Logs a
-  warning if the rewrite was not enabled, and, once, the v2 function's
-  deprecation warning, as TF 2.4 did (its v1 function called the v2 one).
+  Sessions created while it was on keep it. Logs a warning if it was off,
+  and, once, the v2 function's deprecation warning, as TF 2.4 did.
 
   Example:
 
@@ -272,7 +236,4 @@ def disable_mixed_precision_graph_rewrite_v1() -> None:
   >>> tf.config.optimizer.get_experimental_options()["auto_mixed_precision"]
   False
   """
-  _deprecation.warn_once(
-      disable_mixed_precision_graph_rewrite,
-      _v2_deprecation_text("disable_mixed_precision_graph_rewrite"))
   _disable()

@@ -39,10 +39,8 @@ __all__ = ["compile_integration_enabled", "disable_compile_integration",
 
 _MISSING = object()
 
-# `import tensorflow.keras.mixed_precision` does not return the module
-# `tf.keras.mixed_precision` resolves to: TF puts Keras' `_tf_keras` directory
-# on `tensorflow.__path__`, so the import statement loads that file again as a
-# separate module named this.
+# An import statement naming it loads Keras' `_tf_keras` files (on
+# `tensorflow.__path__`) again as separate modules, not what `tf.keras` holds.
 _TF_KERAS_IMPORT_NAME = "tensorflow.keras"
 
 _lock = threading.Lock()
@@ -127,15 +125,9 @@ def _graft(journal, root, path, symbol):
 
 
 def _keras_namespaces(root):
-  """The distinct module objects a TF 2.3/2.4 job may reach as its
-  `tf.keras.mixed_precision`.
-
-  Args:
-    root: The module `tf.keras` resolves to (`KerasTarget.keras_root`).
-  """
+  """Each module a job may reach as `tf.keras.mixed_precision`, once."""
   candidates = [vars(root).get("mixed_precision"),  # What `tf.keras` has.
-                vars(tf).get("keras")]
-  candidates[1] = getattr(candidates[1], "mixed_precision", None)
+                getattr(vars(tf).get("keras"), "mixed_precision", None)]
   # An import statement naming `tensorflow.keras...` before install() loaded
   # Keras' API files again as separate modules (and rebound `tf.keras`).
   imported_package = sys.modules.get(_TF_KERAS_IMPORT_NAME)
@@ -150,25 +142,27 @@ def _keras_namespaces(root):
   return unique
 
 
-def _public_holders(name, original, prefixes):
-  """Loaded public Keras modules whose attribute `name` is `original`.
+def _modules(prefixes, public_only):
+  """Loaded modules named with `prefixes`, then the modules held by `tf`.
 
-  Besides `sys.modules`, TF's resolved Keras lazy loaders (`tf.optimizers`, a
-  `from tensorflow import keras` taken early) hold copies of a module's
-  attributes.
+  TF's resolved Keras lazy loaders (`tf.optimizers`, a `from tensorflow import
+  keras` taken early) hold copies of a module's attributes.
   """
-  candidates = [module for module_name, module in list(sys.modules.items())
-                if module is not None and ".src" not in module_name and
-                module_name.startswith(prefixes)]
-  candidates += [value for value in vars(tf).values()
-                 if isinstance(value, types.ModuleType)]
+  modules = [module for name, module in list(sys.modules.items())
+             if module is not None and name.startswith(prefixes) and
+             not (public_only and ".src" in name)]
+  return modules + [value for value in vars(tf).values()
+                    if isinstance(value, types.ModuleType)]
+
+
+def _public_holders(name, original, prefixes):
+  """Loaded public Keras modules whose attribute `name` is `original`."""
   holders = []
-  for module in candidates:
-    try:
-      value = vars(module).get(name)  # Never triggers a lazy loader.
-    except TypeError:
-      continue
-    if value is original and all(module is not h for h in holders):
+  for module in _modules(prefixes, public_only=True):
+    namespace = _import_hooks.module_globals(module)
+    # `vars`, never `getattr`: that would trigger a lazy loader.
+    if (namespace is not None and namespace.get(name) is original and
+        all(module is not h for h in holders)):
       holders.append(module)
   return holders
 
@@ -176,10 +170,8 @@ def _public_holders(name, original, prefixes):
 def _replace_function(journal, replaced, original, replacement, prefixes):
   """Puts `replacement` wherever `original` is public, and where defined.
 
-  The defining module (e.g. `keras.src.saving.saving_api`) is what Keras API
-  modules executed after install() bind from (see `_import_hooks`).
-  `replaced` collects `{id(original): (original, replacement)}`;
-  `prefixes` name the public modules of the Keras defining `original`.
+  `replaced` collects `{id(original): (original, replacement)}`; `prefixes`
+  name the public modules of the Keras defining `original`.
   """
   name = original.__name__
   for holder in _public_holders(name, original, prefixes):
@@ -195,16 +187,9 @@ def _restore_late_holders(replaced):
   originals = {id(pair[1]): pair[0] for pair in replaced.values()}
   prefixes = tuple(f"{keras_target.package_name(t)}."
                    for t in keras_target.TARGETS) + (_TF_KERAS_IMPORT_NAME,)
-  modules = [module for name, module in list(sys.modules.items())
-             if module is not None and name.startswith(prefixes)]
-  modules += [value for value in vars(tf).values()
-              if isinstance(value, types.ModuleType)]
-  for module in modules:
-    try:
-      namespace = vars(module)
-    except TypeError:
-      continue
-    for name, value in list(namespace.items()):
+  for module in _modules(prefixes, public_only=False):
+    namespace = _import_hooks.module_globals(module)
+    for name, value in list((namespace or {}).items()):
       original = originals.get(id(value))
       if original is not None:
         setattr(module, name, original)
@@ -258,14 +243,7 @@ def _apply(journal):
 
 
 def _patch_compile(set_attr):
-  """`Model.compile` wrapping the optimizer as TF 2.3/2.4 did (`_compile`).
-
-  The replacement goes where `keras.Model` inherits `compile` from (see
-  `_compile.compile_owner`).
-
-  Args:
-    set_attr: `setattr`, or a journal's `set_attr` to undo it with the rest.
-  """
+  """Puts `_compile`'s `compile` in place through `set_attr`."""
   owner = _compile.compile_owner()
   set_attr(owner, "compile", _compile.make_compile(vars(owner)["compile"]))
 
@@ -273,9 +251,8 @@ def _patch_compile(set_attr):
 def _patch_checkpoint_restore(journal):
   """Routes TF 2.x Keras checkpoints through the legacy matcher.
 
-  `tf.train.Checkpoint.restore` reads through `read`, so patching `read`
-  serves both; the v1 class restores by itself. Each target may guard them
-  further (`KerasTarget.guard_checkpoint_read`).
+  `tf.train.Checkpoint.restore` reads through `read`; the v1 class restores by
+  itself. Each target may guard both (`KerasTarget.guard_checkpoint_read`).
   """
   v2, v1 = tf.train.Checkpoint, tf.compat.v1.train.Checkpoint
   read = _checkpoint_restore.patched_read(v2.read)
@@ -290,11 +267,9 @@ def _patch_checkpoint_restore(journal):
 def install() -> None:
   """Makes TF 2.3/2.4 mixed-precision code run unchanged on this TensorFlow.
 
-  Grafts every registered endpoint onto `tf` and `tf.compat.v1`, registers
-  the TF 2.3/2.4 config class names with Keras 3 deserialization and enables
-  TF 2.3/2.4's `Model.compile` optimizer wrapping (see the module docstring).
-  Calling it again while installed does nothing. If it fails half-way,
-  everything it changed is undone before the error propagates.
+  Grafts every registered endpoint onto `tf` and `tf.compat.v1`, and applies
+  the module docstring's patches. A no-op while installed; if it fails
+  half-way, everything it changed is undone before the error propagates.
 
   Example:
 
@@ -323,8 +298,8 @@ def uninstall() -> None:
   """Restores exactly what `install()` changed; a no-op if not installed.
 
   Raises:
-    Exception: The first error met while restoring, after every other change
-      has been restored (the package then counts as uninstalled).
+    Exception: The first error met, once everything else was restored (the
+      package then counts as uninstalled).
 
   Example:
 
@@ -341,29 +316,21 @@ def uninstall() -> None:
 
 
 def installed() -> bool:
-  """Whether `install()` is in effect.
-
-  Returns:
-    True between `install()` and `uninstall()`.
-  """
+  """Whether `install()` is in effect (between it and `uninstall()`)."""
   return _journal is not None
 
 
 def enable_compile_integration() -> None:
   """Makes `Model.compile` wrap optimizers as TF 2.3/2.4's Keras did.
 
-  The one change of `install()` alone: if the model's policy is a `PolicyV1`
-  with a loss scale, `compile` wraps the optimizer in `LossScaleOptimizerV1`
-  with that loss scale; if the policy is `"mixed_float16"` (ours or Keras
-  3's), in a dynamic `LossScaleOptimizer`. An optimizer that already is a loss
-  scale optimizer (ours or Keras 3's) is left alone, and Keras 3 never adds
-  its own wrapper around ours. `compile(..., auto_scale_loss=False)` still
-  disables wrapping.
+  The one change of `install()` alone: a `PolicyV1` with a loss scale makes
+  `compile` wrap the optimizer in `LossScaleOptimizerV1` with it;
+  `"mixed_float16"` (ours or Keras 3's), in a dynamic `LossScaleOptimizer`.
+  Loss scale optimizers are left alone, and Keras 3 adds no wrapper of its
+  own; `compile(..., auto_scale_loss=False)` still disables wrapping.
 
-  This patches `compile` where `keras.Model` inherits it from (the only way
-  to influence Keras 3's choice), so it is never done on import. Calling it
-  again does nothing. Enabled before `install()`, it stays enabled after
-  `uninstall()`.
+  It patches `compile` where `keras.Model` inherits it from, never on import.
+  A no-op if enabled; enabled before `install()`, it outlives `uninstall()`.
 
   Example:
 
@@ -382,8 +349,7 @@ def enable_compile_integration() -> None:
 def disable_compile_integration() -> None:
   """Puts Keras 3's `Model.compile` back; a no-op if it is not replaced.
 
-  Undoes `enable_compile_integration()`, or the same change made by
-  `install()` (the rest of what `install()` did stays until `uninstall()`).
+  Also undoes that change of `install()`, whose others stay until `uninstall()`.
   """
   with _lock:
     owner: Any = _compile.compile_owner()  # A class; mypy sees no `compile`.
@@ -395,9 +361,8 @@ def disable_compile_integration() -> None:
 def compile_integration_enabled() -> bool:
   """Whether `Model.compile` wraps optimizers as TF 2.3/2.4 did.
 
-  Returns:
-    True after `enable_compile_integration()` or `install()`, until
-    `disable_compile_integration()` or (for `install()`'s) `uninstall()`.
+  True after `enable_compile_integration()` or `install()`, until
+  `disable_compile_integration()` or (for `install()`'s) `uninstall()`.
   """
   return _compile.original_of(
       vars(_compile.compile_owner())["compile"]) is not None

@@ -35,32 +35,16 @@ _OWN_LOSS_SCALE_OPTIMIZERS = (
 
 
 def active() -> str:
-  """The target `tf.keras` resolves to now.
-
-  Returns:
-    `TF_KERAS` if `tf.keras` is tf_keras (TF_USE_LEGACY_KERAS=1), else
-    `KERAS3`.
-
-  Example:
-
-  >>> active() == KERAS3  # The default on TF 2.21.  # doctest: +SKIP
-  True
-  """
-  # TF's lazy loader resolves `tf.keras` once, from TF_USE_LEGACY_KERAS and
-  # what is installed. Its module name may be `tensorflow.keras` (an import
-  # statement re-executed Keras' API files under that name), so the package
-  # defining its `Model` tells which Keras it is.
+  """The target `tf.keras` resolves to now: `TF_KERAS` or `KERAS3`."""
+  # Its module name may be `tensorflow.keras` (an import statement re-executed
+  # Keras' API files under it); the package defining its `Model` tells.
   model = getattr(tf.keras, "Model", None)
   name = getattr(model, "__module__", None) or ""
   return TF_KERAS if name.split(".")[0] == "tf_keras" else KERAS3
 
 
 def package_name(target: str) -> str:
-  """The top-level package of `target` (`"keras"` or `"tf_keras"`).
-
-  Raises:
-    ValueError: `target` is neither `KERAS3` nor `TF_KERAS`.
-  """
+  """The top-level package of `target`; ValueError for another target."""
   if target not in _PACKAGES:
     raise ValueError(
         f"target must be one of {sorted(_PACKAGES)}, got {target!r}.")
@@ -86,13 +70,7 @@ def _loaded() -> list[types.ModuleType]:
 
 
 def is_optimizer(obj: Any) -> bool:
-  """Whether `obj` is an optimizer of either Keras (either family).
-
-  Example:
-
-  >>> is_optimizer(object())
-  False
-  """
+  """Whether `obj` is an optimizer of either Keras (either family)."""
   for module in _loaded():
     optimizers = getattr(module, "optimizers", None)
     for base in (getattr(optimizers, "Optimizer", None),
@@ -127,10 +105,7 @@ def global_policies() -> list[Any]:
 
 
 def loss_scale_optimizer_classes() -> list[type]:
-  """Keras loss-scale optimizer classes loaded: the package's, then Keras'.
-
-  The graph rewrite refuses to wrap an instance of one again.
-  """
+  """Loaded Keras loss-scale optimizer classes: the package's, then Keras'."""
   classes = [getattr(sys.modules.get(f"{_ROOT}.{module}"), attr, None)
              for module, attr in _OWN_LOSS_SCALE_OPTIMIZERS]
   classes += [getattr(getattr(module, "mixed_precision", None),

@@ -1,8 +1,7 @@
 """TF 2.3/2.4 Keras dtype policies, usable by Keras 3 layers.
 
-`Policy`, `PolicyV1` (TF 2.3's, with a loss scale), the global policy
-(Keras 3's own) and a layer config's policy `serialize`/`deserialize`, as TF
-2.4 had them; docs/architecture.md has the design (the Keras targets).
+`Policy`, `PolicyV1` (with a loss scale), the global policy (Keras 3's own)
+and a layer config's policy `serialize`/`deserialize`, as TF 2.4 had them.
 
 Example:
 
@@ -77,24 +76,17 @@ _register = keras.saving.register_keras_serializable(
 class Policy(keras.DTypePolicy):
   """A Keras layer's dtype policy (TF 2.4's `tf.keras.mixed_precision.Policy`).
 
-  A policy decides which dtype a layer computes in (`compute_dtype`) and which
-  dtype it creates its variables in (`variable_dtype`). Pass one to a layer's
-  `dtype` argument, or make it the default of every new layer with
-  `set_global_policy`. It is a `keras.DTypePolicy`, so Keras 3 layers use it
-  directly.
+  It sets a layer's `compute_dtype` and `variable_dtype`; a `keras.DTypePolicy`,
+  so Keras 3 layers take it as `dtype`. Names: any dtype name (both dtypes
+  that one); `"mixed_float16"` / `"mixed_bfloat16"` (variables float32); or
+  `"_infer"` (both None: Keras 3 layers then use `floatx()`).
 
-  Names:
+  Args:
+    name: The policy name.
 
-  * any dtype name, such as `"float32"`, `"float64"` or `"float16"`: both dtypes
-    are that dtype;
-  * `"mixed_float16"` / `"mixed_bfloat16"`: computations in float16 / bfloat16,
-    variables in float32 (mixed precision);
-  * `"_infer"`: TF 1's behaviour, both dtypes None. Keras 3 has no dtype
-    inference, so a Keras 3 layer given this policy uses `floatx()`.
-
-  `Model.compile` wraps the optimizer in a `LossScaleOptimizer` when the model's
-  policy is `"mixed_float16"`, once `install()` (or
-  `install.enable_compile_integration()`) was called.
+  Raises:
+    TypeError: If `name` is a `tf.DType` or not a string.
+    ValueError: If `name` is neither a dtype name nor a mixed policy name.
 
   Example:
 
@@ -107,15 +99,6 @@ class Policy(keras.DTypePolicy):
   """
 
   def __init__(self, name: str) -> None:
-    """Creates the policy.
-
-    Args:
-      name: The policy name (a string), see the class docstring.
-
-    Raises:
-      TypeError: If `name` is a `tf.DType` or not a string.
-      ValueError: If `name` is neither a dtype name nor a mixed policy name.
-    """
     if isinstance(name, tf.DType):
       raise TypeError("'name' must be a string, not a DType. "
                       f"Instead, pass DType.name. Got: {name.name}")
@@ -162,40 +145,31 @@ class Policy(keras.DTypePolicy):
   @classmethod
   def from_config(cls, config: dict[str, Any],
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
-    """Creates a policy from `get_config()` output.
-
-    TF 2.3's `Policy` config may also hold a `loss_scale`; as in TF 2.4 it is
-    silently dropped.
-
-    Args:
-      config: A dict with key "name" (and possibly "loss_scale").
-      custom_objects: Unused, for TF's signature.
-
-    Returns:
-      A policy of class `cls`.
-    """
+    """Creates a policy from `get_config()` output; drops a `loss_scale`."""
     del custom_objects
     if "loss_scale" in config:
       config = {k: v for k, v in config.items() if k != "loss_scale"}
     return cls(**config)
 
 
-def _warning(message):
-  tf.get_logger().warning(message)
-
-
 @export("keras.mixed_precision.experimental.Policy")
 @_register
 class PolicyV1(Policy):
-  """The experimental dtype policy of TF 2.3, which also holds a loss scale.
+  """TF 2.3's `tf.keras.mixed_precision.experimental.Policy`, with a loss scale.
 
-  `tf.keras.mixed_precision.experimental.Policy`. Same names and dtypes as
-  `Policy`, plus a `loss_scale` that `Model.compile` uses (after `install()`
-  or `install.enable_compile_integration()`) to wrap the optimizer in a
-  `LossScaleOptimizer`. Layers ignore the loss scale.
+  As `Policy`, plus the `loss_scale` `Model.compile` wraps the optimizer with
+  (after `install()`); layers ignore it. `deserialize` reloads its configs as
+  a `Policy`, as TF 2.4 did.
 
-  Configs of this class reload, as in TF 2.4, as the non-experimental `Policy`
-  with the loss scale dropped (see `deserialize`).
+  Args:
+    name: The policy name, as for `Policy`.
+    loss_scale: A `LossScale`, an int or float, `"dynamic"`, a serialized
+      loss scale, None, or `"auto"`: `"dynamic"` for `"mixed_float16"`, else
+      None.
+
+  Raises:
+    TypeError: If `name` is not a string.
+    ValueError: If `name` or `loss_scale` cannot be interpreted.
 
   Example:
 
@@ -207,20 +181,6 @@ class PolicyV1(Policy):
   """
 
   def __init__(self, name: str, loss_scale: Any = "auto") -> None:
-    """Creates the policy.
-
-    Args:
-      name: The policy name, as for `Policy`.
-      loss_scale: A `LossScale` (ours or `tf.compat.v1.mixed_precision`'s), an
-        int or float (a `FixedLossScale`), `"dynamic"` (a `DynamicLossScale`),
-        a serialized loss scale dict, None (no loss scaling), or `"auto"`
-        (the default): `"dynamic"` for `"mixed_float16"`, else None.
-
-    Raises:
-      TypeError: If `name` is not a string.
-      ValueError: If `name` is not a policy name or `loss_scale` cannot be
-        interpreted.
-    """
     super().__init__(name)
     self._using_default_loss_scale, self._loss_scale = v1_loss_scale(
         name, self.compute_dtype, loss_scale)
@@ -248,42 +208,23 @@ class PolicyV1(Policy):
   @classmethod
   def from_config(cls, config: dict[str, Any],
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
-    """Creates the policy, deserializing a loss scale dict.
-
-    Args:
-      config: A `get_config()` dict.
-      custom_objects: Optional dict of extra loss scale classes by name.
-
-    Returns:
-      A `PolicyV1`.
-    """
+    """Creates the policy; `custom_objects` may name loss scale classes."""
     return cls(**v1_config_arguments(config, custom_objects))
 
 
 def v1_loss_scale(name: str, compute_dtype: Optional[str],
                   loss_scale: Any) -> tuple[bool, Any]:
-  """A TF 2.3 `PolicyV1`'s loss scale (either target's class).
-
-  Args:
-    name: The policy name.
-    compute_dtype: The policy's compute dtype.
-    loss_scale: The `loss_scale` argument (see `PolicyV1`).
-
-  Returns:
-    `(whether it was "auto", the LossScale or None)`.
-
-  Raises:
-    ValueError: If `loss_scale` cannot be interpreted.
-  """
+  """`(whether it was "auto", LossScale or None)` for either PolicyV1."""
   using_default = isinstance(loss_scale, str) and loss_scale == "auto"
   if using_default:
     loss_scale = "dynamic" if name == "mixed_float16" else None
   # Validated before the warning so that a bad loss scale logs nothing.
   resolved = loss_scale_module.get(loss_scale)
   if resolved is not None and compute_dtype not in (None, "float16"):
-    _warning("Creating a Policy with a loss scale is only useful for float16 "
-             f"policies. You passed loss_scale={loss_scale!r} for policy "
-             f"{name}. Consider not passing any loss_scale instead.")
+    tf.get_logger().warning(
+        "Creating a Policy with a loss scale is only useful for float16 "
+        f"policies. You passed loss_scale={loss_scale!r} for policy "
+        f"{name}. Consider not passing any loss_scale instead.")
   return using_default, resolved
 
 
@@ -313,9 +254,6 @@ def v1_config_arguments(config: dict[str, Any],
   return config
 
 
-# --------------------------------------------------------------------------
-# Conversion of Keras 3 policies.
-
 _cache = threading.local()
 
 
@@ -326,14 +264,13 @@ def _as_our_policy(keras_policy):
   name = getattr(keras_policy, "name", None)
   compute = keras_policy.compute_dtype
   variable = keras_policy.variable_dtype
-  if isinstance(name, str):
-    try:
-      candidate = Policy(name)
-    except ValueError:
-      candidate = None
-    if (candidate is not None and candidate.compute_dtype == compute and
-        candidate.variable_dtype == variable):
-      return candidate
+  try:
+    candidate = Policy(name) if isinstance(name, str) else None
+  except ValueError:
+    candidate = None
+  if (candidate is not None and candidate.compute_dtype == compute and
+      candidate.variable_dtype == variable):
+    return candidate
   # Quantized and other Keras-only policies: keep their dtypes.
   if compute == variable:
     return Policy(compute)
@@ -345,18 +282,13 @@ def _as_our_policy(keras_policy):
                    "Policy equivalent.")
 
 
-# --------------------------------------------------------------------------
-# The global policy.
-
-
 @export("keras.mixed_precision.global_policy",
         "keras.mixed_precision.experimental.global_policy")
 def global_policy() -> Policy:
   """Returns the global dtype policy, the default of layers created now.
 
-  The global policy is Keras 3's (`keras.config.dtype_policy()`); one set
-  through Keras directly is returned converted into a `Policy`. When none was
-  set it is `Policy(keras.config.floatx())`.
+  It is Keras 3's (`keras.config.dtype_policy()`), converted to a `Policy` if
+  set through Keras; `Policy(keras.config.floatx())` if none was set.
 
   Returns:
     A `Policy` (a `PolicyV1` if one was set).
@@ -375,16 +307,12 @@ def global_policy() -> Policy:
   return ours
 
 
-def _graph_rewrite_enabled():
-  if _private_api.graph_rewrite_enabled():  # The graph rewrite functions'.
-    return True
-  # TF 2.21's own tf.compat.v1 rewrite switches this grappler option on.
-  options = tf.config.optimizer.get_experimental_options()
-  return bool(options.get("auto_mixed_precision", False))
-
-
 def _check_graph_rewrite(policy):
-  if _graph_rewrite_enabled():
+  # The graph rewrite functions' flag, or the grappler option TF 2.21's own
+  # tf.compat.v1 rewrite switches on.
+  if (_private_api.graph_rewrite_enabled() or
+      tf.config.optimizer.get_experimental_options().get(
+          "auto_mixed_precision", False)):
     raise ValueError(
         f'The global dtype policy cannot be set to "{policy.name}", because '
         "the mixed precision graph rewrite has already been enabled.\n"
@@ -401,14 +329,13 @@ def _check_graph_rewrite(policy):
 
 def _checked_global(policy):
   """Converts and validates a `set_policy` argument; None means floatx."""
-  if policy is not None and not isinstance(policy, Policy):
-    if isinstance(policy, keras.DTypePolicy):
-      policy = _as_our_policy(policy)
-    else:
-      policy = Policy(policy)
-  if policy is not None and policy.compute_dtype != policy.variable_dtype:
+  if policy is None:
+    return None
+  policy = (_as_our_policy(policy) if isinstance(policy, keras.DTypePolicy)
+            else Policy(policy))
+  if policy.compute_dtype != policy.variable_dtype:
     _check_graph_rewrite(policy)
-  if (policy is not None and policy.compute_dtype is not None and
+  if (policy.compute_dtype is not None and
       not tf.as_dtype(policy.compute_dtype).is_floating):
     raise ValueError("set_policy can only be used to set the global policy to "
                      'floating-point policies, such as "float32" and '
@@ -419,21 +346,16 @@ def _checked_global(policy):
 @export("keras.mixed_precision.set_global_policy",
         "keras.mixed_precision.experimental.set_policy")
 def set_policy(policy: Union[Policy, str, None]) -> None:
-  """Sets the global dtype policy, the default of layers created afterwards.
-
-  This sets Keras 3's global policy (`keras.config.set_dtype_policy`), so Keras
-  3 layers and models created later use it. Only floating-point policies can be
-  global.
+  """Sets Keras 3's global dtype policy, the default of layers created later.
 
   Args:
     policy: A `Policy` or `PolicyV1`, a Keras 3 `DTypePolicy` (converted), a
-      policy name, or None to go back to `Policy(keras.config.floatx())`.
+      policy name, or None for `Policy(keras.config.floatx())`.
 
   Raises:
     TypeError: If `policy` is of another type.
-    ValueError: If `policy` is not a valid name, is not a floating-point
-      policy, or is a mixed policy while the mixed precision graph rewrite is
-      enabled. The global policy is then left unchanged.
+    ValueError: If `policy` is no valid name, not floating-point, or mixed
+      while the mixed precision graph rewrite is on (nothing changes then).
 
   Example:
 
@@ -455,13 +377,7 @@ def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
   """Context manager setting the global policy inside it.
 
   Args:
-    policy: As for `set_global_policy`.
-
-  Yields:
-    Nothing.
-
-  Raises:
-    TypeError, ValueError: As `set_global_policy`, on entry.
+    policy: As for `set_global_policy` (which raises the same errors).
 
   Example:
 
@@ -477,27 +393,15 @@ def policy_scope(policy: Union[Policy, str]) -> Iterator[None]:
     keras.config.set_dtype_policy(previous)
 
 
-# --------------------------------------------------------------------------
-# get_layer_policy.
-
-
-def _is_layer(obj):
-  return keras_target.is_layer(obj)
-
-
 @export("keras.mixed_precision.experimental.get_layer_policy")
 def get_layer_policy(layer: Any) -> Policy:
-  """Returns the dtype policy of a layer, as a `Policy`.
-
-  Deprecated in TF 2.4 in favour of `layer.dtype_policy`; kept for TF 2.3 code.
-  A Keras 3 layer built with a Keras 3 dtype policy gets that policy converted.
+  """Returns a layer's dtype policy, as a `Policy` (TF 2.3; TF 2.4 deprecated).
 
   Args:
     layer: A Keras layer.
 
   Returns:
-    The layer's policy: the very object if it is one of ours, else an
-    equivalent `Policy`.
+    The layer's policy if it is one of ours, else an equivalent `Policy`.
 
   Raises:
     ValueError: If `layer` is not a layer (TF's exception type).
@@ -507,17 +411,10 @@ def get_layer_policy(layer: Any) -> Policy:
   >>> get_layer_policy(keras.layers.Dense(2, dtype="mixed_bfloat16"))
   <Policy "mixed_bfloat16">
   """
-  if not _is_layer(layer):
+  if not keras_target.is_layer(layer):
     raise ValueError(
         f"get_policy can only be called on a layer, but got: {layer}")
   return _as_our_policy(layer.dtype_policy)
-
-
-# --------------------------------------------------------------------------
-# (De)serialization.
-
-
-_LEGACY_CLASSES = {"Policy": Policy, "PolicyV1": Policy}
 
 
 def _equivalent_to_dtype(policy):
@@ -528,15 +425,9 @@ def _equivalent_to_dtype(policy):
 def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   """Serializes a policy as TF 2.4's layers did in their configs.
 
-  Args:
-    policy: A `Policy` or `PolicyV1`.
-
   Returns:
-    The dtype name for a plain `Policy` named after a dtype (None for
-    `"_infer"`), else `{"class_name": ..., "config": ...}`.
-
-  Raises:
-    ValueError: If `policy` is not one of our policies.
+    A plain `Policy`'s dtype name (None for `"_infer"`), else
+    `{"class_name": ..., "config": ...}`; ValueError for other objects.
 
   Example:
 
@@ -552,7 +443,9 @@ def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   return {"class_name": type(policy).__name__, "config": policy.get_config()}
 
 
-_KERAS_POLICY_CLASSES = ("DTypePolicy", "FloatDTypePolicy")
+# Class names a TF 2.3/2.4 or Keras 3 layer config's policy may have.
+_CLASSES = {"Policy": Policy, "PolicyV1": Policy, "DTypePolicy": Policy,
+            "FloatDTypePolicy": Policy}
 
 
 def deserialize(config: dict[str, Any],
@@ -560,8 +453,7 @@ def deserialize(config: dict[str, Any],
                 ) -> Policy:
   """Restores a policy from a TF 2.3/2.4 (or Keras 3) layer config's `dtype`.
 
-  As in TF 2.4, `Policy` and `PolicyV1` configs restore as `Policy`, and a
-  loss scale in them is silently dropped.
+  As in TF 2.4, `PolicyV1` configs restore as `Policy` (loss scale dropped).
 
   Args:
     config: None (`"_infer"`), a dtype or policy name, or a dict
@@ -569,10 +461,7 @@ def deserialize(config: dict[str, Any],
     custom_objects: Optional dict of further policy classes by class name.
 
   Returns:
-    A `Policy` (or an instance of a class from `custom_objects`).
-
-  Raises:
-    ValueError: If `config` cannot be interpreted.
+    A `Policy` (or of a `custom_objects` class); ValueError for other configs.
 
   Example:
 
@@ -585,9 +474,7 @@ def deserialize(config: dict[str, Any],
   if isinstance(config, str):
     return Policy(config)
   if isinstance(config, dict) and isinstance(config.get("config"), dict):
-    classes = {name: Policy for name in _KERAS_POLICY_CLASSES}
-    classes.update(_LEGACY_CLASSES)
-    classes.update(custom_objects or {})
+    classes = {**_CLASSES, **(custom_objects or {})}
     class_name = config.get("class_name")
     if class_name in classes:
       return classes[class_name].from_config(config["config"])

@@ -35,13 +35,10 @@ _CURRENT_FAMILY_ONLY = ("weight_decay", "use_ema", "ema_momentum",
 
 
 def _for_session(optimizer):
-  """`optimizer`, or its OptimizerV2 counterpart in a TF1 graph.
+  """`optimizer`, or in a TF1 graph its `optimizers.legacy` counterpart.
 
-  tf_keras's current optimizer classes do nothing in a TF1 graph run by a
-  session (`minimize` returns None). A TF 2.3/2.4 job building
-  `tf.keras.optimizers.SGD` there got TF 2.4's OptimizerV2, which tf_keras
-  still has as `optimizers.legacy.SGD`: the wrapper gets that one, with the
-  same configuration, and says so.
+  tf_keras's current optimizers do nothing in a session (`minimize` returns
+  None); TF 2.4 jobs got the OptimizerV2 there, so the wrapper gets that one.
   """
   if (tf.executing_eagerly() or tf.inside_function() or
       not isinstance(optimizer, tf_keras.optimizers.Optimizer)):
@@ -61,43 +58,16 @@ def _for_session(optimizer):
   return converted
 
 
-def check_unwrapped(optimizer: Any, tracks_loss_scale: bool) -> None:
-  """TF 2.4's refusal of a second wrapper, before tf_keras's own.
+def _wrap_once(optimizer, tracks_loss_scale, build):
+  """`build()`, refused with TF 2.4's error if `optimizer` was ever wrapped.
 
-  tf_keras marks an optimizer it wrapped and refuses another wrapper with a
-  message of its own; TF 2.4.4 refused it with `_track_trackable`'s. Both
-  targets raise TF's (`loss_scale_optimizer.check_unwrapped`), for wrappers
-  built through the endpoints and tf_keras's own alike.
-
-  Args:
-    optimizer: The optimizer about to be wrapped.
-    tracks_loss_scale: Whether the new wrapper checkpoints a loss scale.
-
-  Raises:
-    ValueError: If `optimizer` was wrapped before.
-
-  Example:
-
-  >>> inner = tf_keras.optimizers.SGD()
-  >>> _ = tf_keras.mixed_precision.LossScaleOptimizer(inner)
-  >>> check_unwrapped(inner, True)
-  Traceback (most recent call last):
-  ...
-  ValueError: Called Trackable._track_trackable() with name='loss_scale', ...
+  Made before tf_keras's own refusal, also after tf_keras's wrappers, on the
+  optimizer the job passed (which `_for_session` may replace).
   """
   loss_scale_optimizer.check_unwrapped(
       optimizer, tracks_loss_scale,
-      wrapped_elsewhere=bool(
-          _private_api.tf_keras_wrapped_by_loss_scale_optimizer(optimizer)))
-
-
-def _wrap_once(optimizer, tracks_loss_scale, build):
-  """`build()`, refused as TF 2.4 did if `optimizer` was ever wrapped.
-
-  Checked and recorded on the optimizer the job passed, which `_for_session`
-  may replace by a new one.
-  """
-  check_unwrapped(optimizer, tracks_loss_scale)
+      wrapped_elsewhere=_private_api.tf_keras_wrapped_by_loss_scale_optimizer(
+          optimizer))
   try:
     wrapper = build()
   except Exception:
@@ -137,10 +107,8 @@ class LossScaleOptimizer(_BaseLossScaleOptimizer,
                          metaclass=_LossScaleOptimizerMeta):
   """TF 2.4's `LossScaleOptimizer`: tf_keras's own, usable in sessions.
 
-  Constructing it builds tf_keras's `LossScaleOptimizer` for the wrapped
-  optimizer's family (TF 2.4's design); in a TF1 graph a current-family
-  optimizer is first replaced by its OptimizerV2 counterpart (see the
-  warning logged then). Every tf_keras loss-scale optimizer is an instance.
+  It builds tf_keras's class for the wrapped optimizer's family (after
+  `_for_session`); every tf_keras loss-scale optimizer is an instance.
   """
 
 
@@ -164,11 +132,9 @@ class _V1Meta(_LossScaleOptimizerMeta):
 
 
 def _tf23_state_class():
-  """tf_keras's dynamic state class, holding a TF 2.3 `LossScale` instead.
+  """tf_keras's dynamic state class, updating a TF 2.3 `LossScale` instead.
 
-  tf_keras's `apply_gradients` calls `update` only on an instance of its
-  `_DynamicLossScaleState`; this subclass (none of whose own variables is
-  created) hands `update` to the `LossScale`, as TF 2.3 updated any.
+  tf_keras updates only its own state class; TF 2.3 updated any `LossScale`.
   """
   base = _private_api.tf_keras_dynamic_loss_scale_state_class()
 
@@ -192,14 +158,11 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
                            _BaseLossScaleOptimizer, metaclass=_V1Meta):
   """TF 2.3's experimental `LossScaleOptimizer(optimizer, loss_scale)`.
 
-  A tf_keras `LossScaleOptimizer` (of the wrapped optimizer's family, TF
-  2.4's `LossScaleOptimizer` for `optimizers.legacy.*`) that behaves as TF
-  2.3.4's class where TF 2.4 broke TF 2.3 code (as the Keras 3 target's,
-  `experimental_loss_scale_optimizer`): it holds and updates any `LossScale`
-  ("dynamic", a number, a `DynamicLossScale` of any multiplier, a user
-  subclass), checkpointed under `optimizer/loss_scale/`; `loss_scale` is that
-  `LossScale`, callable (`opt.loss_scale()`) and a float32 tensor for TF 2.4
-  code. Each construction logs TF 2.4's deprecation message.
+  A tf_keras `LossScaleOptimizer` of the wrapped optimizer's family that
+  behaves as TF 2.3.4's where TF 2.4 broke TF 2.3 code, as the Keras 3
+  target's does (`experimental_loss_scale_optimizer`): it holds and updates
+  any `LossScale`, checkpointed under `optimizer/loss_scale/`, and logs TF
+  2.4's deprecation message.
 
   Example:
 
@@ -228,10 +191,9 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
 
 
 class SerializedV1:
-  """What tf_keras deserializes the class name "LossScaleOptimizerV1" as.
+  """What tf_keras deserializes "LossScaleOptimizerV1" as (TF 2.4.4's rule).
 
-  TF 2.4.4 made a `LossScaleOptimizer` of it; a TF 2.3 config whose loss
-  scale only TF 2.3 could hold becomes a `LossScaleOptimizerV1` again.
+  A `LossScaleOptimizer`, unless only TF 2.3 could hold the loss scale.
   """
 
   @classmethod
@@ -275,17 +237,7 @@ class PolicyV1(Policy):
   """
 
   def __init__(self, name: str, loss_scale: Any = "auto") -> None:
-    """Creates the policy.
-
-    Args:
-      name: A policy name, as for tf_keras's `Policy`.
-      loss_scale: A `LossScale`, an int or float, "dynamic", a serialized
-        loss scale, None, or "auto": "dynamic" for "mixed_float16", else None.
-
-    Raises:
-      TypeError: If `name` is not a string.
-      ValueError: If `name` or `loss_scale` cannot be interpreted.
-    """
+    """As `policy.PolicyV1`, on tf_keras's `Policy` names."""
     super().__init__(name)
     self._using_default_loss_scale, self._loss_scale = (
         policy_module.v1_loss_scale(name, self.compute_dtype, loss_scale))
@@ -311,26 +263,12 @@ class PolicyV1(Policy):
 
 
 def set_policy(policy: Any) -> None:
-  """TF 2.3's `experimental.set_policy`: sets tf_keras's global policy.
-
-  Args:
-    policy: A `Policy`/`PolicyV1`, a policy name, or None.
-  """
+  """TF 2.3's `experimental.set_policy`: sets tf_keras's global policy."""
   set_global_policy(policy)
 
 
 def get_layer_policy(layer: Any) -> Any:
-  """Returns the dtype policy of a tf_keras layer.
-
-  Args:
-    layer: A tf_keras layer.
-
-  Returns:
-    The layer's `Policy` (a `PolicyV1` if it was given one).
-
-  Raises:
-    ValueError: If `layer` is not a layer.
-  """
+  """Returns a tf_keras layer's `Policy`; ValueError for a non-layer."""
   if not isinstance(layer, tf_keras.layers.Layer):
     raise ValueError(
         f"get_policy can only be called on a layer, but got: {layer}")
