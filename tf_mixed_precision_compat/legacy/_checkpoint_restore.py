@@ -40,10 +40,8 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if parts.others:
     native = original(make_checkpoint(**parts.others), save_path, *args,
                       **kwargs)
-    # TF's part lacks the Keras objects restored above, which TF would
-    # otherwise list at exit as "could not be found" (and fail to name the
-    # slot entries, only reachable through them); what TF's part really
-    # leaves unrestored is named by this restore's own checks.
+    # TF would list the Keras objects restored above as "could not be found"
+    # at exit; what its part leaves unrestored, this restore's checks name.
     native.expect_partial()
     native_keys = _native_keys(graph, parts)
   key = graph.variable_child(0, _layout.SAVE_COUNTER)

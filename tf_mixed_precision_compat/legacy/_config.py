@@ -19,8 +19,7 @@ LSO_CLASSES = {
 }
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
-# names (bytecode, a pickled torch module, another SavedModel's graphs, a
-# JAX/Flax function).
+# names (bytecode, a pickled torch module, SavedModel graphs, JAX functions).
 _CODE_LAYERS = frozenset({"Lambda", "TorchModuleWrapper", "TFSMLayer",
                           "JaxLayer", "FlaxLayer"})
 # Keys under which a layer config holds further layer configs.

@@ -127,8 +127,7 @@ class ObjectGraph:
   def paths(self, start, skip=frozenset(), limit=16):
     """node id -> child-name paths from `start` (acyclic), not via `skip`."""
     # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
-    # hostile graph costs bounded work (what only such paths reach stays
-    # unmatched).
+    # hostile graph costs bounded work (what lies beyond stays unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.

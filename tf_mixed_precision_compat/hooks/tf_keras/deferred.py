@@ -86,9 +86,8 @@ class _DeferredPart:
       return
     self.error = _private_api.keep_error_as_raised(error)
     self._snapshot.roll_back()
-    # TF keeps the weights' values waiting, but a later `tf.function` trace
-    # may build the model with fresh ones: the model's forward pass and the
-    # optimizers' updates raise the same error from now on.
+    # A later `tf.function` trace may build the model with fresh weights: its
+    # forward pass and the optimizers' updates raise the error from now on.
     _deferred.refuse_use(self._targets,
                          lambda: self.error.with_traceback(None))
     status = self._status
