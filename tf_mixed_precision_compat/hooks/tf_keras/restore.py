@@ -82,16 +82,12 @@ class _Hyperparameter(tf.__internal__.tracking.Trackable):
   """Receives a TF 2.x hyperparameter variable's value from a checkpoint."""
 
   def __init__(self, optimizer, name):
-    self._optimizer = optimizer
-    self._name = name
-    self._warned = False
-
-  def _current(self):
-    value = getattr(self._optimizer, self._name, 0.0)
-    return tf.constant(float(value) if value is not None else 0.0)
+    self._optimizer, self._name, self._warned = optimizer, name, False
 
   def _serialize_to_tensors(self):
-    return {"VARIABLE_VALUE": self._current()}
+    value = getattr(self._optimizer, self._name, 0.0)
+    return {"VARIABLE_VALUE": tf.constant(
+        float(value) if value is not None else 0.0)}
 
   def _restore_from_tensors(self, restored_tensors):
     value = float(restored_tensors["VARIABLE_VALUE"])
