@@ -30,20 +30,14 @@ def current() -> KerasTarget:
 
 
 def get(name: str) -> KerasTarget:
-  """The adapter of target `name` (`KERAS3` or `TF_KERAS`), active or not.
-
-  Raises:
-    ValueError: For another name.
-  """
+  """The adapter of target `name` (`KERAS3` or `TF_KERAS`, else a
+  `ValueError`), active or not."""
   keras_target.package_name(name)  # Raises ValueError naming both.
   return _ADAPTERS[name]
 
 
 def patched() -> list[KerasTarget]:
-  """The adapters whose hooks `install()` applies, in order.
-
-  Keras 3's always (the package's own classes are Keras 3 ones, and `keras`
-  stays importable next to tf_keras), then the active target's if another.
-  """
+  """The adapters whose hooks `install()` applies, in order: Keras 3's
+  always (`keras` stays importable), then the active target's if another."""
   return [_keras3.ADAPTER] + (
       [current()] if keras_target.active() != keras_target.KERAS3 else [])

@@ -1,8 +1,7 @@
 """`KerasTarget`: what `install()` needs of each Keras target.
 
-Only `install()` asks these adapters (`hooks.current()`, `hooks.patched()`);
-which Keras is active, and which objects are Keras ones, is
-`keras_target`'s (docs/architecture.md).
+Only `install()` asks these adapters; which Keras is active, and which
+objects are Keras ones, is `keras_target`'s (docs/architecture.md).
 """
 
 import abc
@@ -19,11 +18,8 @@ ReplaceFunction = Callable[[Any, Any], None]
 
 
 class KerasTarget(abc.ABC):
-  """How `install()` hooks one Keras target, behind one set of methods.
-
-  Attributes:
-    name: `keras_target.KERAS3` or `keras_target.TF_KERAS`.
-  """
+  """How `install()` hooks one Keras target (`name`: `keras_target.KERAS3`
+  or `keras_target.TF_KERAS`), behind one set of methods."""
 
   name: str
 
@@ -38,42 +34,17 @@ class KerasTarget(abc.ABC):
 
   @abc.abstractmethod
   def symbol_for(self, spec: Any) -> Any:
-    """What `install()` grafts at the registered endpoint `spec`.
-
-    Args:
-      spec: An `endpoints.EndpointSpec`.
-
-    Returns:
-      This target's object for a Keras endpoint (a path under `keras.`),
-      else `spec.symbol`.
-
-    Raises:
-      LookupError: A Keras endpoint this target has no object for.
-    """
+    """What `install()` grafts at endpoint `spec` (an `EndpointSpec`): this
+    target's object for a Keras endpoint (`LookupError` if it has none),
+    else `spec.symbol`."""
 
   @abc.abstractmethod
   def install(self, journal: Any, replace: ReplaceFunction) -> None:
-    """Applies this target's own hooks through `install()`'s journal.
-
-    Args:
-      journal: `install()`'s journal (`set_attr`, `set_item`, `on_undo`).
-      replace: Replaces a public function of this Keras (see
-        `ReplaceFunction`).
-    """
+    """Applies this target's own hooks through `install()`'s `journal`
+    (`set_attr`, `set_item`, `on_undo`) and `replace` (`ReplaceFunction`)."""
 
   def guard_checkpoint_read(self, read: Callable[..., Any]
                            ) -> Callable[..., Any]:
-    """`tf.train.Checkpoint.read` (or v1 `restore`) as this target needs it.
-
-    Args:
-      read: The method `install()` is about to graft.
-
-    Returns:
-      `read`, or a wrapper of it.
-    """
+    """`read` (`Checkpoint.read` or v1 `restore`, about to be grafted) as
+    this target needs it: itself, or a wrapper of it."""
     return read
-
-
-def is_keras_endpoint(spec: Any) -> bool:
-  """Whether the endpoint `spec` has a path under `tf.keras`."""
-  return any(path.startswith("keras.") for path in spec.v2 + spec.v1)

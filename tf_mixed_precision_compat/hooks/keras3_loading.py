@@ -1,8 +1,5 @@
-"""Keras 3's loading entry points, taught TF 2.x files by `install()`.
-
-`keras.optimizers.deserialize`/`get`, `keras.models.load_model` and
-`keras.Model.load_weights` hand TF 2.2-2.4 configs and files to the restore
-pipeline's front ends (`legacy/`) and everything else to Keras 3.
+"""Keras 3's loading entry points, taught TF 2.x files by `install()`: TF
+2.2-2.4 configs and files go to `legacy/`'s front ends, the rest to Keras 3.
 """
 
 import functools

@@ -31,18 +31,12 @@ def path_or_none(value):
     return None
 
 
-def bool_arg(value, name):
-  """Refuses anything but a bool (e.g. the truthy string "False")."""
-  if not isinstance(value, bool):
-    raise TypeError(f"{name} must be a bool (True or False), got "
-                    f"{type(value).__name__}: {value!r}.")
-  return value
-
-
 def bool_args(**flags):
-  """`bool_arg` for each keyword argument, named by its keyword."""
+  """Refuses anything but bools (e.g. the truthy string "False"), by name."""
   for name, value in flags.items():
-    bool_arg(value, name)
+    if not isinstance(value, bool):
+      raise TypeError(f"{name} must be a bool (True or False), got "
+                      f"{type(value).__name__}: {value!r}.")
 
 
 def custom_objects_arg(custom_objects):

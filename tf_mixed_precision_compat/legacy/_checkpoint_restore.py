@@ -11,19 +11,14 @@ from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 
 
-def _prefix(save_path):
-  """The checkpoint prefix `save_path` names, or None (TF then decides)."""
-  path = None if save_path is None else _args.path_or_none(save_path)
-  return path if path and tf.io.gfile.exists(path + ".index") else None
-
-
 def read_or_restore(original, checkpoint, save_path, args, kwargs,
                     make_checkpoint):
   """TF's `original` (`read` or v1 `restore`), or the legacy restore's
   `LoadStatus`; `make_checkpoint(**objects)`: one for what TF restores."""
-  prefix = _prefix(save_path)
-  if prefix is None or not tf.executing_eagerly():
-    return original(checkpoint, save_path, *args, **kwargs)
+  prefix = None if save_path is None else _args.path_or_none(save_path)
+  if (not prefix or not tf.io.gfile.exists(prefix + ".index") or
+      not tf.executing_eagerly()):
+    return original(checkpoint, save_path, *args, **kwargs)  # TF decides.
   try:
     reader = tf.train.load_checkpoint(prefix)
     graph = _read_checkpoint.read_object_graph(reader, prefix)
@@ -45,10 +40,8 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
   if parts.others:
     native = original(make_checkpoint(**parts.others), save_path, *args,
                       **kwargs)
-    # TF's part lacks the Keras objects restored above, which TF would
-    # otherwise list at exit as "could not be found" (and fail to name the
-    # slot entries, only reachable through them); what TF's part really
-    # leaves unrestored is named by this restore's own checks.
+    # TF would list the Keras objects restored above as "could not be found"
+    # at exit; what its part leaves unrestored, this restore's checks name.
     native.expect_partial()
     native_keys = _native_keys(graph, parts)
   key = graph.variable_child(0, _layout.SAVE_COUNTER)

@@ -19,17 +19,14 @@ LSO_CLASSES = {
 }
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
-# names (bytecode, a pickled torch module, another SavedModel's graphs, a
-# JAX/Flax function).
+# names (bytecode, a pickled torch module, SavedModel graphs, JAX functions).
 _CODE_LAYERS = frozenset({"Lambda", "TorchModuleWrapper", "TFSMLayer",
                           "JaxLayer", "FlaxLayer"})
-# Keys under which a layer config holds further layer configs (models'
-# `layers`, wrappers' `layer` / `backward_layer`, RNNs' `cell` / `cells`).
+# Keys under which a layer config holds further layer configs.
 _LAYER_KEYS = frozenset({"layers", "layer", "forward_layer", "backward_layer",
                          "cell", "cells"})
-# Keras configs nest a few levels per layer (8 for a flat TF 2.4 model); far
-# deeper JSON is hostile and would exhaust Python's recursion limit in the
-# JSON parser or in Keras' deserializer.
+# Keras configs nest a few levels per layer; far deeper JSON is hostile (it
+# would exhaust the recursion limit of the JSON parser or Keras).
 MAX_DEPTH = 100
 
 
@@ -73,15 +70,6 @@ def expect_dict(value, what, source, allow_none=False):
                    "TF 2.x Keras model.")
 
 
-def _is_builtin_layer(class_name):
-  cls = getattr(keras.layers, class_name, None)
-  return isinstance(cls, type) and issubclass(cls, keras.layers.Layer)
-
-
-def _module_is_safe(module):
-  return any(module == p or module.startswith(p + ".") for p in _SAFE_PACKAGES)
-
-
 def _code_in(node, custom):
   """Why building config dict `node` would run code from the file, or None."""
   class_name = node.get("class_name")
@@ -99,7 +87,8 @@ def _code_in(node, custom):
             "(Lambda: Python bytecode)")
   module = node.get("module")
   if ("module" in node and "class_name" in node and
-      not (isinstance(module, str) and _module_is_safe(module))):
+      not (isinstance(module, str) and
+           module.split(".")[0] in _SAFE_PACKAGES)):
     return f"it names the Python module {module!r}"
   return None
 
@@ -148,8 +137,9 @@ def _child_kind(kind, key, value):
 
 
 def _is_known_layer(class_name, custom):
+  cls = getattr(keras.layers, class_name, None)
   return (class_name in custom or class_name in _model_config.MODEL_CLASSES or
-          _is_builtin_layer(class_name))
+          (isinstance(cls, type) and issubclass(cls, keras.layers.Layer)))
 
 
 def _check_layer(node, where, source):
@@ -168,9 +158,8 @@ def _check_layer(node, where, source):
 def keras_safe_mode(safe_mode):
   """Keras 3's own safe mode, forced on while a safe load builds objects."""
   # A process-wide `enable_unsafe_deserialization()` must not reach the file.
-  if not safe_mode:
-    return contextlib.nullcontext()
-  return _private_api.SafeModeScope(True)
+  return (_private_api.SafeModeScope(True) if safe_mode else
+          contextlib.nullcontext())
 
 
 def build_model(config, source, safe_mode, custom_objects):

@@ -12,13 +12,6 @@ from tf_mixed_precision_compat.legacy import _problems
 from tf_mixed_precision_compat.optimizers import _inner
 
 
-def _children(obj):
-  try:
-    return _private_api.trackable_children(obj).values()
-  except (AttributeError, TypeError, ValueError):
-    return ()
-
-
 def reachable(roots, skip=frozenset(), stop=lambda obj: False):
   """(variables, other trackables) reachable from `roots` but `skip` (ids)."""
   variables, trackables, seen = [], [], set(skip)
@@ -33,7 +26,10 @@ def reachable(roots, skip=frozenset(), stop=lambda obj: False):
     elif isinstance(obj, tf.__internal__.tracking.Trackable):
       trackables.append(obj)
       if not stop(obj):
-        stack.extend(_children(obj))
+        try:
+          stack.extend(_private_api.trackable_children(obj).values())
+        except (AttributeError, TypeError, ValueError):
+          pass  # Not a trackable whose children can be listed.
   return variables, trackables
 
 
@@ -106,16 +102,9 @@ def refuse_use(targets, error):
       object.__setattr__(obj, name, refuse)
 
 
-def _log(message):
-  tf.get_logger().warning(message)
-
-
 class LegacyRestore:
-  """The `Checkpoint` hook's legacy part: assigned now, or as objects build.
-
-  `pending`: "model" and/or "slots" still waiting; `roll_back`: puts back
-  TF's part should a waiting part fail (None once nothing can fail).
-  """
+  """The `Checkpoint` hook's legacy part: assigned now, or as objects build
+  (`pending`: "model" and/or "slots"; `roll_back`: undoes TF's part)."""
 
   def __init__(self, reader, graph, source, parts):
     self.source, self.report, self.error = source, None, None
@@ -158,9 +147,10 @@ class LegacyRestore:
   def start(self):
     """Restores now, or arranges to when the models are built."""
     if self._parts.orphans:
-      _log(f"Restoring the TF 2.x Keras checkpoint {self.source!r}: no "
-           "object of the tf.train.Checkpoint stands for these values, "
-           "which stay unrestored:\n  " + "\n  ".join(self._parts.orphans))
+      tf.get_logger().warning(
+          f"Restoring the TF 2.x Keras checkpoint {self.source!r}: no object "
+          "of the tf.train.Checkpoint stands for these values, which stay "
+          "unrestored:\n  " + "\n  ".join(self._parts.orphans))
     unbuilt = [m for m in self._models if not _layout.model_built(m)]
     if not unbuilt:
       self._restore_all()
@@ -233,7 +223,7 @@ class LegacyRestore:
   def _apply(self, plan):
     self.report = _gate.assign(plan, self._optimizers)
     if plan.unmatched_checkpoint or plan.unmatched_objects:
-      _log("\n".join(
+      tf.get_logger().warning("\n".join(
           [f"Restoring the TF 2.x Keras checkpoint {self.source!r} left "
            "values unrestored:"] +
           [f"  in the checkpoint, nothing to restore into: {k}"

@@ -1,8 +1,4 @@
-"""Front ends for Keras 3's loading entry points: TF 2.x configs and files.
-
-`hooks/keras3_loading.py` hands them what `install()` grafts onto Keras 3.
-"""
-
+"""Front ends for Keras 3's loading entry points (`hooks/keras3_loading`)."""
 
 import h5py
 import keras
@@ -60,13 +56,11 @@ def is_tf2x_saved_model(path):
 def weights_format(filepath):
   """"tf" / "h5" for TF 2.x weight files, None for anything else."""
   path = _args.path_or_none(filepath)
-  if path is None or path.endswith(_KERAS3_WEIGHTS_SUFFIXES):
-    if (path is not None and path.endswith(".keras") and
-        _read_h5.is_tf2x_h5(path)):
-      return "h5"  # TF 2.x wrote H5 files under this suffix too.
+  # TF 2.x wrote H5 files under ".keras" too.
+  if path is None or (path.endswith(_KERAS3_WEIGHTS_SUFFIXES) and
+                      not path.endswith(".keras")):
     return None
-  if (not path.endswith(_H5_SUFFIXES) and
-      tf.io.gfile.exists(path + ".index")):
+  if not path.endswith(_H5_SUFFIXES) and tf.io.gfile.exists(path + ".index"):
     return "tf"
   return "h5" if _read_h5.is_tf2x_h5(path) else None
 

@@ -1,5 +1,7 @@
 """Matcher stage: which Keras wrote each part of an object-based checkpoint."""
 
+import re
+
 import keras
 import tensorflow as tf
 
@@ -7,6 +9,8 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _match
 
 SAVE_COUNTER = "save_counter"
+# A child name only Keras 3 models have (Keras 2 ones: `_match.LAYER_INDEX`).
+_KERAS3_NAME = re.compile(r"_functional\Z")
 
 
 def is_optimizer(obj):
@@ -21,30 +25,16 @@ def model_built(model):
   return bool(model.built and model.weights)
 
 
-def _has_name(graph, node_id, predicate):
-  """Whether a child name below `node_id` satisfies `predicate`."""
-  return any(predicate(name) for name in graph.names_under(
+def _has_name(graph, node_id, pattern):
+  """Whether a child name below `node_id` matches `pattern`."""
+  return any(pattern.match(name) for name in graph.names_under(
       node_id, skip=_match.MODEL_ALIASES))
 
 
-def _is_layer_index(name):
-  return bool(_match.LAYER_INDEX.match(name))
-
-
-def _is_keras3_name(name):
-  return name == "_functional"
-
-
 class Evidence:
-  """Which checkpoint nodes only Keras 2, or only Keras 3, writes.
-
-  Attributes:
-    optimizers: `{"keras2" | "keras3": optimizer node ids}`: nodes with a
-      step (`iter` / `_iterations`), a `base_optimizer` or slot variables
-      (what `inspect` lists as optimizers, too).
-    variables: `{"keras2" | "keras3": variable node ids}` only that Keras
-      writes.
-  """
+  """Which checkpoint nodes only Keras 2, or only Keras 3, writes:
+  `optimizers` (a step, a `base_optimizer` or slots, as `inspect` lists
+  them) and `variables`, as `{"keras2" | "keras3": node ids}`."""
 
   def __init__(self, graph):
     self.graph = graph
@@ -64,9 +54,9 @@ class Evidence:
     variables["keras2"] -= variables["keras3"]
     self.optimizers, self.variables = optimizers, variables
     self.any_keras2 = bool(optimizers["keras2"] or variables["keras2"] or
-                           _has_name(graph, 0, _is_layer_index))
+                           _has_name(graph, 0, _match.LAYER_INDEX))
     self.any_keras3 = bool(optimizers["keras3"] or
-                           _has_name(graph, 0, _is_keras3_name))
+                           _has_name(graph, 0, _KERAS3_NAME))
 
   def optimizer_layout(self, node_id):
     """"keras2", "keras3" or None (an entry with nothing in it)."""
@@ -77,8 +67,8 @@ class Evidence:
     """"keras2", "keras3" or None (nothing tells)."""
     under = set(self.graph.variable_nodes_under(node_id,
                                                 skip=_match.MODEL_ALIASES))
-    for layout, name in (("keras3", _is_keras3_name),
-                         ("keras2", _is_layer_index)):
+    for layout, name in (("keras3", _KERAS3_NAME),
+                         ("keras2", _match.LAYER_INDEX)):
       if (under & self.variables[layout] or
           _has_name(self.graph, node_id, name)):
         return layout

@@ -22,18 +22,6 @@ from tf_mixed_precision_compat.legacy import _saved_model
 _PathLike = Union[str, bytes, "os.PathLike[str]"]
 
 
-def model_and_optimizer_nodes(graph, source):
-  """The root's `model` and `optimizer` nodes (one may be None), or raises."""
-  model_node = graph.child(0, "model")
-  optimizer_node = graph.child(0, "optimizer")
-  if model_node is None and optimizer_node is None:
-    raise ValueError(
-        f"{source!r} has neither a 'model' nor an 'optimizer' entry: it was "
-        "not written by tf.train.Checkpoint(model=..., optimizer=...). "
-        f"Children of its root: {[name for name, _ in graph.children(0)]}")
-  return model_node, optimizer_node
-
-
 def restore_graph(reader, graph, source, model, optimizer, model_node,
                   allow_partial, keep_optimizer_node=False, dry_run=False):
   """Match, gate, assign; returns the report (docs/architecture.md)."""
@@ -99,7 +87,12 @@ def restore_checkpoint(path: _PathLike, model: Any, optimizer: Any = None,
   prefix = _read_checkpoint.checkpoint_prefix(path)
   reader = _read_checkpoint.open_checkpoint(prefix)
   graph = _read_checkpoint.read_object_graph(reader, prefix)
-  model_node, _ = model_and_optimizer_nodes(graph, prefix)
+  model_node = graph.child(0, "model")
+  if model_node is None and graph.child(0, "optimizer") is None:
+    raise ValueError(
+        f"{prefix!r} has neither a 'model' nor an 'optimizer' entry: it was "
+        "not written by tf.train.Checkpoint(model=..., optimizer=...). "
+        f"Children of its root: {[name for name, _ in graph.children(0)]}")
   return restore_graph(reader, graph, prefix, model, optimizer, model_node,
                        allow_partial, keep_optimizer_node=True,
                        dry_run=dry_run)
@@ -197,7 +190,7 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
   array([3.], dtype=float32)
   """
   path = _args.path_arg(path)
-  _args.bool_arg(safe_mode, "safe_mode")
+  _args.bool_args(safe_mode=safe_mode)
   if safe_mode and _saved_model.is_saved_model(path):
     _saved_model.check_load_time_code(path)
   with _saved_model.serving():

@@ -37,11 +37,6 @@ def plan_by_layer_name(layers, path, model, plan):
   return by_tf_name
 
 
-def _layer_variables(layer):
-  """A layer's variables in the order TF 2.x saved and loaded them."""
-  return list(layer.trainable_weights) + list(layer.non_trainable_weights)
-
-
 def _pairs(variables, weight_names):
   """Saved names paired with variables: by name when that is unambiguous."""
   own = [v.name.split("/")[-1] for v in variables]
@@ -57,7 +52,9 @@ def _bind_layer(plan, by_tf_name, k, entry, layer, path, skip_mismatch=None):
   topologically (`skip_mismatch` None: a shape is the plan's problem), or by
   name (a mismatch warned of and skipped, or raised, as TF 2.4 did)."""
   name, group, weights = entry
-  variables, warn = _layer_variables(layer), tf.get_logger().warning
+  warn = tf.get_logger().warning
+  # In the order TF 2.x saved and loaded them.
+  variables = list(layer.trainable_weights) + list(layer.non_trainable_weights)
   if len(variables) != len(weights):
     if skip_mismatch:
       warn("Skipping loading of weights for layer %s due to mismatch in "

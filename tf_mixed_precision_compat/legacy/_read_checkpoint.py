@@ -127,8 +127,7 @@ class ObjectGraph:
   def paths(self, start, skip=frozenset(), limit=16):
     """node id -> child-name paths from `start` (acyclic), not via `skip`."""
     # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
-    # hostile graph costs bounded work (what only such paths reach stays
-    # unmatched).
+    # hostile graph costs bounded work (what lies beyond stays unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.
@@ -154,11 +153,10 @@ def _check_node_ids(nodes, source):
     ids = [ref.node_id for ref in node.children]
     for slot in node.slot_variables:
       ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
-    if any(not 0 <= i < count for i in ids):
-      raise ValueError(
-          f"{source!r}: the checkpoint's object graph is corrupted (a "
-          f"reference to node {next(i for i in ids if not 0 <= i < count)}"
-          f" of {count}).")
+    bad = [i for i in ids if not 0 <= i < count]
+    if bad:
+      raise ValueError(f"{source!r}: the checkpoint's object graph is "
+                       f"corrupted (a reference to node {bad[0]} of {count}).")
 
 
 def read_object_graph(reader, source):
@@ -176,15 +174,8 @@ def read_object_graph(reader, source):
 
 
 def check_values(reader, prefix):
-  """Reads every value of the checkpoint at `prefix` once.
-
-  TF keeps a checksum of each value but checks it only when the value is
-  read: a truncated, corrupt or missing data file is found here, named,
-  rather than halfway through a restore (or never, by a reader of shapes).
-
-  Raises:
-    ValueError: Naming the data file and the first value it cannot give.
-  """
+  """Reads every value of the checkpoint at `prefix` once: TF checks a
+  value's checksum only when it is read (`ValueError` naming the file)."""
   shards = tf.io.gfile.glob(prefix + ".data-*")
   source = shards[0] if len(shards) == 1 else prefix + ".data-*"
   for key in sorted(reader.get_variable_to_shape_map()):

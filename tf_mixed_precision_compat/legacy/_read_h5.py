@@ -140,11 +140,9 @@ def _writer_python(code, keras_version):
   layout = _layout_pythons(code)
   tf_pythons = _KERAS_PYTHONS.get(keras_version)
   if layout and tf_pythons:
-    low = max(layout[0], tf_pythons[0])
-    high = min(layout[1], tf_pythons[1])
-    layout = (low, high) if low <= high else layout
-  elif tf_pythons:
-    layout = tf_pythons
+    both = max(layout[0], tf_pythons[0]), min(layout[1], tf_pythons[1])
+    layout = both if both[0] <= both[1] else layout
+  layout = layout or tf_pythons
   if not layout:
     return None
   low, high = ("%d.%d" % v for v in layout)
@@ -160,15 +158,13 @@ def _readable_here(code, keras_version):
   return layout is None or layout[0] <= here <= layout[1]
 
 
-def _lambda_configs(node):
-  """Every Lambda layer config in a model config tree."""
+def config_dicts(node):
+  """Every dict in a JSON config tree, depth first."""
   stack = [node]
   while stack:
     node = stack.pop()
     if isinstance(node, dict):
-      if node.get("class_name") == "Lambda" and isinstance(
-          node.get("config"), dict):
-        yield node["config"]
+      yield node
       stack.extend(node.values())
     elif isinstance(node, list):
       stack.extend(node)
@@ -176,7 +172,10 @@ def _lambda_configs(node):
 
 def check_lambda_bytecode(config, keras_version, source):
   """Refuses Lambda bytecode this Python cannot read (docs/architecture.md)."""
-  for layer in _lambda_configs(config):
+  for node in config_dicts(config):
+    layer = node.get("config")
+    if node.get("class_name") != "Lambda" or not isinstance(layer, dict):
+      continue
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):
       if layer.get(kind) != "lambda":

@@ -1,9 +1,7 @@
 """The tf_keras target's `KerasTarget` adapter (`TF_USE_LEGACY_KERAS=1`).
 
-Maps the Keras endpoints to `tf_keras_classes`, and applies the target's
-hooks (`patches`, `restore`, `h5`, `deferred`) through `install()`'s
-journal. tf_keras is imported only when the target is used: every import
-of a module that imports it is inside a function.
+tf_keras is imported only when the target is used: every import of a
+module that imports it is inside a function.
 """
 
 from typing import Any, Callable
@@ -26,13 +24,10 @@ class TfKerasTarget(_adapter.KerasTarget):
   name = keras_target.TF_KERAS
 
   def symbol_for(self, spec: Any) -> Any:
-    """`classes.REPLACEMENTS[spec.symbol]` for a Keras endpoint.
-
-    A Keras endpoint missing from the table raises: grafting the Keras 3
-    class under tf_keras's `tf.keras` would fail only later, far away.
-    """
-    if not _adapter.is_keras_endpoint(spec):
-      return spec.symbol
+    """`classes.REPLACEMENTS[spec.symbol]` for a Keras endpoint (one missing
+    raises now: grafting the Keras 3 class would fail later, far away)."""
+    if not any(path.startswith("keras.") for path in spec.v2 + spec.v1):
+      return spec.symbol  # Not a Keras endpoint.
     replacements = _classes().REPLACEMENTS
     if spec.symbol not in replacements:
       raise LookupError(
@@ -61,9 +56,8 @@ class TfKerasTarget(_adapter.KerasTarget):
 
   def guard_checkpoint_read(self, read: Callable[..., Any]
                            ) -> Callable[..., Any]:
-    """A restore whose part deferred to a model's build leaves nothing
-    assigned if that part fails (`deferred`): TF restores Keras objects
-    itself on this target."""
+    """`read`, leaving nothing assigned if its part deferred to a build fails
+    (`deferred`)."""
     # pylint: disable-next=g-import-not-at-top
     from tf_mixed_precision_compat.hooks.tf_keras import deferred
     return deferred.guard_read(read, _classes().tf_keras)
@@ -91,16 +85,12 @@ def _patch_optimizer_restore(journal, tf_keras):
 def _patch_loading(journal, replace, tf_keras):
   """tf_keras's `load_model`, optimizer configs and H5 weights (`h5`)."""
   # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat.legacy import _entry_points
   from tf_mixed_precision_compat.hooks.tf_keras import h5
   from tf_mixed_precision_compat.hooks.tf_keras import restore
   # pylint: enable=g-import-not-at-top
   load_model = tf_keras.models.load_model
   replace(load_model,
-          h5.wrap_load_model(
-              restore.wrap_load_model(load_model,
-                                      _entry_points.is_tf2x_saved_model),
-              tf_keras))
+          h5.wrap_load_model(restore.wrap_load_model(load_model), tf_keras))
   for name, wrap in (("deserialize", h5.wrap_optimizers_deserialize),
                      ("get", h5.wrap_optimizers_get)):
     original = getattr(tf_keras.optimizers, name)

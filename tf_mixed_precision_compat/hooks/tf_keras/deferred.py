@@ -1,23 +1,11 @@
 """A failed deferred restore into a tf_keras model leaves no partial state.
 
-On the tf_keras target TF restores a checkpoint itself, and a model that is
-not built yet gets its weights only when tf_keras builds it, at its first
-call; the rest of the same restore (the optimizer's step, the loss scale and
-its counter, a step `tf.Variable`, the save counter) is assigned at once. If
-a weight then does not fit (a model of another width), the model's first
-call raises, as TF 2.4 did, but those values stayed the checkpoint's and
-`assert_existing_objects_matched()` passed.
-
-`guard_read` wraps `tf.train.Checkpoint.read` (and v1 `restore`) for that
-case only: when the restore faces a tf_keras layer not built yet, the values
-of every other variable the checkpoint reaches are kept first
-(`_deferred.Snapshot`); when a layer's weight waiting for a restored value
-fails to be created (or a sublayer made in `build` fails to take its
-values), they are written back, nothing else of that restore
-lands later, the status' assertions raise, and the model's forward pass and
-the optimizers' updates raise that error from then on (TF keeps the weights'
-values waiting, but a later `tf.function` trace built the model with fresh
-ones). A restore whose deferred part succeeds is TF's, unchanged.
+On tf_keras TF restores a checkpoint itself: an unbuilt model's weights land
+at its first call, the rest of the restore (the optimizer's step, the loss
+scale, the save counter) at once. `guard_read` wraps `Checkpoint.read` (and
+v1 `restore`) so that a weight failing to land then puts those values back,
+and the status' assertions, the model's forward pass and the optimizers'
+updates raise that error (docs/architecture.md, "Waiting").
 """
 
 import functools
@@ -56,11 +44,8 @@ class _DeferredPart:
     self._targets = targets  # (object, method names refused on failure)
 
   def watch(self, layer):
-    """Makes a failure to hand `layer` a waiting value fail the restore.
-
-    A sublayer the layer makes in its `build` gets its waiting values handed
-    over when the layer tracks it, and is watched from then on.
-    """
+    """Makes a failure to hand `layer` a waiting value fail the restore
+    (a sublayer its `build` makes is watched once it is handed values)."""
 
     def wrap(original, is_handover):
 
@@ -101,9 +86,8 @@ class _DeferredPart:
       return
     self.error = _private_api.keep_error_as_raised(error)
     self._snapshot.roll_back()
-    # TF keeps the weights' values waiting, but a later `tf.function` trace
-    # may build the model with fresh ones: the model's forward pass and the
-    # optimizers' updates raise the same error from now on.
+    # A later `tf.function` trace may build the model with fresh weights: its
+    # forward pass and the optimizers' updates raise the error from now on.
     _deferred.refuse_use(self._targets,
                          lambda: self.error.with_traceback(None))
     status = self._status
@@ -122,54 +106,32 @@ class _DeferredPart:
     return refuse
 
 
-def _layers_below(models, layer_class):
-  _, trackables = _deferred.reachable(models)
-  return [t for t in trackables if isinstance(t, layer_class)]
-
-
-def _touch_steps(objects, optimizer_classes):
-  """Creates the step counters tf_keras's OptimizerV2 makes on first use.
-
-  Made now, the restore assigns them now, and the snapshot can put them
-  back; made later, they would take the checkpoint's value on creation.
-  """
-  for obj in objects:
-    if isinstance(obj, optimizer_classes):
-      getattr(obj, "iterations", None)
-
-
 def guard_read(read, tf_keras):
-  """`read(checkpoint, save_path, ...)` leaving no partial state on failure.
-
-  Args:
-    read: The `tf.train.Checkpoint.read` (or v1 `restore`) to wrap.
-    tf_keras: The `tf_keras` module.
-
-  Returns:
-    The wrapper, with the same signature.
-  """
+  """`read(checkpoint, save_path, ...)` leaving no partial state on failure."""
   layer_class = tf_keras.layers.Layer
   optimizer_classes = (tf_keras.optimizers.Optimizer,
                        tf_keras.optimizers.legacy.Optimizer)
 
   @functools.wraps(read)
   def guarded(self, save_path, *args, **kwargs):
-    if save_path is None or not tf.executing_eagerly():
-      return read(self, save_path, *args, **kwargs)
-    models = _unbuilt_layers(self, layer_class)
+    models = (save_path is not None and tf.executing_eagerly() and
+              _unbuilt_layers(self, layer_class))
     if not models:
       return read(self, save_path, *args, **kwargs)
     skip = frozenset(id(m) for m in models)
-    _, others = _deferred.reachable([self], skip)
-    _touch_steps(others, optimizer_classes)
+    optimizers = [o for o in _deferred.reachable([self], skip)[1]
+                  if isinstance(o, optimizer_classes)]
+    for optimizer in optimizers:
+      # OptimizerV2 makes its step on first use, where it would take the
+      # checkpoint's value unseen: made now, the snapshot holds it.
+      getattr(optimizer, "iterations", None)
     snapshot = _deferred.Snapshot([self, self.save_counter], skip)
     status = read(self, save_path, *args, **kwargs)
-    waiting = [layer for layer in _layers_below(models, layer_class)
-               if _waiting(layer)]
+    waiting = [t for t in _deferred.reachable(models)[1]
+               if isinstance(t, layer_class) and _waiting(t)]
     if waiting:
       targets = [(m, ("call",)) for m in models]
-      targets += [(o, ("apply_gradients",)) for o in others
-                  if isinstance(o, optimizer_classes)]
+      targets += [(o, ("apply_gradients",)) for o in optimizers]
       part = _DeferredPart(save_path, snapshot, status, targets,
                            layer_class)
       for layer in waiting:

@@ -1,21 +1,12 @@
 """TF 2.x H5 models and optimizer configs on the tf_keras target.
 
-`install()` puts these around tf_keras's own functions (through its
-journal) when `tf.keras` is tf_keras (`TF_USE_LEGACY_KERAS=1`):
-
-* `load_model` of a TF 2.2-2.4 H5 file whose `Lambda` layers hold bytecode
-  this Python cannot read raises `_read_h5.check_lambda_bytecode`'s one clear
-  error (tf_keras would fail with "bad marshal data"); metric functions the
-  file names that tf_keras cannot look up are handed to it, so that `fit`
-  resumes.
-* `Model.load_weights` of a whole-model TF 2.x H5 file into a compiled model
-  also restores the optimizer's iterations and slots (by name, all or none),
-  the way out for such a model rebuilt in code; TF 2.4 read the weights only.
-* `optimizers.deserialize` / `get` refuse a Keras 2 config whose
-  `learning_rate` names no learning-rate schedule (a loss scale), as TF 2.4
-  did ("Unknown decay"; tf_keras would keep the class name as the rate),
-  and one whose `learning_rate` is neither a number nor a schedule config,
-  with the exception type TF 2.4 raised at the first step.
+`install()` wraps tf_keras's own functions: `load_model` of a TF 2.2-2.4 H5
+file refuses Lambda bytecode this Python cannot read with one clear error
+(not "bad marshal data") and hands tf_keras the metric functions it cannot
+look up; `Model.load_weights` of a whole-model H5 file into a compiled model
+also restores the optimizer's iterations and slots (all or none), which TF
+2.4 did not; `optimizers.deserialize` / `get` refuse a learning rate that is
+no number or schedule config, with TF 2.4's exception type.
 """
 
 import functools
@@ -38,27 +29,16 @@ def _tf2x_h5(filepath):
 
 
 def _metric_functions(training_config, tf_keras):
-  """TF 2.x metric functions a config names that tf_keras cannot look up.
-
-  tf_keras resolves a saved `MeanMetricWrapper`'s function by name among
-  the names its metrics module imports; TF 2.4's `kl_divergence` is not one
-  of them, and tf_keras then keeps the name, so `fit` fails ("'str' object
-  is not callable"). Such functions go to the loader as custom objects.
-  """
+  """TF 2.x metric functions a config names that tf_keras cannot look up
+  (e.g. `kl_divergence`: tf_keras keeps the name, and `fit` fails)."""
   found = {}
-  stack = [training_config]
-  while stack:
-    node = stack.pop()
-    if isinstance(node, list):
-      stack.extend(node)
-    elif isinstance(node, dict):
-      fn = (node.get("config") or {}).get("fn") if node.get(
-          "class_name") == "MeanMetricWrapper" else None
-      if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
-        function = getattr(tf_keras.metrics, fn, None)
-        if callable(function):
-          found[fn] = function
-      stack.extend(node.values())
+  for node in _read_h5.config_dicts(training_config):
+    fn = (node.get("config") or {}).get("fn") if node.get(
+        "class_name") == "MeanMetricWrapper" else None
+    if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
+      function = getattr(tf_keras.metrics, fn, None)
+      if callable(function):
+        found[fn] = function
   return found
 
 
@@ -144,8 +124,8 @@ def wrap_load_weights(original, tf_keras):
           "Loaded the weights of model '%s' from %s; its optimizer state was "
           "not restored, as it does not fit the model's optimizer (%s).",
           self.name, path, why)
-      return result
-    _gate.assign(plan)
+    else:
+      _gate.assign(plan)
     return result
 
   return load_weights
@@ -153,16 +133,12 @@ def wrap_load_weights(original, tf_keras):
 
 def _check_learning_rate(config, custom_objects, tf_keras):
   """Raises TF 2.4's error for a learning rate naming no schedule."""
-  if not isinstance(config, dict):
-    return
-  options = config.get("config")
+  options = config.get("config") if isinstance(config, dict) else None
   if not isinstance(options, dict):
     return
   for key in ("inner_optimizer", "optimizer"):  # TF 2.4's / TF 2.3's LSO.
     _check_learning_rate(options.get(key), custom_objects, tf_keras)
   rate = options.get("learning_rate", options.get("lr", 0.001))
-  if isinstance(rate, dict) and "module" in rate:
-    return
   if rate is None or isinstance(rate, (str, list, tuple)):
     # TF 2.4 (and tf_keras) failed on the first step, eagerly with this
     # type; in a tf.function with another. Refused on loading instead.
@@ -170,8 +146,8 @@ def _check_learning_rate(config, custom_objects, tf_keras):
     raise error(f"The TF 2.x {config.get('class_name')} config's "
                 "learning_rate must be a number or a LearningRateSchedule "
                 f"config, got {rate!r}.")
-  if not isinstance(rate, dict):
-    return  # A number, or a schedule or callable built in Python.
+  if not isinstance(rate, dict) or "module" in rate:
+    return  # A number, a schedule or callable built in Python, or Keras 3's.
   name = rate.get("class_name")
   schedules = tf_keras.optimizers.schedules
   cls = ((custom_objects or {}).get(name) or

@@ -1,9 +1,8 @@
 """The private hooks the tf_keras target installs besides its loaders.
 
 TF 2.3's `compile` wrapping by a `PolicyV1`'s loss scale, TF 2.2's
-`base_optimizer` checkpoint edge, `get_gradients` on the loss-scale
-optimizer of current optimizers, and the TF 2.3/2.4 config names; applied
-by `adapter` through `install()`'s journal.
+`base_optimizer` checkpoint edge, `get_gradients`, the TF 2.3/2.4 config
+names; `adapter` applies them through `install()`'s journal.
 """
 
 from typing import Any, Callable
@@ -19,17 +18,8 @@ _LSO_V3 = _private_api.tf_keras_loss_scale_optimizer_classes()[1]
 
 
 def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
-  """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3).
-
-  tf_keras wraps only for a "mixed_float16" policy, with dynamic scaling; a
-  TF 2.3 `PolicyV1` chose the scaling (or none) by its `loss_scale`.
-
-  Args:
-    original: tf_keras's `Model._get_optimizer`.
-
-  Returns:
-    The replacement method.
-  """
+  """`Model._get_optimizer`, wrapping by a `PolicyV1`'s loss scale (TF 2.3;
+  tf_keras wraps only for "mixed_float16", with dynamic scaling)."""
 
   def _get_optimizer(self, optimizer):
     policy = self.dtype_policy
@@ -52,14 +42,9 @@ def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
 def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
   """Makes TF 2.2 checkpoints restore the wrapped optimizer's own variables.
 
-  TF 2.2 saved the wrapped optimizer under `optimizer/base_optimizer/`; TF
-  2.4 (and tf_keras) restore only its slots from there, leaving iterations
-  and hyperparameters behind. The stand-in tracked at that edge is taught to
-  look those up in, and defer them to, the wrapped optimizer; it still saves
-  nothing, so new checkpoints keep TF 2.4's layout.
-
-  Args:
-    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
+  TF 2.2 saved it under `optimizer/base_optimizer/`, whence TF 2.4 (and
+  tf_keras) restore only its slots: the stand-in at that edge looks the rest
+  up in the wrapped optimizer, and still saves nothing (TF 2.4's layout).
   """
   cls = _private_api.tf_keras_tf22_restoration_class()
   journal_set_attr(cls, "_lookup_dependency", _lookup_in_wrapped)
@@ -68,16 +53,8 @@ def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
 
 
 def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
-  """Gives the loss-scale optimizer of current optimizers `get_gradients`.
-
-  TF 2.3/2.4's `LossScaleOptimizer` (experimental or not) had
-  `get_gradients(loss, params)`, which graph-mode trainers call; tf_keras
-  kept it only on the class wrapping an OptimizerV2, not on the one wrapping
-  its current optimizers (which have no `get_gradients` of their own).
-
-  Args:
-    journal_set_attr: `install()`'s undoable `setattr(obj, name, value)`.
-  """
+  """Gives the loss-scale optimizer of current optimizers `get_gradients`
+  (TF 2.3/2.4's had it, for graph-mode trainers; tf_keras's lacks it)."""
   if not hasattr(_LSO_V3, "get_gradients"):
     journal_set_attr(_LSO_V3, "get_gradients", _get_gradients)
 
@@ -97,12 +74,8 @@ def _deferred_in_wrapped(self):
 
 
 def custom_objects() -> dict[str, Any]:
-  """TF 2.3/2.4 config class names, for tf_keras deserialization.
-
-  Not the loss-scale classes: where a config expects a loss scale, it is
-  resolved there; registered globally, a loss scale would also pass as a
-  learning-rate schedule, which TF 2.4 refused.
-  """
+  """TF 2.3/2.4 config class names, for tf_keras deserialization (not the
+  loss scales: registered globally, one would pass as a rate schedule)."""
   return {
       "PolicyV1": classes.PolicyV1,
       "LossScaleOptimizerV1": classes.SerializedV1,

@@ -1,14 +1,9 @@
 """TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
 
-On the tf_keras target a TF 2.x job's `tf.keras.optimizers.Adam()` is
-tf_keras's current class, which refuses OptimizerV2's layout ("You are
-trying to restore a checkpoint from a legacy TF-Keras optimizer").
-`install()` teaches it the old names: `iter`, `learning_rate`, the other
-hyperparameters (set as attributes; a nonzero `decay` is warned about and
-left unrestored), `base_optimizer` (the optimizer itself) and TF 2.x slot
-names, restored at once or when the optimizer builds. The loss scale needs
-nothing (tf_keras keeps TF 2.4's names). `load_model` of a TF 2.x Keras
-SavedModel also gets its optimizer state back. Design: docs/architecture.md.
+A TF 2.x job's `tf.keras.optimizers.Adam()` is, on tf_keras, a current class
+that refuses OptimizerV2's layout; `install()` teaches it the old names, and
+`load_model` of a TF 2.x SavedModel its optimizer state (design:
+docs/architecture.md, "The tf_keras target").
 """
 
 import functools
@@ -20,6 +15,7 @@ import tensorflow as tf
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
+from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Hyperparameter variables of TF 2.x optimizers that current optimizers keep
@@ -55,10 +51,7 @@ def variables(optimizer):
 
 
 def current_slots(optimizer, variable, tf2_name, tf_keras):
-  """The slot variables of `optimizer` a TF 2.x slot `tf2_name` can be.
-
-  One when it is found; OptimizerV2 keeps TF 2.x's own names.
-  """
+  """The slot variables of `optimizer` a TF 2.x slot `tf2_name` can be."""
   if hasattr(optimizer, "get_slot_names"):
     try:
       return [optimizer.get_slot(variable, tf2_name)]
@@ -89,30 +82,25 @@ class _Hyperparameter(tf.__internal__.tracking.Trackable):
   """Receives a TF 2.x hyperparameter variable's value from a checkpoint."""
 
   def __init__(self, optimizer, name):
-    self._optimizer = optimizer
-    self._name = name
-    self._warned = False
-
-  def _current(self):
-    value = getattr(self._optimizer, self._name, 0.0)
-    return tf.constant(float(value) if value is not None else 0.0)
+    self._optimizer, self._name, self._warned = optimizer, name, False
 
   def _serialize_to_tensors(self):
-    return {"VARIABLE_VALUE": self._current()}
+    value = getattr(self._optimizer, self._name, 0.0)
+    return {"VARIABLE_VALUE": tf.constant(
+        float(value) if value is not None else 0.0)}
 
   def _restore_from_tensors(self, restored_tensors):
     value = float(restored_tensors["VARIABLE_VALUE"])
-    if self._name == "decay":
-      if value and not self._warned:
-        self._warned = True  # TF may hand the value over twice.
-        tf.get_logger().warning(
-            "Restoring a TF 2.x checkpoint into optimizer '%s': its decay "
-            "(%.7g) is not restored, as tf_keras's current optimizer classes "
-            "have no decay; use a learning-rate schedule, or "
-            "tf.keras.optimizers.legacy.%s, to keep it.",
-            self._optimizer.name, value, type(self._optimizer).__name__)
-      return tf.no_op()
-    setattr(self._optimizer, self._name, value)
+    if self._name != "decay":
+      setattr(self._optimizer, self._name, value)
+    elif value and not self._warned:
+      self._warned = True  # TF may hand the value over twice.
+      tf.get_logger().warning(
+          "Restoring a TF 2.x checkpoint into optimizer '%s': its decay "
+          "(%.7g) is not restored, as tf_keras's current optimizer classes "
+          "have no decay; use a learning-rate schedule, or "
+          "tf.keras.optimizers.legacy.%s, to keep it.",
+          self._optimizer.name, value, type(self._optimizer).__name__)
     return tf.no_op()
 
 
@@ -147,16 +135,8 @@ def wrap_lookup_dependency(original):
 
 
 def make_create_or_restore_slot_variable(tf_keras):
-  """tf_keras `Optimizer._create_or_restore_slot_variable` for TF 2.x slots.
-
-  Args:
-    tf_keras: The `tf_keras` module.
-
-  Returns:
-    The method: the current optimizer's slot for a TF 2.x slot name (TF then
-    restores it), or None after arranging the restore for when the
-    optimizer builds its slots.
-  """
+  """tf_keras `Optimizer._create_or_restore_slot_variable` for TF 2.x slots:
+  the slot TF restores, or None once its restore waits for the build."""
 
   def _create_or_restore_slot_variable(self, slot_variable_position,
                                        slot_name, variable, **unused_kwargs):
@@ -190,18 +170,9 @@ def make_create_or_restore_slot_variable(tf_keras):
 def check_slot_value(optimizer, position, slot_name, variable):
   """Raises `ValueError` unless a checkpoint's slot fits its variable.
 
-  TF hands a slot over while it walks the checkpoint, before it assigns the
-  values it gathered: refusing it here leaves everything as it was, as TF
-  2.4 did, where tf_keras would create a slot of the checkpoint's shape or
-  fail at the first step, after the weights were assigned. What the failed
-  restore left waiting on the optimizer (its step, created on first use, and
-  slots waiting for its build) is dropped, so that none of it lands later.
-
-  Args:
-    optimizer: The optimizer TF hands the slot to.
-    position: TF's `CheckpointPosition` of the slot's value.
-    slot_name: The slot's name in the checkpoint.
-    variable: The variable the slot belongs to.
+  TF hands a slot over before it assigns anything, so refusing it here
+  leaves everything as it was (TF 2.4's behaviour; tf_keras would fail after
+  assigning the weights); what the restore left waiting is dropped.
   """
   problem = None
   shape = position.value_shape()
@@ -246,19 +217,9 @@ def build_slots(optimizer, variables):
 
 
 def restore_saved_model_optimizer(model, path):
-  """Restores the optimizer state a TF 2.x Keras SavedModel holds.
-
-  tf_keras, like TF 2.4 itself, rebuilds the optimizer of an old SavedModel
-  from its config and leaves its variables fresh: iterations 0, the initial
-  loss scale, zero slots, although `variables/` holds them all. They are
-  read back here, through the object graph rooted at the model.
-
-  Args:
-    model: The model tf_keras loaded from `path`, compiled.
-    path: The SavedModel directory.
-  """
-  optimizer = model.optimizer
-  build_slots(optimizer, model.trainable_variables)
+  """Restores the optimizer state of a TF 2.x Keras SavedModel into `model`
+  (tf_keras, like TF 2.4, rebuilds the optimizer fresh from its config)."""
+  build_slots(model.optimizer, model.trainable_variables)
   status = tf.train.Checkpoint(root=model).read(
       os.path.join(path, "variables", "variables"))
   # What stays unmatched is Keras bookkeeping of the file (its `keras_api`
@@ -267,24 +228,15 @@ def restore_saved_model_optimizer(model, path):
   status.assert_existing_objects_matched()
 
 
-def wrap_load_model(original, is_tf2x_saved_model):
-  """tf_keras `load_model`, restoring TF 2.x SavedModels' optimizer state.
-
-  Args:
-    original: tf_keras's `load_model`.
-    is_tf2x_saved_model: Predicate on a path: a SavedModel TF 2.x Keras
-      wrote.
-
-  Returns:
-    The replacement, with the same signature.
-  """
+def wrap_load_model(original):
+  """tf_keras `load_model`, restoring TF 2.x SavedModels' optimizer state."""
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
     model = original(filepath, *args, **kwargs)
     path = _args.path_or_none(filepath)
     if (path is not None and getattr(model, "optimizer", None) is not None
-        and is_tf2x_saved_model(path)):
+        and _entry_points.is_tf2x_saved_model(path)):
       restore_saved_model_optimizer(model, path)
     return model
 

@@ -17,14 +17,6 @@ from tf_mixed_precision_compat import keras_target
 __all__ = ["select_tf_keras"]
 
 _ENV = "TF_USE_LEGACY_KERAS"
-_MOVE = ("import tf_mixed_precision_compat.auto_tf_keras right after "
-         "`import tensorflow as tf`, before anything uses tf.keras "
-         f"(or set {_ENV}=1 before Python starts)")
-
-
-def _install_command():
-  major, minor = tf.__version__.split(".")[:2]
-  return f"pip install tf-keras=={major}.{minor}.*"
 
 
 def _keras3_uses():
@@ -52,11 +44,8 @@ def _keras3_uses():
 
 
 def _put_tf_keras_first_on_tensorflow_path():
-  """What `import tensorflow` does with TF_USE_LEGACY_KERAS=1.
-
-  Import statements naming `tensorflow.keras...` search `tensorflow.__path__`;
-  TF puts Keras 3's API directory first unless the variable was set then.
-  """
+  """What `import tensorflow` does with TF_USE_LEGACY_KERAS=1 (import
+  statements naming `tensorflow.keras...` search `tensorflow.__path__`)."""
   spec = importlib.util.find_spec("tf_keras.api._v2.keras")
   if spec is None or not spec.submodule_search_locations:
     return
@@ -71,14 +60,11 @@ def _put_tf_keras_first_on_tensorflow_path():
 def select_tf_keras() -> None:
   """Makes `tf.keras` tf_keras, as `TF_USE_LEGACY_KERAS=1` would have.
 
-  TF reads `TF_USE_LEGACY_KERAS` when `tf.keras` (or `tf.optimizers`, ...)
-  is first used, so setting it after `import tensorflow` and before that
-  use selects tf_keras, for the whole process (the variable stays set, so
-  worker processes it starts choose tf_keras too). Like `import tensorflow`
-  under the variable, it also puts tf_keras's API directory first on
-  `tensorflow.__path__`, where import statements naming `tensorflow.keras...`
-  look. Neither is a patch `uninstall()` undoes: the target is chosen once
-  per process. Called by `import tf_mixed_precision_compat.auto_tf_keras`.
+  Sets the variable, which TF reads when `tf.keras` (or `tf.optimizers`, ...)
+  is first used, for the whole process and the workers it starts, and puts
+  tf_keras's API directory first on `tensorflow.__path__`, as `import
+  tensorflow` under it does. `uninstall()` undoes neither: the target is
+  chosen once per process. Called by `auto_tf_keras`.
 
   Raises:
     ImportError: tf_keras is not installed (the message names the `pip`
@@ -93,16 +79,19 @@ def select_tf_keras() -> None:
   True
   """
   if importlib.util.find_spec("tf_keras") is None:
+    major, minor = tf.__version__.split(".")[:2]
     raise ImportError(
         "The tf_keras target needs the tf_keras package, which is not "
-        f"installed: `{_install_command()}` (its version must match "
-        f"TensorFlow {tf.__version__}).")
+        f"installed: `pip install tf-keras=={major}.{minor}.*` (its version "
+        f"must match TensorFlow {tf.__version__}).")
   uses = _keras3_uses()
   if uses:
     raise RuntimeError(
         "Cannot select the tf_keras target: tf.keras already resolved to "
-        f"Keras 3 in this process (through {', '.join(uses)}). Place "
-        f"{_MOVE}.")
+        f"Keras 3 in this process (through {', '.join(uses)}). Place import "
+        "tf_mixed_precision_compat.auto_tf_keras right after `import "
+        "tensorflow as tf`, before anything uses tf.keras (or set "
+        f"{_ENV}=1 before Python starts).")
   os.environ[_ENV] = "1"
   _put_tf_keras_first_on_tensorflow_path()
   if keras_target.active() != keras_target.TF_KERAS:  # Resolves `tf.keras` now.
