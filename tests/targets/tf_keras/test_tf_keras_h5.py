@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tests.legacy import h5_resume_job
+from tf_mixed_precision_compat.hooks.tf_keras import h5
 
 _FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures",
                          "legacy")
@@ -179,3 +180,17 @@ def test_every_tf24_metric_config_loads_as_a_working_metric(tmp_path):
     y_true = np.ones((4, 1), np.float32) if "sparse" in metric.name else dense
     metric.update_state(y_true, preds)
     assert np.all(np.isfinite(np.asarray(metric.result()))), metric.name
+
+
+def test_a_metric_config_that_is_not_a_dict_is_left_to_tf_keras():
+  # A corrupted file's MeanMetricWrapper config: the look-up of its metric
+  # function passes it by, so tf_keras's own loading reports it as TF 2.4's
+  # did, not this package's hook.
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  config = {"metrics": [[
+      {"class_name": "MeanMetricWrapper", "config": "garbage"},
+      {"class_name": "MeanMetricWrapper", "config": ["fn", "x"]},
+      {"class_name": "MeanMetricWrapper",
+       "config": {"fn": "kl_divergence", "name": "kld"}}]]}
+  found = h5._metric_functions(config, tf_keras)  # pylint: disable=protected-access
+  assert list(found) == ["kl_divergence"]

@@ -33,7 +33,8 @@ def _metric_functions(training_config, tf_keras):
   (e.g. `kl_divergence`: tf_keras keeps the name, and `fit` fails)."""
   found = {}
   for node in _read_h5.config_dicts(training_config):
-    fn = (node.get("config") or {}).get("fn") if node.get(
+    config = node.get("config")
+    fn = config.get("fn") if isinstance(config, dict) and node.get(
         "class_name") == "MeanMetricWrapper" else None
     if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
       function = getattr(tf_keras.metrics, fn, None)
