@@ -28,19 +28,7 @@ class PerGraphWeights(tf.__internal__.tracking.Trackable):
 
   def _add_weight(self, name: str, initial_value: Any,
                   dtype: tf.dtypes.DType) -> tf.Variable:
-    """Creates a non-trainable, never-aggregated variable named `name`.
-
-    Args:
-      name: The variable's name and its checkpoint key.
-      initial_value: Its initial value.
-      dtype: Its dtype.
-
-    Returns:
-      The variable.
-
-    Raises:
-      RuntimeError: If a weight `name` already exists in this context.
-    """
+    """A non-trainable, never-aggregated variable; `name` is its ckpt key."""
     key = (name, graph_key())
     if key in self._weights:
       raise RuntimeError(f"Duplicate variables detected. {key}")
