@@ -11,6 +11,15 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
+
+
+def variables_of(trackable: Any) -> list[tf.Variable]:
+  """A trackable's variable children (this graph's), in name order."""
+  children = _private_api.trackable_children(trackable, "checkpoint")
+  return [v for _, v in sorted(children.items())
+          if isinstance(v, tf.Variable)]
+
 
 def graph_key() -> tf.Graph | None:
   """Identifies the context variables are owned by: None when eager."""

@@ -33,14 +33,9 @@ def _tensor_method(name):
 class LossScaleValue:
   """The `LossScale` of an experimental LossScaleOptimizer, tensor-like.
 
-  Callable as the `LossScale` and reaching its attributes (`get_config`,
-  `update`, `increment_period`), it passes `isinstance` checks against its
-  class and behaves as the current scale tensor wherever TF 2.4 code used one
-  (`tf.convert_to_tensor`, arithmetic, comparisons, `numpy()`, `float()`,
-  `tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
-  Calling it or `tensor()` reads the current scale
-  (a float32 scalar tensor, in a `tf.function` too); any other attribute is
-  the `LossScale`'s.
+  Callable as the `LossScale`, with its attributes and `isinstance` class,
+  and the current scale tensor wherever TF 2.4 code used one (conversion,
+  arithmetic, `float()`, `K.get_value`, `Session.run` fetches).
   """
 
   # `tf.is_tensor` (and so `K.get_value`) treat it as the scale tensor.
@@ -49,8 +44,6 @@ class LossScaleValue:
   def __init__(self, loss_scale: Any) -> None:
     """Wraps `loss_scale`, a TF 2.3 `LossScale`."""
     object.__setattr__(self, "_loss_scale", loss_scale)
-
-  # -------------------------------------------------- the LossScale --
 
   @property  # type: ignore[misc]
   def __class__(self):
@@ -79,8 +72,6 @@ class LossScaleValue:
   def __reduce__(self):
     raise TypeError("The loss_scale of a LossScaleOptimizer cannot be pickled; "
                     "use its get_config() or float(loss_scale).")
-
-  # -------------------------------------------- the float32 tensor --
 
   def tensor(self) -> tf.Tensor:
     """The current loss scale as a float32 scalar tensor."""

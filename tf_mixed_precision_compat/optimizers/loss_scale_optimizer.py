@@ -59,15 +59,8 @@ _DUPLICATE_DEPENDENCY = (
 def declared_names(tracks_loss_scale: bool) -> tuple[str, ...]:
   """The dependency names a wrapper declares on its inner optimizer, in order.
 
-  TF 2.4's `LossScaleOptimizer` declared "loss_scale" when dynamic, then
-  "base_optimizer"; TF 2.3's experimental class declared "loss_scale" for
-  every loss scale.
-
-  Args:
-    tracks_loss_scale: Whether the wrapper checkpoints a loss scale object.
-
-  Returns:
-    The names, in the order TF declared them.
+  "loss_scale" (TF 2.4's class when dynamic, TF 2.3's always), then
+  "base_optimizer".
 
   Example:
 
@@ -82,22 +75,10 @@ def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
                     wrapped_elsewhere: bool = False) -> None:
   """Raises TF 2.4's `ValueError` if a wrapper ever wrapped `inner_optimizer`.
 
-  TF 2.4.4 and TF 2.3.4 refused a second Keras loss-scale optimizer (either
-  class) around the same optimizer, alive or not the first: both would scale
-  the loss and share its slots and iterations. The message starts with TF's
-  text (user code may match it); its second sentence gives the deliberate
-  way. `tf.compat.v1`'s optimizer never refused, and does not call this.
-
-  Args:
-    inner_optimizer: The optimizer about to be wrapped.
-    tracks_loss_scale: Whether the new wrapper checkpoints a loss scale
-      object (see `declared_names`).
-    wrapped_elsewhere: Whether a wrapper this package did not build (tf_keras's
-      own) marked `inner_optimizer` as wrapped; taken as TF 2.4's default,
-      dynamic wrapper.
-
-  Raises:
-    ValueError: If `inner_optimizer` was wrapped before.
+  TF 2.4.4 and 2.3.4 refused a second Keras wrapper, alive or not the first:
+  both would share its slots and iterations. The message starts with TF's
+  text. `wrapped_elsewhere`: tf_keras's own wrapper marked it (taken as TF
+  2.4's dynamic one).
 
   Example:
 
@@ -130,10 +111,6 @@ def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
 def record_wrapped(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
   """Records that a wrapper now wraps `inner_optimizer` (see `check_unwrapped`).
 
-  Args:
-    inner_optimizer: The optimizer just wrapped.
-    tracks_loss_scale: Whether its wrapper checkpoints a loss scale object.
-
   Example:
 
   >>> inner = tf.keras.optimizers.SGD()
@@ -155,11 +132,7 @@ def _claim(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
 
 
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
-  """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in.
-
-  Raises:
-    ValueError: As `LossScaleOptimizer.__init__` says.
-  """
+  """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in."""
   if dynamic:
     return (dynamic_state.check_initial_scale(
         _experimental_args.DEFAULT_INITIAL_SCALE
@@ -267,8 +240,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         if dynamic else initial_scale)
     self.built = bool(getattr(inner_optimizer, "built", False))
 
-  # ---------------------------------------------------------------- state --
-
   @property
   def dynamic(self) -> bool:
     """Bool indicating whether dynamic loss scaling is used."""
@@ -303,12 +274,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """The optimizer this LossScaleOptimizer wraps."""
     return self._optimizer
 
-  # ------------------------------------------------------- loss scaling --
-  #
   # The step-path methods are exempt from AutoGraph: they have no
-  # tensor-dependent Python control flow (the apply-or-skip decision is an
-  # explicit `tf.cond`), and converting them made tracing a step with many
-  # variables markedly slower than tracing the bare optimizer's.
+  # tensor-dependent Python control flow, and converting them made tracing
+  # markedly slower.
 
   @tf.autograph.experimental.do_not_convert
   def get_scaled_loss(self, loss: Any) -> Any:
@@ -352,11 +320,10 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
   def scale_loss(self, loss: Any) -> Any:
     """Keras 3's hook: scales `loss`; gradients then arrive scaled.
 
-    Keras 3's `Model.fit` calls this and passes the gradients of the result,
-    still scaled, to `apply_gradients`. The call marks the current thread
-    (replica) and graph so that the next `apply_gradients` / `apply` there
-    unscales them. Custom loops should use `get_scaled_loss` and
-    `get_unscaled_gradients` instead.
+    `Model.fit` passes the gradients of the result, still scaled, to
+    `apply_gradients`; the call marks this thread (replica) and graph so the
+    next `apply_gradients` there unscales them. Custom loops should use
+    `get_scaled_loss` and `get_unscaled_gradients` instead.
 
     Args:
       loss: The loss tensor.
@@ -374,8 +341,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self._marks.pending = False
     graph = getattr(self._marks, "graph", None)
     return pending and graph is _step.graph_token()
-
-  # ---------------------------------------------------------- applying --
 
   def build(self, var_list: Sequence[Any]) -> None:
     """Creates the inner optimizer's variables for `var_list`."""
@@ -565,9 +530,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         Keras 2.
       custom_objects: Optional dict of user classes, by name.
 
-    Returns:
-      A `LossScaleOptimizer`.
-
     Raises:
       ValueError: If a TF 2.3 loss scale cannot be converted (multiplier not
         2, or neither fixed nor dynamic), or the inner optimizer config
@@ -575,7 +537,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """
     config = dict(config)
     if "loss_scale" in config:
-      config.update(_experimental_args.tf23_config_arguments(config.pop("loss_scale")))
+      config.update(
+          _experimental_args.tf23_config_arguments(config.pop("loss_scale")))
       config["inner_optimizer"] = config.pop("optimizer")
     config["inner_optimizer"] = _inner.deserialize(
         config["inner_optimizer"], custom_objects)
@@ -585,18 +548,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
 def loss_scale_state(optimizer: Any) -> Any:
   """The dynamic loss-scale state of a `LossScaleOptimizer`, else None.
 
-  An object whose `current_loss_scale` and `counter` variables are what TF
-  2.x checkpoints hold under `optimizer/loss_scale` (the legacy loaders
-  restore them): TF 2.4's `DynamicLossScaleState`, or the experimental
-  class's `DynamicLossScale` (any multiplier). Found as that checkpoint
-  dependency, so that the class keeps exactly TF 2.4's API.
-
-  Args:
-    optimizer: Any optimizer.
-
-  Returns:
-    The state, or None for a fixed scale, a user `LossScale` or another
-    optimizer.
+  Its `current_loss_scale` and `counter` are what checkpoints hold under
+  `optimizer/loss_scale`; found as that dependency, so that the class keeps
+  exactly TF 2.4's API. None for a fixed or a user `LossScale`.
   """
   if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
     return None
