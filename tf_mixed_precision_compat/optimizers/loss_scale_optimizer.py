@@ -42,11 +42,9 @@ def serializable(cls: type) -> type:
       package=SERIALIZATION_PACKAGE)(cls)
 
 
-# Inner optimizer -> the checkpoint dependency names TF 2.4 declared on it
-# when a LossScaleOptimizer wrapped it. Keyed on the inner optimizer, never
-# on the wrapper: TF 2.4's wrapper declared them on the inner optimizer
-# itself, so a second wrapper was refused for as long as the inner optimizer
-# lived, whether or not the first was still alive.
+# Inner optimizer -> the dependency names TF 2.4's wrapper declared on it;
+# keyed on the inner optimizer, as TF refused a second wrapper for as long as
+# the inner optimizer lived, whether or not the first wrapper did.
 _DECLARED: "weakref.WeakKeyDictionary[Any, tuple[str, ...]]" = (
     weakref.WeakKeyDictionary())
 
@@ -158,20 +156,12 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
                          keras.optimizers.LossScaleOptimizer):
   """An optimizer that applies loss scaling to prevent numeric underflow.
 
-  Wraps a Keras 3 optimizer (`tf.keras.optimizers.*`, which on TF 2.21 is
-  `keras.optimizers.*`) with TF 2.4's API. The loss is multiplied by the loss
-  scale before differentiation and the gradients are divided by it before
-  they are applied. With `dynamic=True` the scale halves (never below 1) on a
-  step with a NaN or infinite gradient, which is then skipped, and doubles
-  after `dynamic_growth_steps` consecutive finite steps.
-
-  Custom loops use TF 2.4's convention: `get_scaled_loss`, then
-  `get_unscaled_gradients`, then `apply_gradients` with unscaled gradients.
-  `model.compile(optimizer=LossScaleOptimizer(...))` works too: the wrapper
-  recognises and unscales the scaled gradients Keras 3's `fit` passes.
-
-  The inner optimizer's hyperparameters are read and set through the wrapper
-  (`opt.beta_1`); its other attributes (Adam's `epsilon`) are not.
+  Wraps a Keras 3 optimizer with TF 2.4's API. With `dynamic=True` the scale
+  halves (never below 1) on a step with a NaN or infinite gradient, which is
+  skipped, and doubles after `dynamic_growth_steps` finite steps. Custom
+  loops call `get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`;
+  `model.fit` works too. The inner optimizer's hyperparameters are read and
+  set through the wrapper (`opt.beta_1`); its other attributes are not.
 
   Example:
 
@@ -201,11 +191,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     Raises:
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
-      ValueError: If `inner_optimizer` is a loss scale optimizer (also an
-        `AttributeError` as in TF 2.4), was ever wrapped by one (TF 2.4's
-        message) or scales losses itself; if `initial_scale` is missing or
-        `dynamic_growth_steps` given with `dynamic=False`, a number is out
-        of range, or the current strategy does not support loss scaling.
+      ValueError: If `inner_optimizer` scales losses or was ever wrapped, an
+        argument is missing, extra or out of range, or the strategy does
+        not support loss scaling.
     """
     adapter = _inner.adapt(inner_optimizer)
     if not isinstance(dynamic, bool):
@@ -222,12 +210,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     _step.raise_if_strategy_unsupported()
     _claim(inner_optimizer, dynamic or self._TRACKS_ANY_LOSS_SCALE)
 
-    # The wrapper's own attributes are no checkpoint dependencies: to
-    # `tf.train.Checkpoint` it looks like the inner optimizer (see
-    # `_delegation`).
+    # To checkpoints the wrapper looks like the inner optimizer (`_delegation`).
     object.__setattr__(self, "_self_setattr_tracking", False)
-    # Keras 3's Optimizer constructor, not keras.optimizers.
-    # LossScaleOptimizer's: only the isinstance relation is wanted from it.
+    # Only the isinstance relation is wanted of Keras's LossScaleOptimizer.
     keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
     self._optimizer = inner_optimizer
     self._adapter = adapter
@@ -324,12 +309,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     `apply_gradients`; the call marks this thread (replica) and graph so the
     next `apply_gradients` there unscales them. Custom loops should use
     `get_scaled_loss` and `get_unscaled_gradients` instead.
-
-    Args:
-      loss: The loss tensor.
-
-    Returns:
-      `loss` multiplied by the loss scale.
     """
     scaled = self.get_scaled_loss(loss)
     self._marks.pending = True
@@ -362,8 +341,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       grads_and_vars: (gradient, variable) pairs; gradients unscaled, or
         scaled if the loss came from `scale_loss` in this step.
       name: Passed on, as TF 2.4 did, as the second positional argument of
-        the inner optimizer's `apply_gradients` where it takes one (Keras
-        3's own optimizers take none; their subclasses may).
+        the inner optimizer's `apply_gradients` where it takes one.
       experimental_aggregate_gradients: Whether the inner optimizer sums the
         gradients over replicas. False (already summed) is only supported
         with one replica, as Keras 3 optimizers always aggregate.
@@ -387,9 +365,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       grads = self.get_unscaled_gradients(grads)
     self._adapter.check_aggregation(experimental_aggregate_gradients)
     if not self.built:
-      # Lifted out of any tf.function being traced, as TF 2.4 created its
-      # slots: Keras 3 optimizers otherwise fail to build on their first
-      # distributed tf.function step (initial values inside the trace).
+      # Lifted out of any tf.function, as TF 2.4 made its slots: Keras 3
+      # otherwise fails to build on a first distributed tf.function step.
       with tf.init_scope():
         self.build(variables)
     train_op = tf.distribute.get_replica_context().merge_call(
@@ -506,12 +483,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         "(nor by the TensorFlow backend of Keras 3).")
 
   def get_config(self) -> dict[str, Any]:
-    """Returns the config in TF 2.4's format.
-
-    Returns:
-      `{"inner_optimizer", "dynamic", "initial_scale",
-      "dynamic_growth_steps"}`, the inner optimizer serialized by Keras 3.
-    """
+    """Returns the config in TF 2.4's format (inner optimizer by Keras 3)."""
     return {
         "inner_optimizer": self._adapter.serialize(),
         "dynamic": self.dynamic,
