@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import math
-import numbers
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -33,11 +32,6 @@ def _deprecation_text(cls_name):
       f"{cls_name}.__init__", __name__.rpartition(".")[0],
       "Use tf.keras.mixed_precision.LossScaleOptimizer instead. "
       f"LossScaleOptimizer now has all the functionality of {cls_name}")
-
-
-def _is_real_number(value):
-  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and
-          not isinstance(value, tf.Tensor))
 
 
 def _export_loss_scale(name, warn=True):
@@ -121,7 +115,7 @@ class FixedLossScale(LossScale):
     """
     _deprecation.warn_once(FixedLossScale, _deprecation_text("FixedLossScale"))
     super().__init__()
-    if not _is_real_number(loss_scale_value):
+    if not dynamic_state.is_real(loss_scale_value):
       raise ValueError("loss_scale_value must be a Python int or float.")
     if loss_scale_value < 1:
       raise ValueError("loss_scale_value must be at least 1.")
@@ -227,6 +221,11 @@ class DynamicLossScale(dynamic_state.DynamicScaleCore, LossScale):
     }
 
 
+# Ours and TF 2.21's own tf.compat.v1 classes, which behave the same.
+FIXED_TYPES = (FixedLossScale, tf.compat.v1.mixed_precision.FixedLossScale)
+DYNAMIC_TYPES = (DynamicLossScale,
+                 tf.compat.v1.mixed_precision.DynamicLossScale)
+
 _BUILTIN_CLASSES = {
     "FixedLossScale": FixedLossScale,
     "DynamicLossScale": DynamicLossScale,
@@ -255,7 +254,7 @@ def get(identifier: Any) -> Optional[LossScale]:
     return identifier
   if isinstance(identifier, dict):
     return deserialize(identifier)
-  if _is_real_number(identifier):
+  if dynamic_state.is_real(identifier):
     return FixedLossScale(identifier)
   if isinstance(identifier, str) and identifier == "dynamic":
     return DynamicLossScale()

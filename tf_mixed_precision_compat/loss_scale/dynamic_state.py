@@ -19,7 +19,7 @@ from tf_mixed_precision_compat.loss_scale import _tracking
 
 __all__ = [
     "DynamicScaleCore", "check_float32_finite", "check_growth_steps",
-    "check_initial_scale", "check_multiplier", "update_variables"
+    "check_initial_scale", "check_multiplier", "is_real", "update_variables"
 ]
 
 # float32's largest finite value; values above round to inf (those a little
@@ -27,7 +27,8 @@ __all__ = [
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _is_real(value):
+def is_real(value):
+  """Whether `value` is a real number (Python or NumPy), not a bool."""
   return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
@@ -36,7 +37,7 @@ def check_initial_scale(value, arg_name):
 
   TypeError for a type `float()` rejects (as TF 2.4 raised), else ValueError.
   """
-  if not _is_real(value):
+  if not is_real(value):
     message = (f'"{arg_name}" must be a Python int or float, finite and at '
                f"least 1, but got: {value!r}")
     try:
@@ -68,7 +69,7 @@ def check_float32_finite(value, arg_name):
 
 def check_growth_steps(value, arg_name):
   """`value` as an int if integral and at least 1, else raises ValueError."""
-  if not _is_real(value) or not math.isfinite(value) or value != int(value):
+  if not is_real(value) or not math.isfinite(value) or value != int(value):
     raise ValueError(f'"{arg_name}" must be an integer of at least 1, but '
                      f"got: {value!r}")
   if value < 1:
@@ -78,7 +79,7 @@ def check_growth_steps(value, arg_name):
 
 def check_multiplier(value, arg_name="multiplier"):
   """`value` as a float if finite and greater than 1, else raises ValueError."""
-  if not _is_real(value) or not math.isfinite(value) or value <= 1:
+  if not is_real(value) or not math.isfinite(value) or value <= 1:
     raise ValueError(f'"{arg_name}" must be a finite number greater than 1, '
                      f"but got: {value!r}")
   return float(value)

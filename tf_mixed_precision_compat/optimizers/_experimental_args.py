@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.loss_scale import _loss_scales
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 
@@ -28,16 +29,6 @@ V1_WARNING_PREFIX = (
 _EXAMPLE = ("For example\n"
             "  opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
             "opt{})")
-
-
-def _fixed_types():
-  return (loss_scale_module.FixedLossScale,
-          tf.compat.v1.mixed_precision.FixedLossScale)
-
-
-def _dynamic_types():
-  return (loss_scale_module.DynamicLossScale,
-          tf.compat.v1.mixed_precision.DynamicLossScale)
 
 
 def _fixed_value(loss_scale):
@@ -56,14 +47,13 @@ def v1_arguments(loss_scale):
     loss_scale = loss_scale_module.deserialize(loss_scale)
   if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
     value = loss_scale
-  elif isinstance(loss_scale, _fixed_types()):
+  elif isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     value = _fixed_value(loss_scale)
   elif isinstance(loss_scale, str) and loss_scale == "dynamic":
     return {}, V1_WARNING_PREFIX + _EXAMPLE.format("")
-  elif isinstance(loss_scale, _dynamic_types()):
+  elif isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
     return _dynamic_arguments(loss_scale)
-  elif isinstance(loss_scale, (loss_scale_module.LossScale,
-                               tf.compat.v1.mixed_precision.LossScale)):
+  elif isinstance(loss_scale, loss_scale_module.LossScale):
     raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
                     f"DynamicLossScale is no longer supported. Got: "
                     f"{loss_scale}")
@@ -97,15 +87,11 @@ def _dynamic_arguments(loss_scale):
   return kwargs, message
 
 
-def _loss_scale_types():
-  return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
-
-
 def tf24_representable(loss_scale):
   """Whether TF 2.4's arguments express `loss_scale`: fixed, or multiplier 2."""
-  if isinstance(loss_scale, _fixed_types()):
+  if isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     return True
-  return (isinstance(loss_scale, _dynamic_types()) and
+  return (isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES) and
           loss_scale.multiplier == 2)
 
 
@@ -117,9 +103,10 @@ def tf23_loss_scale(loss_scale, custom_objects=None):
   """
   if isinstance(loss_scale, dict):
     loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
-  if (isinstance(loss_scale, _loss_scale_types()) and
+  # TF's tf.compat.v1 `LossScale` is registered as ours.
+  if (isinstance(loss_scale, loss_scale_module.LossScale) and
       not tf24_representable(loss_scale)):
-    if isinstance(loss_scale, _dynamic_types()):
+    if isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
       # TF's own tf.compat.v1 class takes a scale float32 cannot hold.
       dynamic_state.check_initial_scale(loss_scale.initial_loss_scale,
                                         "initial_loss_scale")
@@ -138,12 +125,12 @@ def tf23_loss_scale(loss_scale, custom_objects=None):
 def tf23_config_arguments(serialized):
   """TF 2.4 constructor arguments for a TF 2.3 config's `loss_scale`."""
   loss_scale = loss_scale_module.deserialize(serialized)
-  if isinstance(loss_scale, _fixed_types()):
+  if isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     return {
         "dynamic": False,
         "initial_scale": _fixed_value(loss_scale)
     }
-  if isinstance(loss_scale, _dynamic_types()):
+  if isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
     if loss_scale.multiplier != 2:
       raise ValueError("Cannot deserialize LossScaleOptimizer with a "
                        "DynamicLossScale whose multiplier is not 2. Got "
@@ -242,7 +229,7 @@ class TF23LossScaleMixin:
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return not isinstance(self._tf23_loss_scale, _fixed_types())
+    return not isinstance(self._tf23_loss_scale, _loss_scales.FIXED_TYPES)
 
   @property
   def initial_scale(self) -> Any:

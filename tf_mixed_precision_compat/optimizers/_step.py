@@ -61,13 +61,26 @@ def raise_if_strategy_unsupported():
                    "using a different Strategy, e.g. a MirroredStrategy")
 
 
-def multiply_gradient(gradient, factor):
-  """Multiplies a dense or `tf.IndexedSlices` gradient, keeping it sparse."""
+def scaled_loss(loss, scale):
+  """`loss` times `scale()` in its dtype; a callable for a callable `loss`."""
+  if callable(loss):
+    return lambda: scaled_loss(loss(), scale)
+  return loss * tf.cast(scale(), loss.dtype)
+
+
+def _multiply_gradient(gradient, factor):
   factor = tf.cast(factor, gradient.dtype)
   if isinstance(gradient, tf.IndexedSlices):
     return tf.IndexedSlices(gradient.values * factor, gradient.indices,
                             dense_shape=gradient.dense_shape)
   return gradient * factor
+
+
+def unscale_gradients(grads, loss_scale):
+  """`grads` times the reciprocal of `loss_scale`; None and sparse kept."""
+  reciprocal = 1. / loss_scale
+  return [None if g is None else _multiply_gradient(g, reciprocal)
+          for g in grads]
 
 
 def _is_func_graph(graph):

@@ -17,22 +17,13 @@ from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.loss_scale import _graph_update
+from tf_mixed_precision_compat.loss_scale import _loss_scales
 from tf_mixed_precision_compat.loss_scale import _tracking
 from tf_mixed_precision_compat.optimizers import _step
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
-
-
-def _fixed_loss_scale_classes():
-  """Our FixedLossScale and TF's compat.v1 one, while TF still ships it."""
-  classes = [loss_scale_module.FixedLossScale]
-  tf_fixed = getattr(
-      getattr(tf.compat.v1, "mixed_precision", None), "FixedLossScale", None)
-  if tf_fixed is not None:
-    classes.append(tf_fixed)
-  return tuple(classes)
 
 
 def is_keras_optimizer(opt: Any) -> bool:
@@ -75,12 +66,12 @@ def _check_tf_loss_scale(loss_scale):
   Ours are validated when made; TF's accept 1e39, with which a dynamic
   scale skips every step.
   """
-  compat = getattr(tf.compat.v1, "mixed_precision", None)
-  checks = (("FixedLossScale", "_loss_scale_value", "loss_scale_value"),
-            ("DynamicLossScale", "initial_loss_scale", "initial_loss_scale"))
-  for class_name, attr, arg_name in checks:
-    cls = getattr(compat, class_name, None)
-    if isinstance(cls, type) and isinstance(loss_scale, cls):
+  compat = tf.compat.v1.mixed_precision
+  checks = ((compat.FixedLossScale, "_loss_scale_value", "loss_scale_value"),
+            (compat.DynamicLossScale, "initial_loss_scale",
+             "initial_loss_scale"))
+  for cls, attr, arg_name in checks:
+    if isinstance(loss_scale, cls):
       value = float(getattr(loss_scale, attr))
       if not math.isfinite(value):
         raise ValueError(f'"{arg_name}" of loss_scale must be finite, but '
@@ -95,18 +86,10 @@ def _check_tf_loss_scale(loss_scale):
 class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid-type]
   """A `tf.compat.v1.train.Optimizer` wrapper that applies loss scaling.
 
-  Loss scaling multiplies the loss by a factor, the loss scale, before
-  gradients are computed and divides the gradients by it afterwards:
-
-      loss = loss * loss_scale
-      grads = gradients(loss, vars)
-      grads = grads / loss_scale
-
-  Mathematically this changes nothing, but it keeps small float16
-  intermediate gradients from flushing to zero. The loss scale is fixed (an
-  int or float) or dynamic (`"dynamic"` or a `DynamicLossScale`); with a
-  dynamic one, steps whose gradients contain Inf or NaN are skipped: neither
-  variables, slots nor `global_step` change, and the loss scale shrinks.
+  The loss is multiplied by the loss scale before gradients are computed,
+  which are divided by it afterwards, so small float16 gradients do not
+  flush to zero. With a dynamic loss scale, steps with Inf or NaN gradients
+  are skipped (nothing changes, `global_step` neither) and the scale shrinks.
 
   Example:
 
@@ -157,7 +140,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
   def _doing_dynamic_loss_scaling(self):
     # Any loss scale but a fixed one is asked, step by step, whether to apply:
     # that covers DynamicLossScale and user-defined subclasses alike.
-    return not isinstance(self._loss_scale, _fixed_loss_scale_classes())
+    return not isinstance(self._loss_scale, _loss_scales.FIXED_TYPES)
 
   def compute_gradients(self,
                         loss: Any,
@@ -200,23 +183,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return list(zip(grads, [v for _, v in grads_and_vars]))
 
   def _scale_loss(self, loss):
-    scale = self._loss_scale()
-    if callable(loss):
-
-      def scaled_loss():
-        value = loss()
-        return value * tf.cast(scale, value.dtype)
-
-      return scaled_loss
-    return loss * tf.cast(scale, loss.dtype)
+    scale = self._loss_scale()  # Read first, as TF 2.3 did.
+    return _step.scaled_loss(loss, lambda: scale)
 
   def _unscale_grads(self, grads):
     # Multiplying by the float32 reciprocal, as TF 2.3 did, keeps the values
     # bit-identical to its; it is cast for float16/bfloat16 gradients, which
     # TF 2.3 could not unscale at all.
-    reciprocal = 1. / self._loss_scale()
-    return [None if g is None else _step.multiply_gradient(g, reciprocal)
-            for g in grads]
+    return _step.unscale_gradients(grads, self._loss_scale())
 
   def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]],
                       global_step: Optional[tf.Variable] = None,
@@ -241,10 +215,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
       eagerly, where the step has then already happened).
 
     Raises:
-      ValueError: If called in a cross-replica context of a distribution
-        strategy, if no variable has a gradient, or (dynamic loss scale) a
-        gradient's shape does not match its variable's.
-      TypeError: (Dynamic loss scale) if a gradient's dtype differs from its
+      ValueError: In a cross-replica context, if no variable has a gradient,
+        or (dynamic loss scale) for a gradient's shape not its variable's.
+      TypeError: (Dynamic loss scale) For a gradient's dtype not its
         variable's.
     """
     if tf.distribute.in_cross_replica_context():

@@ -274,14 +274,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       `loss * loss_scale` (the scale cast to the loss's dtype), or a callable
       returning it when `loss` is callable.
     """
-    if callable(loss):
-
-      def scaled_loss():
-        value = loss()
-        return value * tf.cast(self.loss_scale, value.dtype)
-
-      return scaled_loss
-    return loss * tf.cast(self.loss_scale, loss.dtype)
+    return _step.scaled_loss(loss, lambda: self.loss_scale)
 
   @tf.autograph.experimental.do_not_convert
   def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
@@ -295,11 +288,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       A new list of the same length.
     """
     self._marks.pending = False
-    reciprocal = 1. / self.loss_scale
-    return [
-        None if g is None else _step.multiply_gradient(g, reciprocal)
-        for g in grads
-    ]
+    return _step.unscale_gradients(grads, self.loss_scale)
 
   @tf.autograph.experimental.do_not_convert
   def scale_loss(self, loss: Any) -> Any:
