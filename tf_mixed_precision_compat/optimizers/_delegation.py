@@ -87,17 +87,7 @@ class InnerDelegation:
       return
     adapter.set_iterations(value)
 
-  @property
-  def learning_rate(self):
-    """The inner optimizer's learning rate (settable)."""
-    return self._optimizer.learning_rate
-
-  @learning_rate.setter
-  def learning_rate(self, value):
-    inner = self.__dict__.get("_optimizer")
-    if inner is not None:
-      inner.learning_rate = value
-
+  learning_rate = _delegated_property("learning_rate")
   lr = learning_rate
   clipnorm = _delegated_property("clipnorm")
   clipvalue = _delegated_property("clipvalue")

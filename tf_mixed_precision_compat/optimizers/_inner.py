@@ -335,10 +335,7 @@ _KINDS = (Keras3Inner, OptimizerV2Inner)
 
 def kind_of(optimizer):
   """The adapter class for `optimizer`; None for what the wrapper refuses."""
-  for kind in _KINDS:
-    if kind.holds(optimizer):
-      return kind
-  return None
+  return next((kind for kind in _KINDS if kind.holds(optimizer)), None)
 
 
 def adapt(optimizer):
@@ -397,11 +394,6 @@ def _in_session_graph():
   return not hasattr(graph, "outer_graph")
 
 
-def _clips(inner):
-  return any(getattr(inner, attr, None)
-             for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
-
-
 _warned_clip_order: list[bool] = []
 
 
@@ -413,7 +405,9 @@ def _clip_after_sum(inner, distribution):
   the two methods are shadowed on the instance so the sum comes first; a
   Keras lacking them gets a warning, once.
   """
-  if distribution.num_replicas_in_sync == 1 or not _clips(inner):
+  clips = any(getattr(inner, attr, None)
+              for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
+  if distribution.num_replicas_in_sync == 1 or not clips:
     yield
     return
   clip, all_reduce = _private_api.keras_clip_and_all_reduce_methods(

@@ -31,18 +31,9 @@ HYPERPARAMETERS = {
              "l2_regularization_strength", "beta"),
 }
 
-# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them) and the Keras
-# 3 classes they become.
-KERAS2_OPTIMIZERS = {
-    "sgd": "SGD",
-    "adam": "Adam",
-    "adamax": "Adamax",
-    "nadam": "Nadam",
-    "rmsprop": "RMSprop",
-    "adadelta": "Adadelta",
-    "adagrad": "Adagrad",
-    "ftrl": "Ftrl",
-}
+# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them, lower-cased)
+# and the Keras 3 classes they become.
+KERAS2_OPTIMIZERS = {name.lower(): name for name in HYPERPARAMETERS}
 
 
 class Slot(typing.NamedTuple):
@@ -166,11 +157,10 @@ def _check_keys(class_name, keras3_name, options):
 
 
 def _check_decay(decay):
-  if isinstance(decay, (int, float)):
-    if decay < 0:
-      raise ValueError(f"Expected decay >= 0, received: {decay}")
-    return
-  raise TypeError(f"decay must be a number >= 0, got {decay!r}.")
+  if not isinstance(decay, (int, float)):
+    raise TypeError(f"decay must be a number >= 0, got {decay!r}.")
+  if decay < 0:
+    raise ValueError(f"Expected decay >= 0, received: {decay}")
 
 
 def _check_learning_rate(class_name, learning_rate):
@@ -191,7 +181,6 @@ def _keras2_options(class_name, options, keras3_name=None,
   _check_keys(class_name, keras3_name, options)
   if "lr" in options:
     options.setdefault("learning_rate", options.pop("lr"))
-    options.pop("lr", None)
   learning_rate = options.get("learning_rate", 0.001)
   if isinstance(learning_rate, dict):
     learning_rate = deserialize_schedule(learning_rate, custom_objects)

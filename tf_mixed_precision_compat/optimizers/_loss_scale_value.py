@@ -110,26 +110,6 @@ class LossScaleValue:
       return str(self)
     return format(self.numpy(), format_spec)
 
-  __add__ = _tensor_method("__add__")
-  __radd__ = _tensor_method("__radd__")
-  __sub__ = _tensor_method("__sub__")
-  __rsub__ = _tensor_method("__rsub__")
-  __mul__ = _tensor_method("__mul__")
-  __rmul__ = _tensor_method("__rmul__")
-  __truediv__ = _tensor_method("__truediv__")
-  __rtruediv__ = _tensor_method("__rtruediv__")
-  __floordiv__ = _tensor_method("__floordiv__")
-  __rfloordiv__ = _tensor_method("__rfloordiv__")
-  __mod__ = _tensor_method("__mod__")
-  __pow__ = _tensor_method("__pow__")
-  __rpow__ = _tensor_method("__rpow__")
-  __neg__ = _tensor_method("__neg__")
-  __abs__ = _tensor_method("__abs__")
-  __lt__ = _tensor_method("__lt__")
-  __le__ = _tensor_method("__le__")
-  __gt__ = _tensor_method("__gt__")
-  __ge__ = _tensor_method("__ge__")
-
   def __eq__(self, other: Any) -> Any:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
       return other is self or other is self._loss_scale or (
@@ -142,5 +122,10 @@ class LossScaleValue:
       return not self.__eq__(other)
     return self.tensor() != other
 
+
+for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+              "rtruediv", "floordiv", "rfloordiv", "mod", "pow", "rpow", "neg",
+              "abs", "lt", "le", "gt", "ge"):
+  setattr(LossScaleValue, f"__{_name}__", _tensor_method(f"__{_name}__"))
 
 _private_api.register_session_fetch(LossScaleValue, LossScaleValue.tensor)
