@@ -225,10 +225,8 @@ class InnerDelegation:
 
   @property
   def _create_or_restore_slot_variable(self):
-    # TF's restore gives the slots saved under this (invisible) wrapper to it
-    # through this hook, if the object has one: a tf_keras OptimizerV2 inner
-    # optimizer keeps them until its slots exist (restore before the first
-    # step). Keras 3 inner optimizers have no such hook, nor has the wrapper.
+    # TF's restore hands the slots saved under this wrapper to this hook: a
+    # tf_keras OptimizerV2 keeps them until its slots exist. Keras 3 has none.
     adapter = self.__dict__.get("_adapter")
     restorer = None if adapter is None else adapter.slot_restorer()
     if restorer is None:

@@ -164,20 +164,16 @@ class Keras3Inner(InnerOptimizer):
           "gradients across replicas. Pass unaggregated gradients instead.")
 
   def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
-    # TF 2.4 handed `name` on positionally: an inner optimizer subclass
-    # whose `apply_gradients` takes a second argument (a clip norm, say)
-    # received it there. Keras 3's own `apply_gradients` takes no such
-    # argument.
+    # TF 2.4 handed `name` on positionally, to a subclass's second argument
+    # (a clip norm, say); Keras 3's own `apply_gradients` takes none.
     args, kwargs = _forwarded_apply_arguments(
         self.optimizer.apply_gradients, name, experimental_aggregate_gradients)
     self.optimizer.apply_gradients(pairs, *args, **kwargs)
 
   def in_order(self, build):
-    # A `tf.compat.v1` graph orders nothing by itself: Keras 3's reads and
-    # writes of a variable rely on the automatic control dependencies of a
-    # `tf.function`, so there the apply is built as one, whose op is what
-    # runs it. (Around the replicas' apply, not inside it: Keras 3 sums the
-    # replicas' gradients with a `merge_call`.)
+    # Keras 3's reads and writes rely on a `tf.function`'s automatic control
+    # dependencies, which a `tf.compat.v1` graph lacks: build the apply as one
+    # (around the replicas' apply, as Keras 3 sums them in a `merge_call`).
     if not _in_session_graph():
       return build()
 

@@ -112,9 +112,7 @@ class LossScaleValue:
 
   def __eq__(self, other: Any) -> Any:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
-      return other is self or other is self._loss_scale or (
-          isinstance(other, LossScaleValue) and
-          other._loss_scale is self._loss_scale)
+      return other is self._loss_scale or other._loss_scale is self._loss_scale
     return self.tensor() == other
 
   def __ne__(self, other: Any) -> Any:
