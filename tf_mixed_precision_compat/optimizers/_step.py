@@ -83,10 +83,6 @@ def unscale_gradients(grads, loss_scale):
           for g in grads]
 
 
-def _is_func_graph(graph):
-  return graph is not None and hasattr(graph, "outer_graph")
-
-
 def graph_token():
   """What a `scale_loss` mark belongs to: None eagerly, else a graph.
 
@@ -96,7 +92,7 @@ def graph_token():
   if tf.executing_eagerly():
     return None
   graph = tf.compat.v1.get_default_graph()
-  while _is_func_graph(getattr(graph, "outer_graph", None)):
+  while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
     graph = graph.outer_graph
   return graph
 
