@@ -9,18 +9,10 @@ from tf_mixed_precision_compat.loss_scale import _scaling
 
 
 def all_finite(grads):
-  """Whether all of `grads` are finite on every replica.
+  """Whether all of the nested `grads` are finite on every replica.
 
-  Args:
-    grads: A nested structure of gradients (tensors, `tf.IndexedSlices`,
-      None, or per-replica values of those in cross-replica context).
-
-  Returns:
-    A scalar bool tensor, identical on every replica.
-
-  Raises:
-    RuntimeError: If called in a replica context of a distribution strategy.
-    ValueError: If `grads` holds per-replica values outside a strategy scope.
+  Raises RuntimeError in a replica context, ValueError for per-replica
+  values outside a strategy scope.
   """
   flat = tf.nest.flatten(grads)
   if not tf.distribute.has_strategy():

@@ -28,24 +28,11 @@ def _assign_if_finite(variable, value):
 
 
 def update_in_conditionals(scale, counter, grads, growth_steps, multiplier):
-  """Builds one step of dynamic loss scaling as TF 2.3/2.4 built it in graphs.
+  """One dynamic loss-scaling step as TF 2.3/2.4 built it, in graphs only.
 
-  Only for graphs (a `tf.compat.v1` graph or a `tf.function`); eagerly use
-  `dynamic_state.update_variables`. Under a `tf.distribute.Strategy` call it
-  in cross-replica context; one overflowing replica skips the step on all.
-
-  Args:
-    scale: The float32 loss scale variable.
-    counter: The int64 good-steps variable.
-    grads: A nested structure of gradients (tensors, `tf.IndexedSlices`,
-      None, or per-replica values in cross-replica context).
-    growth_steps: Consecutive finite steps before the scale grows, an int.
-    multiplier: The growth and shrink factor, a float.
-
-  Returns:
-    `(update_op, is_finite)`: the conditional that updates `scale` and
-    `counter` when run, and a scalar bool tensor, whether the step's
-    gradients are all finite (on every replica).
+  Call it in cross-replica context under a strategy. Returns `(update_op,
+  is_finite)`: the conditional updating `scale` and `counter`, and whether
+  the step's gradients are finite on every replica.
   """
   grads = tf.nest.flatten(grads)
   if tf.distribute.has_strategy():

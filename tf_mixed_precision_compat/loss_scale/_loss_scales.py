@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import abc
 import math
-import numbers
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -35,17 +34,8 @@ def _deprecation_text(cls_name):
       f"LossScaleOptimizer now has all the functionality of {cls_name}")
 
 
-def _is_real_number(value):
-  return (isinstance(value, numbers.Real) and not isinstance(value, bool) and
-          not isinstance(value, tf.Tensor))
-
-
 def _export_loss_scale(name, warn=True):
-  """Exports TF 2.3's loss-scale class `name` at its TF endpoints.
-
-  `tf.mixed_precision.experimental.*` and `tf.train.experimental.*` (both
-  deprecated), and in TF1 also `tf.compat.v1.mixed_precision.*`.
-  """
+  """Exports loss-scale class `name` at TF 2.3's (deprecated) endpoints."""
   experimental = (f"mixed_precision.experimental.{name}",
                   f"train.experimental.{name}")
   return export(*experimental, v1=(f"mixed_precision.{name}",) + experimental,
@@ -57,14 +47,9 @@ def _export_loss_scale(name, warn=True):
 class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
   """Base class of the TF 2.3 loss scales.
 
-  Subclasses return the loss scale when called and adjust it in `update`. The
-  loss scale's variables are kept per graph (eagerly, and once per
-  `tf.compat.v1` graph) and are saved by `tf.train.Checkpoint` under their
-  variable names.
-
-  In most places that take a `LossScale` you may also pass an int or float
-  (a `FixedLossScale`) or the string `"dynamic"` (a `DynamicLossScale`); see
-  `get`.
+  Subclasses return the loss scale when called and adjust it in `update`;
+  their variables are kept per graph and checkpointed under their names.
+  Where a `LossScale` is taken, an int or float or `"dynamic"` is too (`get`).
 
   Example:
 
@@ -81,20 +66,16 @@ class LossScale(_tracking.PerGraphWeights, metaclass=abc.ABCMeta):
   def update(self, grads: Any) -> tuple[Any, Any]:
     """Adjusts the loss scale from the gradients of one step.
 
-    Eagerly the loss scale changes at once; in graph mode the returned op
-    changes it when run. Under a `tf.distribute.Strategy` this must be called
-    in cross-replica context, and every replica gets the same verdict.
+    Under a `tf.distribute.Strategy`, call it in cross-replica context.
 
     Args:
       grads: A nested structure of unscaled gradients (tensors,
         `tf.IndexedSlices` or None, which are ignored).
 
     Returns:
-      `(update_op, should_apply_gradients)`: `update_op` is None eagerly; in
-      graph mode, running it updates the loss scale (`DynamicLossScale`'s is
-      a scalar bool tensor, as in TF 2.4, `FixedLossScale`'s an op);
-      `should_apply_gradients` is a bool or scalar bool tensor, False when
-      the step's gradients must not be applied.
+      `(update_op, should_apply_gradients)`: `update_op` is None eagerly,
+      else what updates the loss scale when run; `should_apply_gradients` is
+      a bool or scalar bool tensor, False when the step must be skipped.
     """
 
   @abc.abstractmethod
@@ -130,15 +111,11 @@ class FixedLossScale(LossScale):
 
     Args:
       loss_scale_value: A Python int or float, at least 1 and finite (also
-        as a float32).
-
-    Raises:
-      ValueError: If `loss_scale_value` is not a Python number, is less than 1
-        or is not finite (in float32).
+        as a float32); else a ValueError is raised.
     """
     _deprecation.warn_once(FixedLossScale, _deprecation_text("FixedLossScale"))
     super().__init__()
-    if not _is_real_number(loss_scale_value):
+    if not dynamic_state.is_real(loss_scale_value):
       raise ValueError("loss_scale_value must be a Python int or float.")
     if loss_scale_value < 1:
       raise ValueError("loss_scale_value must be at least 1.")
@@ -213,9 +190,8 @@ class DynamicLossScale(dynamic_state.DynamicScaleCore, LossScale):
       multiplier: A Python int or float > 1: the growth and shrink factor.
 
     Raises:
-      TypeError: If `initial_loss_scale` is None or another non-number
-        `float()` rejects (as TF 2.4 raised).
-      ValueError: If an argument is not a number of the accepted range.
+      TypeError: If `initial_loss_scale` is a non-number `float()` rejects.
+      ValueError: If an argument is out of range.
     """
     _deprecation.warn_once(DynamicLossScale,
                            _deprecation_text("DynamicLossScale"))
@@ -245,6 +221,11 @@ class DynamicLossScale(dynamic_state.DynamicScaleCore, LossScale):
     }
 
 
+# Ours and TF 2.21's own tf.compat.v1 classes, which behave the same.
+FIXED_TYPES = (FixedLossScale, tf.compat.v1.mixed_precision.FixedLossScale)
+DYNAMIC_TYPES = (DynamicLossScale,
+                 tf.compat.v1.mixed_precision.DynamicLossScale)
+
 _BUILTIN_CLASSES = {
     "FixedLossScale": FixedLossScale,
     "DynamicLossScale": DynamicLossScale,
@@ -258,9 +239,6 @@ def get(identifier: Any) -> Optional[LossScale]:
     identifier: A `LossScale` (ours or TF's `tf.compat.v1` one), returned as
       is; a Python int or float, giving a `FixedLossScale`; `"dynamic"`, giving
       a default `DynamicLossScale`; a `serialize` dict; or None.
-
-  Returns:
-    A `LossScale`, or None for None.
 
   Raises:
     ValueError: If `identifier` is none of the above.
@@ -276,7 +254,7 @@ def get(identifier: Any) -> Optional[LossScale]:
     return identifier
   if isinstance(identifier, dict):
     return deserialize(identifier)
-  if _is_real_number(identifier):
+  if dynamic_state.is_real(identifier):
     return FixedLossScale(identifier)
   if isinstance(identifier, str) and identifier == "dynamic":
     return DynamicLossScale()
@@ -285,12 +263,6 @@ def get(identifier: Any) -> Optional[LossScale]:
 
 def serialize(loss_scale: LossScale) -> dict[str, Any]:
   """Returns `loss_scale` in Keras' `{"class_name", "config"}` form.
-
-  Args:
-    loss_scale: A `LossScale` (ours or TF's `tf.compat.v1` one).
-
-  Returns:
-    A JSON-serializable dict.
 
   Raises:
     ValueError: If `loss_scale` is not a `LossScale`.
@@ -314,17 +286,17 @@ def deserialize(config: dict[str, Any],
   """Creates a loss scale from a `serialize` dict.
 
   Only `FixedLossScale`, `DynamicLossScale` and classes named in
-  `custom_objects` are instantiated; no other class name is ever imported.
-
-  Args:
-    config: A dict with keys "class_name" and "config".
-    custom_objects: Optional dict mapping further class names to classes.
-
-  Returns:
-    A `LossScale`.
+  `custom_objects` (a dict, name to class) are instantiated; no other class
+  name is ever imported.
 
   Raises:
     ValueError: If `config` is malformed or names an unknown class.
+
+  Example:
+
+  >>> deserialize({"class_name": "FixedLossScale",
+  ...              "config": {"loss_scale_value": 2}})
+  FixedLossScale(2.0)
   """
   if (not isinstance(config, dict) or "class_name" not in config or
       not isinstance(config.get("config", {}), dict)):

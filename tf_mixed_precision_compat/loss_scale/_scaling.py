@@ -14,7 +14,6 @@ from tf_mixed_precision_compat import _private_api
 # function call instead of two eager ops per gradient.
 _EAGER_COMPILE_MIN_GRADS = 8
 
-
 # Under XLA, gradients of at most this many elements are concatenated into
 # one check per dtype.
 _XLA_CONCAT_MAX_ELEMENTS = 1 << 16
@@ -23,12 +22,9 @@ _XLA_CONCAT_MAX_ELEMENTS = 1 << 16
 def _finite_checks(grads):
   """Scalar bool tensors whose conjunction says whether `grads` are finite.
 
-  In a graph the executor runs, one check per gradient: each runs as soon as
-  its gradient exists, overlapping the rest of the backward pass. Under XLA,
-  which schedules everything itself, small gradients are concatenated into
-  one check per dtype (one reduction each compiles far slower), large ones
-  checked one by one (copying costs more than the reduction it saves).
-  docs/performance.md has the measurements.
+  One check per gradient, each running as soon as its gradient exists;
+  under XLA small gradients are concatenated into one check per dtype (one
+  reduction each compiles far slower; see docs/performance.md).
   """
   present = [g.values if isinstance(g, tf.IndexedSlices) else g
              for g in grads if g is not None]
@@ -65,14 +61,7 @@ _all_finite_compiled = tf.function(
 
 
 def local_all_finite(grads):
-  """Whether every gradient in the flat list `grads` is finite (None skipped).
-
-  Args:
-    grads: A flat list of tensors, `tf.IndexedSlices` or None.
-
-  Returns:
-    A scalar bool tensor; True for an empty list.
-  """
+  """Whether every gradient in the flat list `grads` is finite; None skipped."""
   present = [g for g in grads if g is not None]
   if (len(present) >= _EAGER_COMPILE_MIN_GRADS and tf.executing_eagerly() and
       not tf.distribute.has_strategy()):
@@ -81,18 +70,7 @@ def local_all_finite(grads):
 
 
 def dynamic_update(scale, counter, is_finite, growth_steps, multiplier):
-  """Computes the next (scale, counter) of dynamic loss scaling.
-
-  Args:
-    scale: Current float32 loss scale (tensor or variable).
-    counter: Current int64 count of consecutive finite steps.
-    is_finite: Scalar bool, whether this step's gradients were all finite.
-    growth_steps: Python int, finite steps before the scale grows.
-    multiplier: Python float, the growth and shrink factor.
-
-  Returns:
-    `(new_scale, new_counter)` tensors.
-  """
+  """The next `(scale, counter)` tensors of dynamic loss scaling."""
   scale = tf.convert_to_tensor(scale)
   counter = tf.convert_to_tensor(counter)
   next_count = counter + 1

@@ -11,6 +11,15 @@ from typing import Any
 
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
+
+
+def variables_of(trackable: Any) -> list[tf.Variable]:
+  """A trackable's variable children (this graph's), in name order."""
+  children = _private_api.trackable_children(trackable, "checkpoint")
+  return [v for _, v in sorted(children.items())
+          if isinstance(v, tf.Variable)]
+
 
 def graph_key() -> tf.Graph | None:
   """Identifies the context variables are owned by: None when eager."""
@@ -28,19 +37,7 @@ class PerGraphWeights(tf.__internal__.tracking.Trackable):
 
   def _add_weight(self, name: str, initial_value: Any,
                   dtype: tf.dtypes.DType) -> tf.Variable:
-    """Creates a non-trainable, never-aggregated variable named `name`.
-
-    Args:
-      name: The variable's name and its checkpoint key.
-      initial_value: Its initial value.
-      dtype: Its dtype.
-
-    Returns:
-      The variable.
-
-    Raises:
-      RuntimeError: If a weight `name` already exists in this context.
-    """
+    """A non-trainable, never-aggregated variable; `name` is its ckpt key."""
     key = (name, graph_key())
     if key in self._weights:
       raise RuntimeError(f"Duplicate variables detected. {key}")

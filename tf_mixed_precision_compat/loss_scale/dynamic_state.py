@@ -19,7 +19,7 @@ from tf_mixed_precision_compat.loss_scale import _tracking
 
 __all__ = [
     "DynamicScaleCore", "check_float32_finite", "check_growth_steps",
-    "check_initial_scale", "check_multiplier", "update_variables"
+    "check_initial_scale", "check_multiplier", "is_real", "update_variables"
 ]
 
 # float32's largest finite value; values above round to inf (those a little
@@ -27,28 +27,17 @@ __all__ = [
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
-def _is_real(value):
+def is_real(value):
+  """Whether `value` is a real number (Python or NumPy), not a bool."""
   return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_initial_scale(value, arg_name):
-  """Validates a loss scale given by the user and returns it as a float.
+  """`value` as a float, finite (also in float32) and at least 1, or raises.
 
-  Args:
-    value: The proposed loss scale.
-    arg_name: The argument's name, used in the error message.
-
-  Returns:
-    `value` as a Python float.
-
-  Raises:
-    TypeError: If `value` is of a type `float()` rejects (None, a list), the
-      type TF 2.4 raised for those.
-    ValueError: If `value` is not a Python/NumPy real number otherwise (a
-      string, a bool, a tensor), is NaN or infinite (also once rounded to
-      float32, the loss scale's dtype), or is less than 1.
+  TypeError for a type `float()` rejects (as TF 2.4 raised), else ValueError.
   """
-  if not _is_real(value):
+  if not is_real(value):
     message = (f'"{arg_name}" must be a Python int or float, finite and at '
                f"least 1, but got: {value!r}")
     try:
@@ -67,18 +56,10 @@ def check_initial_scale(value, arg_name):
 
 
 def check_float32_finite(value, arg_name):
-  """Raises if the Python float `value` overflows to inf as a float32.
+  """Raises ValueError if the float `value` overflows to inf as a float32.
 
-  The loss scale is kept and applied as a float32: a value such as 1e39 is
-  finite in Python but inf there, and a dynamic scale of inf skips every
-  step.
-
-  Args:
-    value: A finite Python float.
-    arg_name: The argument's name, used in the error message.
-
-  Raises:
-    ValueError: If `value` exceeds float32's largest finite value.
+  The scale is applied as a float32, where e.g. 1e39 is inf and a dynamic
+  scale of inf skips every step.
   """
   if abs(value) > _FLOAT32_MAX:
     raise ValueError(
@@ -87,19 +68,8 @@ def check_float32_finite(value, arg_name):
 
 
 def check_growth_steps(value, arg_name):
-  """Validates a number of growth steps and returns it as an int.
-
-  Args:
-    value: The proposed number of consecutive finite steps before growth.
-    arg_name: The argument's name, used in the error message.
-
-  Returns:
-    `value` as a Python int.
-
-  Raises:
-    ValueError: If `value` is not an integral number at least 1.
-  """
-  if not _is_real(value) or not math.isfinite(value) or value != int(value):
+  """`value` as an int if integral and at least 1, else raises ValueError."""
+  if not is_real(value) or not math.isfinite(value) or value != int(value):
     raise ValueError(f'"{arg_name}" must be an integer of at least 1, but '
                      f"got: {value!r}")
   if value < 1:
@@ -108,19 +78,8 @@ def check_growth_steps(value, arg_name):
 
 
 def check_multiplier(value, arg_name="multiplier"):
-  """Validates a growth/shrink factor and returns it as a float.
-
-  Args:
-    value: The proposed multiplier.
-    arg_name: The argument's name, used in the error message.
-
-  Returns:
-    `value` as a Python float.
-
-  Raises:
-    ValueError: If `value` is not a finite real number greater than 1.
-  """
-  if not _is_real(value) or not math.isfinite(value) or value <= 1:
+  """`value` as a float if finite and greater than 1, else raises ValueError."""
+  if not is_real(value) or not math.isfinite(value) or value <= 1:
     raise ValueError(f'"{arg_name}" must be a finite number greater than 1, '
                      f"but got: {value!r}")
   return float(value)
@@ -129,22 +88,9 @@ def check_multiplier(value, arg_name="multiplier"):
 def update_variables(scale, counter, grads, growth_steps, multiplier):
   """One step of dynamic loss scaling, applied to `scale` and `counter`.
 
-  The update of `DynamicScaleCore`, which both TF 2.3's `DynamicLossScale`
-  and TF 2.4's state (`DynamicLossScaleState`) are.
-
-  Args:
-    scale: The float32 loss scale variable.
-    counter: The int64 good-steps variable.
-    grads: A nested structure of gradients (see `_distribute.all_finite`).
-    growth_steps: Consecutive finite steps before the scale grows.
-    multiplier: The growth and shrink factor.
-
-  Returns:
-    `(update_op, is_finite)`: `update_op` is None when executing eagerly;
-    in a graph it is a scalar bool tensor that runs the update when
-    evaluated, as TF 2.4's (whose conditional returned one): True when the
-    step was finite and reached `growth_steps`, i.e. the scale was due to
-    grow. `is_finite` is a scalar bool tensor.
+  Returns `(update_op, is_finite)`; `update_op` is None eagerly, else, as
+  TF 2.4's conditional, a bool tensor running the update: whether the scale
+  was due to grow.
   """
   if not tf.executing_eagerly():
     # TF 2.3/2.4 made this update a `tf.cond`, which took the op name "cond"
@@ -169,18 +115,10 @@ def update_variables(scale, counter, grads, growth_steps, multiplier):
 
 
 def counter_variable(scale):
-  """The good-steps counter (int64 variable) of a dynamic scale, this context's.
+  """The good-steps counter variable of a `DynamicScaleCore`, this context's.
 
-  For TF 2.3's `DynamicLossScale`, whose public API has no counter (TF
-  2.3-era code read `_num_good_steps`); found as the dependency checkpoints
-  save it under, `good_steps`, so that the class keeps exactly TF 2.3's API.
-
-  Args:
-    scale: A `DynamicScaleCore` (`DynamicLossScale` or
-      `DynamicLossScaleState`).
-
-  Returns:
-    The variable.
+  Found as its checkpoint dependency, so `DynamicLossScale` keeps exactly
+  TF 2.3's API (which has no counter).
   """
   return _private_api.lookup_dependency(scale, "good_steps")
 
@@ -188,31 +126,16 @@ def counter_variable(scale):
 class DynamicScaleCore(_tracking.PerGraphWeights):
   """The one implementation of dynamic loss scaling, behind both TF APIs.
 
-  Holds the scale and its counter of good steps as the per-graph variables
-  `current_loss_scale` (float32) and `good_steps` (int64), the checkpoint
-  names TF 2.3 and TF 2.4 both used, and updates them with
-  `update_variables`. Its two faces differ only in names: TF 2.4's
-  `DynamicLossScaleState` (below) and TF 2.3's `DynamicLossScale`
-  (`_loss_scales.py`), whose growth argument is `increment_period`. Only
-  private names live here, so neither face shows the other's API.
+  Per-graph variables `current_loss_scale` and `good_steps` (TF 2.3/2.4's
+  checkpoint names). Only private names live here, so neither face
+  (`DynamicLossScaleState`, `DynamicLossScale`) shows the other's API.
   """
 
   # The name of the growth-steps argument in error messages.
   _growth_steps_arg = "growth_steps"
 
   def __init__(self, initial_loss_scale, growth_steps, multiplier):
-    """Validates the arguments and creates the two variables.
-
-    Args:
-      initial_loss_scale: The starting scale, a finite number at least 1
-        (also as a float32).
-      growth_steps: Consecutive finite steps before the scale grows, >= 1.
-      multiplier: The growth and shrink factor, a finite number > 1.
-
-    Raises:
-      TypeError: If `initial_loss_scale` is of a type `float()` rejects.
-      ValueError: If an argument is outside the ranges above.
-    """
+    """Validates the arguments (see `check_*`) and creates the variables."""
     self._initial_loss_scale = check_initial_scale(initial_loss_scale,
                                                    "initial_loss_scale")
     self._growth_steps = check_growth_steps(growth_steps,
@@ -244,50 +167,38 @@ class DynamicScaleCore(_tracking.PerGraphWeights):
   def update(self, grads):
     """Updates the scale and counter from one step's gradients.
 
-    Under a `tf.distribute.Strategy` this must run in cross-replica context
-    (e.g. inside `merge_call`); all replicas' gradients are checked and a
-    single overflowing replica makes the step non-finite everywhere.
+    Under a strategy, call it in cross-replica context: one overflowing
+    replica makes the step non-finite everywhere.
 
     Args:
       grads: A nested structure of gradients (tensors, `tf.IndexedSlices`,
         None, or per-replica values in cross-replica context).
 
     Returns:
-      `(update_op, should_apply_gradients)`: `update_op` is None when
-      executing eagerly and otherwise a scalar bool tensor that runs the
-      update (see `update_variables`); `should_apply_gradients` is a scalar
-      bool tensor, False when the step must be skipped.
-
-    Raises:
-      RuntimeError: If called in a replica context of a strategy.
+      `(update_op, should_apply_gradients)`: `update_op` is None eagerly,
+      else a bool tensor running the update; `should_apply_gradients` is a
+      scalar bool tensor, False when the step must be skipped.
     """
     return update_variables(self._current_loss_scale, self._counter, grads,
                             self._growth_steps, self._multiplier)
 
   def _state_repr(self, class_name, growth_name, counter_name):
+    state = ""
     if tf.executing_eagerly():
-      return (f"{class_name}(current_loss_scale="
-              f"{self._current_loss_scale.numpy()}, {counter_name}="
-              f"{self._counter.numpy()}, "
-              f"initial_loss_scale={self._initial_loss_scale}, "
-              f"{growth_name}={self._growth_steps}, "
-              f"multiplier={self._multiplier})")
-    return (f"{class_name}(initial_loss_scale={self._initial_loss_scale}, "
-            f"{growth_name}={self._growth_steps}, "
+      state = (f"current_loss_scale={self._current_loss_scale.numpy()}, "
+               f"{counter_name}={self._counter.numpy()}, ")
+    return (f"{class_name}({state}initial_loss_scale="
+            f"{self._initial_loss_scale}, {growth_name}={self._growth_steps}, "
             f"multiplier={self._multiplier})")
 
 
 class DynamicLossScaleState(DynamicScaleCore):
   """A dynamic loss scale: a scale, a counter of good steps, and their update.
 
-  TF 2.4's `_DynamicLossScaleState`, which its Keras `LossScaleOptimizer`
-  tracks under the checkpoint name `loss_scale`.
-
-  Every `growth_steps` consecutive steps with finite gradients the scale is
-  multiplied by `multiplier`, unless that would overflow; a step with a NaN or
-  infinite gradient divides it by `multiplier` (never below 1) and resets the
-  counter. The state checkpoints as `current_loss_scale` and `good_steps`, the
-  names TF 2.3 and TF 2.4 used.
+  TF 2.4's `_DynamicLossScaleState` (its Keras `LossScaleOptimizer`'s
+  `loss_scale`). Every `growth_steps` consecutive finite steps the scale is
+  multiplied by `multiplier`, unless that overflows; a NaN or infinite
+  gradient divides it by `multiplier` (never below 1) and resets the counter.
 
   Example:
 

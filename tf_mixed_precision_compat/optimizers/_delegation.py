@@ -37,14 +37,10 @@ def _delegated_property(name):
 class InnerDelegation:
   """Mixin: the inner optimizer's hyperparameters, variables and trackables.
 
-  Reading or setting one of the inner optimizer's hyperparameters through the
-  wrapper reaches the inner optimizer; other attributes do not. The class
-  using it sets `_optimizer` (the inner optimizer) and `_adapter` (its
-  `_inner.InnerOptimizer`) and defines `_wrapper_children()`, the wrapper's
-  own checkpoint children added to the inner optimizer's.
+  Only hyperparameters reach the inner optimizer through attribute access.
+  The class sets `_optimizer` and `_adapter` and may define
+  `_wrapper_children()`, its own checkpoint children.
   """
-
-  # ------------------------------------------------- hyperparameters --
 
   def __getattr__(self, name):
     # Only reached when normal lookup fails: TF 2.4 then tried the inner
@@ -91,23 +87,11 @@ class InnerDelegation:
       return
     adapter.set_iterations(value)
 
-  @property
-  def learning_rate(self):
-    """The inner optimizer's learning rate (settable)."""
-    return self._optimizer.learning_rate
-
-  @learning_rate.setter
-  def learning_rate(self, value):
-    inner = self.__dict__.get("_optimizer")
-    if inner is not None:
-      inner.learning_rate = value
-
+  learning_rate = _delegated_property("learning_rate")
   lr = learning_rate
   clipnorm = _delegated_property("clipnorm")
   clipvalue = _delegated_property("clipvalue")
   global_clipnorm = _delegated_property("global_clipnorm")
-
-  # ---------------------------------------------- variables and slots --
 
   @property
   def variables(self):
@@ -125,9 +109,8 @@ class InnerDelegation:
   def weights(self):
     """The inner optimizer's weights as TF 2.4 listed them.
 
-    `[iterations] + slots`, the slots in the order TF 2.4's optimizer made
-    them (Adam: every `m`, then every `v`); see `_tf24_weights`. Keras 3's
-    own list is `variables`.
+    `[iterations] + slots` in TF 2.4's order (Adam: every `m`, then every
+    `v`); Keras 3's own list is `variables`.
     """
     return [v for _, v in self._tf24_weights()]
 
@@ -137,10 +120,6 @@ class InnerDelegation:
 
   def set_weights(self, weights):
     """Sets `weights` (TF 2.4's layout) from a list of arrays.
-
-    Args:
-      weights: One array per entry of `weights`, as `get_weights()` (of this
-        class or of TF 2.4's) returned them.
 
     Raises:
       ValueError: If the length or a shape does not match TF 2.4's layout
@@ -171,10 +150,8 @@ class InnerDelegation:
   def get_slot(self, var, slot_name):
     """The inner optimizer's variable `slot_name` for `var`.
 
-    For Keras 3 inner optimizers both Keras 3's slot names and the names TF
-    2.x's optimizers gave the same slots are accepted (see
-    `get_slot_names`), so `get_slot(var, "m")` of TF 2.4 code finds Adam's
-    first moment.
+    Keras 3's slot names and TF 2.x's (see `get_slot_names`) are both
+    accepted, so `get_slot(var, "m")` of TF 2.4 code finds Adam's moment.
 
     Args:
       var: A variable the inner optimizer updates.
@@ -224,8 +201,6 @@ class InnerDelegation:
     """
     return self._adapter.get_slot_names()
 
-  # ------------------------------------------------------ checkpoints --
-
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     children = dict(self._adapter.trackable_children(save_type, **kwargs))
     children.update(self._wrapper_children())
@@ -250,10 +225,8 @@ class InnerDelegation:
 
   @property
   def _create_or_restore_slot_variable(self):
-    # TF's restore gives the slots saved under this (invisible) wrapper to it
-    # through this hook, if the object has one: a tf_keras OptimizerV2 inner
-    # optimizer keeps them until its slots exist (restore before the first
-    # step). Keras 3 inner optimizers have no such hook, nor has the wrapper.
+    # TF's restore hands the slots saved under this wrapper to this hook: a
+    # tf_keras OptimizerV2 keeps them until its slots exist. Keras 3 has none.
     adapter = self.__dict__.get("_adapter")
     restorer = None if adapter is None else adapter.slot_restorer()
     if restorer is None:

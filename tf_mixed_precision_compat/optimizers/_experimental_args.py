@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 import tensorflow as tf
 
 from tf_mixed_precision_compat import loss_scale as loss_scale_module
+from tf_mixed_precision_compat.loss_scale import _loss_scales
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _loss_scale_value
 
@@ -30,16 +31,6 @@ _EXAMPLE = ("For example\n"
             "opt{})")
 
 
-def _fixed_types():
-  return (loss_scale_module.FixedLossScale,
-          tf.compat.v1.mixed_precision.FixedLossScale)
-
-
-def _dynamic_types():
-  return (loss_scale_module.DynamicLossScale,
-          tf.compat.v1.mixed_precision.DynamicLossScale)
-
-
 def _fixed_value(loss_scale):
   # Neither our FixedLossScale nor TF's compat.v1 one has a public getter;
   # both record the value in their config.
@@ -47,31 +38,22 @@ def _fixed_value(loss_scale):
 
 
 def v1_arguments(loss_scale):
-  """The non-experimental arguments equal to a TF 2.3 `loss_scale`.
+  """`(kwargs, message)`: TF 2.4's arguments for a TF 2.3 `loss_scale`.
 
-  Args:
-    loss_scale: As `LossScaleOptimizerV1`'s argument.
-
-  Returns:
-    `(kwargs, message)`: the keyword arguments of the non-experimental
-    `LossScaleOptimizer` and the deprecation message TF 2.4 logged.
-
-  Raises:
-    TypeError: For a `LossScale` neither fixed nor dynamic.
-    ValueError: For a dynamic multiplier other than 2, or any other value.
+  `message` is the deprecation message TF 2.4 logged. TypeError for a
+  `LossScale` neither fixed nor dynamic, ValueError for other values.
   """
   if isinstance(loss_scale, dict):
     loss_scale = loss_scale_module.deserialize(loss_scale)
   if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
     value = loss_scale
-  elif isinstance(loss_scale, _fixed_types()):
+  elif isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     value = _fixed_value(loss_scale)
   elif isinstance(loss_scale, str) and loss_scale == "dynamic":
     return {}, V1_WARNING_PREFIX + _EXAMPLE.format("")
-  elif isinstance(loss_scale, _dynamic_types()):
+  elif isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
     return _dynamic_arguments(loss_scale)
-  elif isinstance(loss_scale, (loss_scale_module.LossScale,
-                               tf.compat.v1.mixed_precision.LossScale)):
+  elif isinstance(loss_scale, loss_scale_module.LossScale):
     raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
                     f"DynamicLossScale is no longer supported. Got: "
                     f"{loss_scale}")
@@ -105,53 +87,26 @@ def _dynamic_arguments(loss_scale):
   return kwargs, message
 
 
-def _loss_scale_types():
-  return (loss_scale_module.LossScale, tf.compat.v1.mixed_precision.LossScale)
-
-
 def tf24_representable(loss_scale):
-  """Whether TF 2.4's non-experimental arguments can express `loss_scale`.
-
-  Args:
-    loss_scale: A `LossScale`.
-
-  Returns:
-    True for a `FixedLossScale` and a `DynamicLossScale` of multiplier 2.
-  """
-  if isinstance(loss_scale, _fixed_types()):
+  """Whether TF 2.4's arguments express `loss_scale`: fixed, or multiplier 2."""
+  if isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     return True
-  return (isinstance(loss_scale, _dynamic_types()) and
+  return (isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES) and
           loss_scale.multiplier == 2)
 
 
 def tf23_loss_scale(loss_scale, custom_objects=None):
-  """The `LossScale` TF 2.3's experimental class holds for `loss_scale`.
+  """`(LossScale, message)` TF 2.3's experimental class holds and logs.
 
-  TF 2.3.4 took any `LossScale`; TF 2.4 refused those its non-experimental
-  arguments cannot express (a `DynamicLossScale` whose multiplier is not 2,
-  a user's own subclass). The experimental class follows TF 2.3: it keeps
-  the object itself.
-
-  Args:
-    loss_scale: As `LossScaleOptimizerV1`'s argument (also a serialized
-      loss scale dict).
-    custom_objects: Optional classes, by name, for a serialized user
-      `LossScale`.
-
-  Returns:
-    `(loss_scale, message)`: the `LossScale` (the one passed, or the one
-    "dynamic", a number or a dict stands for) and the deprecation message
-    to log.
-
-  Raises:
-    ValueError: For a value that is neither a `LossScale`, "dynamic", a
-      number nor a serialized loss scale.
+  TF 2.3.4 kept any `LossScale`, also those TF 2.4's arguments cannot express
+  (a multiplier not 2, a user subclass); so does this class.
   """
   if isinstance(loss_scale, dict):
     loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
-  if (isinstance(loss_scale, _loss_scale_types()) and
+  # TF's tf.compat.v1 `LossScale` is registered as ours.
+  if (isinstance(loss_scale, loss_scale_module.LossScale) and
       not tf24_representable(loss_scale)):
-    if isinstance(loss_scale, _dynamic_types()):
+    if isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
       # TF's own tf.compat.v1 class takes a scale float32 cannot hold.
       dynamic_state.check_initial_scale(loss_scale.initial_loss_scale,
                                         "initial_loss_scale")
@@ -168,27 +123,14 @@ def tf23_loss_scale(loss_scale, custom_objects=None):
 
 
 def tf23_config_arguments(serialized):
-  """TF 2.4 constructor arguments equivalent to a TF 2.3 config's loss scale.
-
-  Args:
-    serialized: The `loss_scale` entry of a TF 2.3 `LossScaleOptimizer`
-      config.
-
-  Returns:
-    `{"dynamic", "initial_scale"}`, plus `"dynamic_growth_steps"` when
-    dynamic.
-
-  Raises:
-    ValueError: For a dynamic multiplier other than 2, or a loss scale
-      neither fixed nor dynamic.
-  """
+  """TF 2.4 constructor arguments for a TF 2.3 config's `loss_scale`."""
   loss_scale = loss_scale_module.deserialize(serialized)
-  if isinstance(loss_scale, _fixed_types()):
+  if isinstance(loss_scale, _loss_scales.FIXED_TYPES):
     return {
         "dynamic": False,
         "initial_scale": _fixed_value(loss_scale)
     }
-  if isinstance(loss_scale, _dynamic_types()):
+  if isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
     if loss_scale.multiplier != 2:
       raise ValueError("Cannot deserialize LossScaleOptimizer with a "
                        "DynamicLossScale whose multiplier is not 2. Got "
@@ -206,15 +148,8 @@ def tf23_config_arguments(serialized):
 def deserialize_loss_scale(serialized, custom_objects, registered):
   """A serialized TF 2.3 loss scale; a user class found as Keras finds it.
 
-  Args:
-    serialized: A loss scale's `{"class_name", "config"}`.
-    custom_objects: Optional dict of user classes, by name.
-    registered: The Keras target's `get_registered_object`: a user
-      `LossScale` may also come from a custom object scope or a
-      registration, as Keras looked it up in TF 2.3.
-
-  Returns:
-    The `LossScale`.
+  `registered` is the Keras target's `get_registered_object`, as TF 2.3's
+  Keras also looked user classes up in scopes and registrations.
   """
   merged = dict(custom_objects or {})
   name = serialized.get("class_name") if isinstance(serialized, dict) else None
@@ -226,12 +161,7 @@ def deserialize_loss_scale(serialized, custom_objects, registered):
 
 
 def tf23_only(config, custom_objects, registered):
-  """Whether only TF 2.3's experimental class can hold `config`'s loss scale.
-
-  TF 2.4.4 deserialized a serialized experimental optimizer as its
-  non-experimental class, which cannot hold every TF 2.3 loss scale.
-  Arguments as `deserialize_loss_scale`'s.
-  """
+  """Whether only TF 2.3's experimental class holds `config`'s loss scale."""
   return "loss_scale" in config and not tf24_representable(
       deserialize_loss_scale(config["loss_scale"], custom_objects,
                              registered))
@@ -291,17 +221,15 @@ class TF23LossScaleMixin:
   def loss_scale(self) -> Any:
     """The `LossScale`; `loss_scale()` and the value itself are the scale.
 
-    TF 2.3 code calls it (`opt.loss_scale()`, a float32 scalar tensor) or
-    uses the `LossScale`'s methods; TF 2.4 code uses it as a float32 scalar
-    tensor (`float(opt.loss_scale)`, `opt.loss_scale * 2`,
-    `tf.convert_to_tensor(opt.loss_scale)`).
+    TF 2.3 code calls it or uses its methods; TF 2.4 code uses it as a
+    float32 scalar tensor (`float(opt.loss_scale)`, `opt.loss_scale * 2`).
     """
     return self._loss_scale_value
 
   @property
   def dynamic(self) -> bool:
     """Whether the loss scale may change (any but a `FixedLossScale`)."""
-    return not isinstance(self._tf23_loss_scale, _fixed_types())
+    return not isinstance(self._tf23_loss_scale, _loss_scales.FIXED_TYPES)
 
   @property
   def initial_scale(self) -> Any:
@@ -346,9 +274,6 @@ class TF23LossScaleMixin:
         `get_config` dict.
       custom_objects: Optional dict of user classes (a user `LossScale`
         too), by name.
-
-    Returns:
-      A `LossScaleOptimizerV1`.
 
     Raises:
       ValueError: If the loss scale names an unknown class, or the inner

@@ -41,29 +41,20 @@ _tf_keras = keras_target.import_package(keras_target.TF_KERAS)
 class AlreadyWrappedError(ValueError, AttributeError):
   """A LossScaleOptimizer was given another one to wrap.
 
-  TF 2.4 failed on this with an `AttributeError` (the wrapped optimizer
-  lacked `_hyper`); this package has always raised `ValueError`. The error is
-  both, so code catching either still catches it.
+  Both TF 2.4's `AttributeError` and this package's earlier `ValueError`, so
+  code catching either still catches it.
   """
 
 
 class VariableList(list):
-  """A list of variables that can also be called, returning itself.
-
-  TF 2.4's optimizers had a `variables()` method; Keras 3's have a
-  `variables` property. Both spellings work on this list.
-  """
+  """A list of variables, also callable as TF 2.4's `variables()` method."""
 
   def __call__(self):
     return list(self)
 
 
 def _as_iterations(value):
-  """`value` as the int64 value of a step counter.
-
-  Raises:
-    ValueError: If `value` is not a known non-negative integer scalar.
-  """
+  """`value` as an int64 step count; ValueError unless a known int >= 0."""
   if isinstance(value, (tf.Variable, keras.Variable)):
     value = tf.convert_to_tensor(value)
   try:
@@ -79,11 +70,7 @@ def _as_iterations(value):
 
 
 class InnerOptimizer:
-  """What the wrapper needs of its inner optimizer; the common part.
-
-  Attributes:
-    optimizer: The inner optimizer itself.
-  """
+  """What the wrapper needs of its inner optimizer, `optimizer`."""
 
   # Names the wrapper's dir() leaves out (see `Keras3Inner`).
   dir_hidden: frozenset = frozenset()
@@ -110,10 +97,7 @@ class InnerOptimizer:
       self.optimizer.build(var_list)
 
   def check_variables_are_known(self, variables):
-    """Raises, as the inner optimizer would, for variables it lacks.
-
-    Only optimizers that are built with their variables (Keras 3's) check.
-    """
+    """Raises, as the inner optimizer would, for variables it lacks."""
     _private_api.keras_optimizer_check_variables_are_known(self.optimizer,
                                                            variables)
 
@@ -127,11 +111,7 @@ class InnerOptimizer:
     return variable if variable is not None else self.optimizer.iterations
 
   def in_order(self, build):
-    """Builds the apply: `build()`, whose ops the caller groups.
-
-    Returns:
-      The ops running the apply in a `tf.compat.v1` graph.
-    """
+    """Builds the apply: `build()`, whose ops the caller groups."""
     return build()
 
   def count_skipped_step(self):
@@ -151,11 +131,7 @@ class InnerOptimizer:
     return _private_api.deferred_dependencies(self.optimizer)
 
   def slot_restorer(self):
-    """What restores checkpointed slots into the inner optimizer, or None.
-
-    None for optimizers whose slots are ordinary checkpoint children
-    (Keras 3's); TF's checkpoint restore then finds no such hook.
-    """
+    """What restores checkpointed slots; None where slots are children."""
     return None
 
 
@@ -179,11 +155,7 @@ class Keras3Inner(InnerOptimizer):
     return _keras2_config.hyperparameter_names(self.optimizer)
 
   def check_aggregation(self, experimental_aggregate_gradients):
-    """Refuses unaggregated gradients under several replicas.
-
-    Raises:
-      ValueError: For `experimental_aggregate_gradients=False` with replicas.
-    """
+    """Refuses unaggregated gradients under several replicas."""
     if (not experimental_aggregate_gradients and
         tf.distribute.get_strategy().num_replicas_in_sync > 1):
       raise ValueError(
@@ -192,20 +164,16 @@ class Keras3Inner(InnerOptimizer):
           "gradients across replicas. Pass unaggregated gradients instead.")
 
   def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
-    # TF 2.4 handed `name` on positionally: an inner optimizer subclass
-    # whose `apply_gradients` takes a second argument (a clip norm, say)
-    # received it there. Keras 3's own `apply_gradients` takes no such
-    # argument.
+    # TF 2.4 handed `name` on positionally, to a subclass's second argument
+    # (a clip norm, say); Keras 3's own `apply_gradients` takes none.
     args, kwargs = _forwarded_apply_arguments(
         self.optimizer.apply_gradients, name, experimental_aggregate_gradients)
     self.optimizer.apply_gradients(pairs, *args, **kwargs)
 
   def in_order(self, build):
-    # A `tf.compat.v1` graph orders nothing by itself: Keras 3's reads and
-    # writes of a variable rely on the automatic control dependencies of a
-    # `tf.function`, so there the apply is built as one, whose op is what
-    # runs it. (Around the replicas' apply, not inside it: Keras 3 sums the
-    # replicas' gradients with a `merge_call`.)
+    # Keras 3's reads and writes rely on a `tf.function`'s automatic control
+    # dependencies, which a `tf.compat.v1` graph lacks: build the apply as one
+    # (around the replicas' apply, as Keras 3 sums them in a `merge_call`).
     if not _in_session_graph():
       return build()
 
@@ -363,25 +331,11 @@ _KINDS = (Keras3Inner, OptimizerV2Inner)
 
 def kind_of(optimizer):
   """The adapter class for `optimizer`; None for what the wrapper refuses."""
-  for kind in _KINDS:
-    if kind.holds(optimizer):
-      return kind
-  return None
+  return next((kind for kind in _KINDS if kind.holds(optimizer)), None)
 
 
 def adapt(optimizer):
-  """The adapter for `optimizer`.
-
-  Args:
-    optimizer: The optimizer to wrap.
-
-  Returns:
-    An `InnerOptimizer`.
-
-  Raises:
-    AlreadyWrappedError: If `optimizer` already scales losses.
-    TypeError: If it is neither a Keras 3 optimizer nor an OptimizerV2.
-  """
+  """The `InnerOptimizer` for `optimizer`; raises if it cannot be wrapped."""
   kind = kind_of(optimizer)
   if kind is not None and kind.is_loss_scale_optimizer(optimizer):
     name = type(optimizer).__name__
@@ -399,19 +353,7 @@ def adapt(optimizer):
 
 
 def deserialize(config, custom_objects=None):
-  """An inner optimizer from what a config holds: itself or its config.
-
-  Args:
-    config: An optimizer of a kind the wrapper takes, or what
-      `_keras2_config.deserialize_serialized_optimizer` takes.
-    custom_objects: Optional dict of user classes, by name.
-
-  Returns:
-    The optimizer.
-
-  Raises:
-    ValueError: For a config Keras 3 cannot honour, or anything else.
-  """
+  """An inner optimizer from what a config holds: itself or its config."""
   if kind_of(config) is not None:
     return config
   if _is_tf_keras_legacy_config(config):
@@ -448,11 +390,6 @@ def _in_session_graph():
   return not hasattr(graph, "outer_graph")
 
 
-def _clips(inner):
-  return any(getattr(inner, attr, None)
-             for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
-
-
 _warned_clip_order: list[bool] = []
 
 
@@ -460,17 +397,13 @@ _warned_clip_order: list[bool] = []
 def _clip_after_sum(inner, distribution):
   """Makes a Keras 3 `inner` clip the replicas' sum, as TF 2.4 did.
 
-  TF 2.4's optimizers summed the gradients over replicas, then clipped the
-  sum; Keras 3's clip each replica's gradients, then sum them, so with
-  several replicas a clipped step moves further (TF 2.4's own clipping test
-  gives [-3.] instead of [1.] on two replicas). For the duration of the
-  apply, the inner optimizer's clipping is moved after its all-reduce by
-  shadowing, on the instance, the two Keras 3 methods that do them (the
-  technique `_gated_apply` uses for writes). With one replica nothing
-  changes. If this Keras lacks the methods, the order cannot be had: a
-  warning says so, once.
+  Keras 3 clips each replica's gradients, then sums them. During the apply
+  the two methods are shadowed on the instance so the sum comes first; a
+  Keras lacking them gets a warning, once.
   """
-  if distribution.num_replicas_in_sync == 1 or not _clips(inner):
+  clips = any(getattr(inner, attr, None)
+              for attr in ("clipnorm", "clipvalue", "global_clipnorm"))
+  if distribution.num_replicas_in_sync == 1 or not clips:
     yield
     return
   clip, all_reduce = _private_api.keras_clip_and_all_reduce_methods(
@@ -498,13 +431,10 @@ def _clip_after_sum(inner, distribution):
 
 def _forwarded_apply_arguments(apply_gradients, name,
                                experimental_aggregate_gradients):
-  """What of TF 2.4's `apply_gradients` arguments `apply_gradients` accepts.
+  """`(args, kwargs)` of TF 2.4's arguments that `apply_gradients` takes.
 
-  Returns:
-    `(args, kwargs)`: `name` as the second positional argument where the
-    method has one, and `experimental_aggregate_gradients` where it names
-    it. Not through a bare `**kwargs`: such overrides typically pass them on
-    to Keras 3's `apply_gradients`, which takes none.
+  `name` as a second positional argument, the other where named; never
+  through a bare `**kwargs`, which overrides pass on to Keras 3's.
   """
   try:
     parameters = list(inspect.signature(apply_gradients).parameters.values())

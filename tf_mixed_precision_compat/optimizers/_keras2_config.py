@@ -31,18 +31,9 @@ HYPERPARAMETERS = {
              "l2_regularization_strength", "beta"),
 }
 
-# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them) and the Keras
-# 3 classes they become.
-KERAS2_OPTIMIZERS = {
-    "sgd": "SGD",
-    "adam": "Adam",
-    "adamax": "Adamax",
-    "nadam": "Nadam",
-    "rmsprop": "RMSprop",
-    "adadelta": "Adadelta",
-    "adagrad": "Adagrad",
-    "ftrl": "Ftrl",
-}
+# Keras 2 optimizer class names (as TF 2.3/2.4 serialized them, lower-cased)
+# and the Keras 3 classes they become.
+KERAS2_OPTIMIZERS = {name.lower(): name for name in HYPERPARAMETERS}
 
 
 class Slot(typing.NamedTuple):
@@ -86,15 +77,7 @@ TF_KERAS_SLOT_NAMES = {k: {s.tf2: s.tf_keras for s in v}
 
 
 def keras_class_name(optimizer):
-  """The name of the built-in Keras 3 class `optimizer` is (or derives from).
-
-  Args:
-    optimizer: A Keras 3 optimizer.
-
-  Returns:
-    The class name the tables above are keyed by; a class deriving from no
-    built-in optimizer gives its own name.
-  """
+  """Name of the built-in Keras 3 class `optimizer` is or derives from."""
   for klass in type(optimizer).__mro__:
     if getattr(keras.optimizers, klass.__name__, None) is klass:
       return klass.__name__
@@ -102,11 +85,7 @@ def keras_class_name(optimizer):
 
 
 def hyperparameter_names(optimizer):
-  """`learning_rate` and what TF 2.4's counterpart of `optimizer` registered.
-
-  Returns:
-    A frozenset of attribute names.
-  """
+  """`learning_rate` and the hyperparameters TF 2.4's counterpart had."""
   return frozenset({"learning_rate"}) | frozenset(
       HYPERPARAMETERS.get(keras_class_name(optimizer), ()))
 
@@ -136,12 +115,8 @@ KERAS2_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm", "lr", "decay")
 def deserialize_schedule(config, custom_objects=None):
   """A learning-rate schedule from its Keras 2 or Keras 3 serialized form.
 
-  Only a `LearningRateSchedule` is accepted: any other class a config names
-  (a loss scale, registered for loss-scale configs) is refused, as TF 2.4,
-  which looked schedules up among schedules only, did.
-
-  Raises:
-    ValueError: For a config naming no `LearningRateSchedule`.
+  Any other class a config names (a registered loss scale) raises a
+  ValueError, as TF 2.4 looked schedules up among schedules only.
   """
   name = config.get("class_name") if isinstance(config, dict) else None
   schedules = keras.optimizers.schedules
@@ -182,11 +157,10 @@ def _check_keys(class_name, keras3_name, options):
 
 
 def _check_decay(decay):
-  if isinstance(decay, (int, float)):
-    if decay < 0:
-      raise ValueError(f"Expected decay >= 0, received: {decay}")
-    return
-  raise TypeError(f"decay must be a number >= 0, got {decay!r}.")
+  if not isinstance(decay, (int, float)):
+    raise TypeError(f"decay must be a number >= 0, got {decay!r}.")
+  if decay < 0:
+    raise ValueError(f"Expected decay >= 0, received: {decay}")
 
 
 def _check_learning_rate(class_name, learning_rate):
@@ -203,19 +177,10 @@ def _check_learning_rate(class_name, learning_rate):
 
 def _keras2_options(class_name, options, keras3_name=None,
                     custom_objects=None):
-  """Keras 2 `options` as Keras 3 constructor arguments, checked as TF 2.4.
-
-  Raises:
-    TypeError: For an unknown key, a None learning rate or a non-numeric
-      decay (as TF 2.4).
-    ValueError: For a negative decay, a learning rate that is neither a
-      number nor a schedule config, or a nonzero `decay` together with a
-      schedule.
-  """
+  """Keras 2 `options` as Keras 3 constructor arguments, checked as TF 2.4."""
   _check_keys(class_name, keras3_name, options)
   if "lr" in options:
     options.setdefault("learning_rate", options.pop("lr"))
-    options.pop("lr", None)
   learning_rate = options.get("learning_rate", 0.001)
   if isinstance(learning_rate, dict):
     learning_rate = deserialize_schedule(learning_rate, custom_objects)
@@ -237,21 +202,10 @@ def _keras2_options(class_name, options, keras3_name=None,
 
 
 def keras2_optimizer_to_keras3(config, custom_objects):
-  """Builds the Keras 3 optimizer equivalent to a Keras 2 optimizer config.
+  """The Keras 3 optimizer for a TF 2.3/2.4 Keras 2 optimizer config.
 
-  Args:
-    config: `{"class_name": ..., "config": {...}}` as TF 2.3/2.4 serialized
-      optimizers.
-    custom_objects: Optional dict of user classes, by name.
-
-  Returns:
-    A Keras 3 optimizer.
-
-  Raises:
-    TypeError: For what TF 2.4 raised a TypeError for (an unknown key).
-    ValueError: For an unknown class, a negative decay, a learning rate
-      that is neither a number nor a schedule, or options Keras 3 cannot
-      honour.
+  Raises the TypeError or ValueError TF 2.4 raised, or a ValueError for
+  options Keras 3 cannot honour.
   """
   class_name = config["class_name"]
   options = dict(config.get("config") or {})
@@ -274,20 +228,7 @@ def keras2_optimizer_to_keras3(config, custom_objects):
 
 
 def deserialize_serialized_optimizer(config, custom_objects=None):
-  """An optimizer from its name, or its Keras 3 or Keras 2 config dict.
-
-  Args:
-    config: An optimizer name (`"adam"`), a dict Keras 3 serialized, or a
-      dict TF 2.3/2.4's Keras 2 serialized.
-    custom_objects: Optional dict of user classes, by name.
-
-  Returns:
-    A Keras 3 optimizer.
-
-  Raises:
-    ValueError: For anything else, or what `keras2_optimizer_to_keras3`
-      refuses.
-  """
+  """A Keras 3 optimizer from its name, or its Keras 3 or Keras 2 config."""
   if isinstance(config, str):
     return keras.optimizers.get(config)
   if not isinstance(config, dict) or "class_name" not in config:

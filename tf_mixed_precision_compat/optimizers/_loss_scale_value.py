@@ -33,14 +33,9 @@ def _tensor_method(name):
 class LossScaleValue:
   """The `LossScale` of an experimental LossScaleOptimizer, tensor-like.
 
-  Callable as the `LossScale` and reaching its attributes (`get_config`,
-  `update`, `increment_period`), it passes `isinstance` checks against its
-  class and behaves as the current scale tensor wherever TF 2.4 code used one
-  (`tf.convert_to_tensor`, arithmetic, comparisons, `numpy()`, `float()`,
-  `tf.summary.scalar`, `K.get_value`, formatting, `Session.run` fetches).
-  Calling it or `tensor()` reads the current scale
-  (a float32 scalar tensor, in a `tf.function` too); any other attribute is
-  the `LossScale`'s.
+  Callable as the `LossScale`, with its attributes and `isinstance` class,
+  and the current scale tensor wherever TF 2.4 code used one (conversion,
+  arithmetic, `float()`, `K.get_value`, `Session.run` fetches).
   """
 
   # `tf.is_tensor` (and so `K.get_value`) treat it as the scale tensor.
@@ -49,8 +44,6 @@ class LossScaleValue:
   def __init__(self, loss_scale: Any) -> None:
     """Wraps `loss_scale`, a TF 2.3 `LossScale`."""
     object.__setattr__(self, "_loss_scale", loss_scale)
-
-  # -------------------------------------------------- the LossScale --
 
   @property  # type: ignore[misc]
   def __class__(self):
@@ -79,8 +72,6 @@ class LossScaleValue:
   def __reduce__(self):
     raise TypeError("The loss_scale of a LossScaleOptimizer cannot be pickled; "
                     "use its get_config() or float(loss_scale).")
-
-  # -------------------------------------------- the float32 tensor --
 
   def tensor(self) -> tf.Tensor:
     """The current loss scale as a float32 scalar tensor."""
@@ -119,31 +110,9 @@ class LossScaleValue:
       return str(self)
     return format(self.numpy(), format_spec)
 
-  __add__ = _tensor_method("__add__")
-  __radd__ = _tensor_method("__radd__")
-  __sub__ = _tensor_method("__sub__")
-  __rsub__ = _tensor_method("__rsub__")
-  __mul__ = _tensor_method("__mul__")
-  __rmul__ = _tensor_method("__rmul__")
-  __truediv__ = _tensor_method("__truediv__")
-  __rtruediv__ = _tensor_method("__rtruediv__")
-  __floordiv__ = _tensor_method("__floordiv__")
-  __rfloordiv__ = _tensor_method("__rfloordiv__")
-  __mod__ = _tensor_method("__mod__")
-  __pow__ = _tensor_method("__pow__")
-  __rpow__ = _tensor_method("__rpow__")
-  __neg__ = _tensor_method("__neg__")
-  __abs__ = _tensor_method("__abs__")
-  __lt__ = _tensor_method("__lt__")
-  __le__ = _tensor_method("__le__")
-  __gt__ = _tensor_method("__gt__")
-  __ge__ = _tensor_method("__ge__")
-
   def __eq__(self, other: Any) -> Any:
     if isinstance(other, LossScaleValue) or other is self._loss_scale:
-      return other is self or other is self._loss_scale or (
-          isinstance(other, LossScaleValue) and
-          other._loss_scale is self._loss_scale)
+      return other is self._loss_scale or other._loss_scale is self._loss_scale
     return self.tensor() == other
 
   def __ne__(self, other: Any) -> Any:
@@ -151,5 +120,10 @@ class LossScaleValue:
       return not self.__eq__(other)
     return self.tensor() != other
 
+
+for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
+              "rtruediv", "floordiv", "rfloordiv", "mod", "pow", "rpow", "neg",
+              "abs", "lt", "le", "gt", "ge"):
+  setattr(LossScaleValue, f"__{_name}__", _tensor_method(f"__{_name}__"))
 
 _private_api.register_session_fetch(LossScaleValue, LossScaleValue.tensor)

@@ -35,14 +35,10 @@ def _tpu_strategy_types():
 
 
 def strategy_supports_loss_scaling():
-  """Whether the current `tf.distribute.Strategy` supports loss scaling.
+  """Whether the current strategy supports loss scaling, as in TF 2.4.
 
-  Loss scaling needs one variable copy per compute replica (gradients are
-  unscaled once per replica), so only the default strategy, OneDevice,
-  Mirrored and MultiWorkerMirrored strategies are supported, as in TF 2.4.
-
-  Returns:
-    A Python bool.
+  It needs one variable copy per replica: the default, OneDevice, Mirrored
+  and MultiWorkerMirrored strategies.
   """
   if not tf.distribute.has_strategy():
     return True
@@ -50,11 +46,7 @@ def strategy_supports_loss_scaling():
 
 
 def raise_if_strategy_unsupported():
-  """Raises TF 2.4's error unless the current strategy supports loss scaling.
-
-  Raises:
-    ValueError: Under a TPU strategy, or any other unsupported one.
-  """
+  """Raises TF 2.4's ValueError unless the strategy supports loss scaling."""
   if strategy_supports_loss_scaling():
     return
   strategy = tf.distribute.get_strategy()
@@ -69,8 +61,14 @@ def raise_if_strategy_unsupported():
                    "using a different Strategy, e.g. a MirroredStrategy")
 
 
-def multiply_gradient(gradient, factor):
-  """Multiplies a dense or `tf.IndexedSlices` gradient, keeping it sparse."""
+def scaled_loss(loss, scale):
+  """`loss` times `scale()` in its dtype; a callable for a callable `loss`."""
+  if callable(loss):
+    return lambda: scaled_loss(loss(), scale)
+  return loss * tf.cast(scale(), loss.dtype)
+
+
+def _multiply_gradient(gradient, factor):
   factor = tf.cast(factor, gradient.dtype)
   if isinstance(gradient, tf.IndexedSlices):
     return tf.IndexedSlices(gradient.values * factor, gradient.indices,
@@ -78,21 +76,23 @@ def multiply_gradient(gradient, factor):
   return gradient * factor
 
 
-def _is_func_graph(graph):
-  return graph is not None and hasattr(graph, "outer_graph")
+def unscale_gradients(grads, loss_scale):
+  """`grads` times the reciprocal of `loss_scale`; None and sparse kept."""
+  reciprocal = 1. / loss_scale
+  return [None if g is None else _multiply_gradient(g, reciprocal)
+          for g in grads]
 
 
 def graph_token():
   """What a `scale_loss` mark belongs to: None eagerly, else a graph.
 
-  Nested graphs (a `tf.while_loop` body inside a step function) belong to the
-  outermost `tf.function` graph being traced, so a loss scaled in one and
-  gradients applied in another of the same step still pair up.
+  The outermost `tf.function` graph, so a loss scaled in a nested graph
+  (a loop body) pairs up with gradients applied in another of the step.
   """
   if tf.executing_eagerly():
     return None
   graph = tf.compat.v1.get_default_graph()
-  while _is_func_graph(getattr(graph, "outer_graph", None)):
+  while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
     graph = graph.outer_graph
   return graph
 
@@ -131,12 +131,7 @@ def smart_cond(pred, true_fn, false_fn):
 
 
 def _check_pair(pair):
-  """One checked (gradient, variable) pair.
-
-  Raises:
-    TypeError: If `pair` is no pair, or its variable no variable.
-    ValueError: For a gradient the variable cannot take.
-  """
+  """One checked (gradient, variable) pair; TypeError or ValueError if bad."""
   if not isinstance(pair, (tuple, list)) or len(pair) != 2:
     raise TypeError('"grads_and_vars" must be (gradient, variable) pairs, '
                     f"but got the element: {pair!r}")
@@ -157,21 +152,9 @@ def _check_pair(pair):
 def check_grads_and_vars(grads_and_vars, built_inner=None):
   """Raises what the inner optimizer would, before the loss scale changes.
 
-  The loss scale is updated before the inner optimizer sees the gradients,
-  so malformed input must be rejected first or it would leave a changed
-  scale or counter behind.
-
-  Args:
-    grads_and_vars: A tuple of (gradient, variable) pairs.
-    built_inner: The adapter (`_inner.InnerOptimizer`) of the inner optimizer
-      once built, which then checks that it knows the variables; else None.
-
-  Returns:
-    `grads_and_vars`, where in a graph an `IndexedSlices` gradient's values
-    wait for the check of its indices (see `_grad_checks.check_sparse`).
-
-  Raises:
-    TypeError, ValueError: For malformed pairs, or no gradient at all.
+  Malformed input would otherwise leave a changed scale or counter behind.
+  `built_inner`, the adapter once built, checks it knows the variables.
+  Returns the checked pairs (see `_grad_checks.check_sparse`).
   """
   checked = tuple(_check_pair(pair) for pair in grads_and_vars)
   present = [v for g, v in grads_and_vars if g is not None]
@@ -186,18 +169,7 @@ def check_grads_and_vars(grads_and_vars, built_inner=None):
 
 def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
                   experimental_aggregate_gradients):
-  """Applies the step in every replica if `should_apply`, else counts it.
-
-  Args:
-    distribution: The strategy, in its cross-replica context.
-    inner: The inner optimizer's adapter (`_inner.InnerOptimizer`).
-    should_apply: Whether the step's gradients are all finite (a bool or a
-      boolean tensor).
-    grads: The unscaled gradients, as the replicas hold them.
-    variables: Their variables.
-    name: `apply_gradients`' `name`, handed on as TF 2.4 did.
-    experimental_aggregate_gradients: Handed on likewise.
-  """
+  """Applies the step in every replica if `should_apply`, else counts it."""
 
   def in_replica(replica_grads, holder):
     return inner.apply_in_replica(list(zip(replica_grads, holder.value)),
@@ -209,34 +181,20 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
           in_replica, args=(grads, _Holder(variables)))
       return graph_ops(distribution, applied)
 
-  def apply_fn():
-    return inner.in_order(build_apply)
-
-  def skip_fn():
-    # The inner optimizer would have counted the step; TF 2.4.4 counts
-    # skipped steps too.
-    return inner.count_skipped_step()
-
-  return smart_cond(should_apply, apply_fn, skip_fn)
+  # TF 2.4.4 counts skipped steps too, as the inner optimizer would have.
+  return smart_cond(should_apply, lambda: inner.in_order(build_apply),
+                    inner.count_skipped_step)
 
 
 def train_op_or(train_op, iterations):
-  """What `apply_gradients` returns: `train_op` in a `tf.compat.v1` graph.
-
-  There, as TF 2.4's did, it returns the op running the step (a session
-  runs only what the fetched op depends on); else the `iterations` variable.
-  """
+  """`train_op` in a `tf.compat.v1` graph (as TF 2.4), else `iterations`."""
   if train_op is not None and not tf.inside_function():
     return train_op
   return iterations
 
 
 def graph_ops(distribution, values):
-  """`values`' ops and tensors on this worker, to run; [] eagerly.
-
-  In a `tf.compat.v1` graph they are what a train op must group: nothing
-  there runs unless the op the caller runs depends on it.
-  """
+  """`values`' ops on this worker, for a train op to group; [] eagerly."""
   if tf.executing_eagerly():
     return []
   ops = []
@@ -257,18 +215,8 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
                      experimental_aggregate_gradients):
   """One step in cross-replica context: the scale's update, then the apply.
 
-  Args:
-    distribution: The strategy, in its cross-replica context.
-    loss_scale: The dynamic loss-scale state, or None for a fixed scale.
-    inner: The inner optimizer's adapter (`_inner.InnerOptimizer`).
-    grads: The unscaled gradients, as the replicas hold them.
-    variables: Their variables.
-    name: `apply_gradients`' `name`, handed on as TF 2.4 did.
-    experimental_aggregate_gradients: Handed on likewise.
-
-  Returns:
-    When building a graph, an op running the step (the scale's update and
-    the apply or skip), else None.
+  `loss_scale` is the dynamic state, or None for a fixed scale. Returns the
+  op running the step when building a graph, else None.
   """
   if loss_scale is None:
     update_op, should_apply = None, True
@@ -297,21 +245,8 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
 def graph_gradients(optimizer, loss, params):
   """TF 2.4's `LossScaleOptimizer.get_gradients`, for either target's class.
 
-  The gradients (`tf.gradients`, graph or `tf.function` only) of the loss
-  scaled by `optimizer`, unscaled by it; as TF 2.4's optimizers, a variable
-  without a gradient is refused by name.
-
-  Args:
-    optimizer: A loss-scale optimizer (`get_scaled_loss`,
-      `get_unscaled_gradients`).
-    loss: The unscaled loss tensor.
-    params: The variables (a nest).
-
-  Returns:
-    The unscaled gradients, in the order of `tf.nest.flatten(params)`.
-
-  Raises:
-    ValueError: If a variable has no gradient.
+  Unscaled `tf.gradients` of the scaled loss (graphs only); ValueError for
+  a variable without a gradient, as TF 2.4.
   """
   params = tf.nest.flatten(params)
   grads = tf.gradients(optimizer.get_scaled_loss(loss), params)

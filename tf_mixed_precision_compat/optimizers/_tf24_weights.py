@@ -36,15 +36,7 @@ def _named_variable(optimizer, name):
 
 
 def layout(adapter):
-  """TF 2.4's weights of a wrapped Keras 3 optimizer, with their names.
-
-  Args:
-    adapter: The inner optimizer's `_inner.InnerOptimizer`.
-
-  Returns:
-    A list of `(description, variable)`, in TF 2.4's order; descriptions are
-    TF 2.4's (`iterations`, `<variable>/m`).
-  """
+  """`(TF 2.4's name, variable)` of a wrapped Keras 3 optimizer's weights."""
   optimizer = adapter.optimizer
   entries = [("iterations", adapter.iterations_variable())]
   class_name = _keras2_config.keras_class_name(optimizer)
@@ -78,16 +70,7 @@ def describe(entries):
 
 
 def set_values(entries, weights):
-  """Assigns `weights` to `entries`' variables, all checked first.
-
-  Args:
-    entries: `layout(...)`.
-    weights: A list of NumPy arrays (or values), one per entry.
-
-  Raises:
-    ValueError: If the length or a shape differs from TF 2.4's layout;
-      nothing is assigned then.
-  """
+  """Assigns `weights` to `layout` `entries`, raising before any mismatch."""
   weights = list(weights)
   if len(weights) != len(entries):
     raise ValueError(

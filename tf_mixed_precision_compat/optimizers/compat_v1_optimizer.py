@@ -17,6 +17,8 @@ from tf_mixed_precision_compat import keras_target
 from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.loss_scale import _graph_update
+from tf_mixed_precision_compat.loss_scale import _loss_scales
+from tf_mixed_precision_compat.loss_scale import _tracking
 from tf_mixed_precision_compat.optimizers import _step
 
 __all__ = ["MixedPrecisionLossScaleOptimizer"]
@@ -24,22 +26,8 @@ __all__ = ["MixedPrecisionLossScaleOptimizer"]
 _V1Optimizer = tf.compat.v1.train.Optimizer
 
 
-def _fixed_loss_scale_classes():
-  """Our FixedLossScale and TF's compat.v1 one, while TF still ships it."""
-  classes = [loss_scale_module.FixedLossScale]
-  tf_fixed = getattr(
-      getattr(tf.compat.v1, "mixed_precision", None), "FixedLossScale", None)
-  if tf_fixed is not None:
-    classes.append(tf_fixed)
-  return tuple(classes)
-
-
 def is_keras_optimizer(opt: Any) -> bool:
-  """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras if loaded).
-
-  tf_keras' legacy optimizers (`tf_keras.optimizers.legacy.*`, TF 2.4's
-  OptimizerV2) count too: the Keras `LossScaleOptimizer` wraps them.
-  """
+  """Whether `opt` is a Keras optimizer (Keras 3, or tf_keras's, legacy too)."""
   return keras_target.is_optimizer(opt)
 
 
@@ -56,23 +44,11 @@ def _local_ops(distribution, values):
 
 
 def _check_gradient(grad, var):
-  """Rejects a gradient the wrapped optimizer cannot apply to `var`.
+  """Rejects, as graph-mode TF did, a gradient the optimizer cannot apply.
 
-  Runs before the loss scale is updated, so bad input changes nothing. (An
-  eager gradient of another dtype would otherwise reach the apply kernel,
-  which aborts the process.) Graph-mode TF raised these exception types.
-
-  Returns:
-    `grad`, or in a graph an `IndexedSlices` whose values wait for the check
-    of its indices (see `_grad_checks.check_sparse`).
-
-  Raises:
-    TypeError: If the gradient's dtype differs from the variable's.
-    ValueError: If a dense gradient's shape is incompatible with the
-      variable's, or an `IndexedSlices`' values with its indices or the
-      variable's rows.
-    tf.errors.InvalidArgumentError: Eagerly, for `IndexedSlices` indices
-      outside the variable (in a graph, when the step runs).
+  Before the loss scale is updated, so bad input changes nothing (an eager
+  gradient of another dtype would abort the process in the apply kernel).
+  Returns `grad` (see `_grad_checks.check_sparse`).
   """
   dtype = getattr(grad, "dtype", None)
   dtype = None if dtype is None else tf.as_dtype(dtype).base_dtype
@@ -85,20 +61,17 @@ def _check_gradient(grad, var):
 
 
 def _check_tf_loss_scale(loss_scale):
-  """Rejects a TF `tf.compat.v1` loss scale our classes would refuse.
+  """Rejects a TF `tf.compat.v1` loss scale not finite as a float32.
 
-  Ours are validated when made; TF's own accept a scale that is inf as a
-  float32 (1e39), with which a dynamic scale skips every step.
-
-  Raises:
-    ValueError: If its (initial) loss scale is not finite as a float32.
+  Ours are validated when made; TF's accept 1e39, with which a dynamic
+  scale skips every step.
   """
-  compat = getattr(tf.compat.v1, "mixed_precision", None)
-  checks = (("FixedLossScale", "_loss_scale_value", "loss_scale_value"),
-            ("DynamicLossScale", "initial_loss_scale", "initial_loss_scale"))
-  for class_name, attr, arg_name in checks:
-    cls = getattr(compat, class_name, None)
-    if isinstance(cls, type) and isinstance(loss_scale, cls):
+  compat = tf.compat.v1.mixed_precision
+  checks = ((compat.FixedLossScale, "_loss_scale_value", "loss_scale_value"),
+            (compat.DynamicLossScale, "initial_loss_scale",
+             "initial_loss_scale"))
+  for cls, attr, arg_name in checks:
+    if isinstance(loss_scale, cls):
       value = float(getattr(loss_scale, attr))
       if not math.isfinite(value):
         raise ValueError(f'"{arg_name}" of loss_scale must be finite, but '
@@ -113,18 +86,10 @@ def _check_tf_loss_scale(loss_scale):
 class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid-type]
   """A `tf.compat.v1.train.Optimizer` wrapper that applies loss scaling.
 
-  Loss scaling multiplies the loss by a factor, the loss scale, before
-  gradients are computed and divides the gradients by it afterwards:
-
-      loss = loss * loss_scale
-      grads = gradients(loss, vars)
-      grads = grads / loss_scale
-
-  Mathematically this changes nothing, but it keeps small float16
-  intermediate gradients from flushing to zero. The loss scale is fixed (an
-  int or float) or dynamic (`"dynamic"` or a `DynamicLossScale`); with a
-  dynamic one, steps whose gradients contain Inf or NaN are skipped: neither
-  variables, slots nor `global_step` change, and the loss scale shrinks.
+  The loss is multiplied by the loss scale before gradients are computed,
+  which are divided by it afterwards, so small float16 gradients do not
+  flush to zero. With a dynamic loss scale, steps with Inf or NaN gradients
+  are skipped (nothing changes, `global_step` neither) and the scale shrinks.
 
   Example:
 
@@ -175,7 +140,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
   def _doing_dynamic_loss_scaling(self):
     # Any loss scale but a fixed one is asked, step by step, whether to apply:
     # that covers DynamicLossScale and user-defined subclasses alike.
-    return not isinstance(self._loss_scale, _fixed_loss_scale_classes())
+    return not isinstance(self._loss_scale, _loss_scales.FIXED_TYPES)
 
   def compute_gradients(self,
                         loss: Any,
@@ -218,23 +183,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return list(zip(grads, [v for _, v in grads_and_vars]))
 
   def _scale_loss(self, loss):
-    scale = self._loss_scale()
-    if callable(loss):
-
-      def scaled_loss():
-        value = loss()
-        return value * tf.cast(scale, value.dtype)
-
-      return scaled_loss
-    return loss * tf.cast(scale, loss.dtype)
+    scale = self._loss_scale()  # Read first, as TF 2.3 did.
+    return _step.scaled_loss(loss, lambda: scale)
 
   def _unscale_grads(self, grads):
     # Multiplying by the float32 reciprocal, as TF 2.3 did, keeps the values
     # bit-identical to its; it is cast for float16/bfloat16 gradients, which
     # TF 2.3 could not unscale at all.
-    reciprocal = 1. / self._loss_scale()
-    return [None if g is None else _step.multiply_gradient(g, reciprocal)
-            for g in grads]
+    return _step.unscale_gradients(grads, self._loss_scale())
 
   def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]],
                       global_step: Optional[tf.Variable] = None,
@@ -259,10 +215,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
       eagerly, where the step has then already happened).
 
     Raises:
-      ValueError: If called in a cross-replica context of a distribution
-        strategy, if no variable has a gradient, or (dynamic loss scale) a
-        gradient's shape does not match its variable's.
-      TypeError: (Dynamic loss scale) if a gradient's dtype differs from its
+      ValueError: In a cross-replica context, if no variable has a gradient,
+        or (dynamic loss scale) for a gradient's shape not its variable's.
+      TypeError: (Dynamic loss scale) For a gradient's dtype not its
         variable's.
     """
     if tf.distribute.in_cross_replica_context():
@@ -286,18 +241,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
                          grads_and_vars,
                          global_step=None,
                          name=None):
-    """Updates the loss scale and maybe applies, in cross-replica context.
-
-    Args:
-      distribution: The `tf.distribute.Strategy` in use.
-      grads_and_vars: `(gradient, variable)` pairs, gradients still
-        per-replica.
-      global_step: Optional (mirrored) variable to increment when applying.
-      name: Optional name for the returned op.
-
-    Returns:
-      The grouped op of the loss scale update and the conditional apply.
-    """
+    """Updates the loss scale and maybe applies, in cross-replica context."""
     name = name if name is not None else self.get_name()
     update_op, should_apply = self._update_loss_scale(
         [g for g, _ in grads_and_vars])
@@ -314,12 +258,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
   def _update_loss_scale(self, grads):
     """The loss scale's `update`, in graphs built as TF's own class built it.
 
-    Our `DynamicLossScale` updates with selects (`_scaling`); in a graph this
-    optimizer builds TF 2.3/2.4's conditionals instead, with the scale's
-    reads inside them, so a job's graph is TF's own class's graph and the
-    executor orders what the job leaves unordered (its read of
-    `global_step` and its increment) as with TF's class
-    (docs/graph_mode.md). Values are the same either way.
+    TF's conditionals instead of `_scaling`'s selects, so the executor
+    orders what a job leaves unordered as with TF's class (same values;
+    docs/graph_mode.md).
     """
     scale = self._loss_scale
     if (tf.executing_eagerly() or
@@ -345,29 +286,18 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return distribution.group(update_ops)
 
   # The wrapped optimizer does all the applying; these are never reached.
-  def _apply_dense(self, grad, var):
+  def _apply_dense(self, *args):
     raise RuntimeError("This function should never be called")
 
-  def _apply_sparse(self, grad, var):
-    raise RuntimeError("This function should never be called")
-
-  def _resource_apply_dense(self, grad, handle):
-    raise RuntimeError("This function should never be called")
-
-  def _resource_apply_sparse(self, grad, handle, indices):
-    raise RuntimeError("This function should never be called")
+  _apply_sparse = _resource_apply_dense = _apply_dense
+  _resource_apply_sparse = _apply_dense
 
   def get_slot(self, var: Any, name: str) -> Any:
     """Returns the wrapped optimizer's slot `name` for `var`, or None.
 
-    (TF 2.3.4 returned None here, since the wrapper itself has no slots.)
-
-    `get_slot_names()` is deliberately *not* delegated and lists the
-    wrapper's own slots (none), as in TF 2.3.4: TensorFlow's checkpointing
-    enumerates slots through `get_slot_names()` of every optimizer object, so
-    delegating it would save each slot twice and move it away from the
-    `base_optimizer` key TF 2.3.4 checkpoints use. Ask the wrapped optimizer
-    for its slot names.
+    (TF 2.3.4 returned None.) `get_slot_names()` is deliberately not
+    delegated, as in TF 2.3.4: checkpoints would save each slot twice, away
+    from its `base_optimizer` key. Ask the wrapped optimizer for its names.
 
     Args:
       var: A variable passed to `minimize()` or `apply_gradients()`.
@@ -379,14 +309,6 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):  # type: ignore[misc,valid
     return self._optimizer.get_slot(var, name)
 
   def variables(self) -> list[tf.Variable]:
-    """The wrapped optimizer's variables plus the loss scale's, this graph's.
-
-    Returns:
-      A list of variables.
-    """
-    loss_scale_vars = [
-        v for _, v in sorted(
-            _private_api.trackable_children(self._loss_scale).items())
-        if isinstance(v, tf.Variable)
-    ]
-    return self._optimizer.variables() + loss_scale_vars
+    """The wrapped optimizer's variables plus the loss scale's, this graph's."""
+    return self._optimizer.variables() + _tracking.variables_of(
+        self._loss_scale)

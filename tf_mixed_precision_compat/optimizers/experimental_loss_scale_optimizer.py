@@ -5,7 +5,7 @@ behaves as TF 2.3.4's where TF 2.4 broke TF 2.3 code (docs/api_differences.md).
 
 Example:
 
->>> opt = LossScaleOptimizerV1(tf.keras.optimizers.SGD(), "dynamic")
+>>> opt = LossScaleOptimizerV1(keras.optimizers.SGD(), "dynamic")
 >>> isinstance(opt, loss_scale_optimizer.LossScaleOptimizer), opt.dynamic
 (True, True)
 >>> float(opt.loss_scale()), float(opt.loss_scale)
@@ -15,10 +15,9 @@ Example:
 from typing import Any, Optional
 
 import keras
-import tensorflow as tf
 
-from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.endpoints import export
+from tf_mixed_precision_compat.loss_scale import _tracking
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _experimental_args
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
@@ -44,7 +43,7 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
   Example:
 
   >>> from tf_mixed_precision_compat.loss_scale import DynamicLossScale
-  >>> opt = LossScaleOptimizerV1(tf.keras.optimizers.SGD(),
+  >>> opt = LossScaleOptimizerV1(keras.optimizers.SGD(),
   ...                            DynamicLossScale(multiplier=4))
   >>> float(opt.loss_scale()), opt.loss_scale.multiplier
   (32768.0, 4.0)
@@ -58,25 +57,18 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
   def _hold(self, loss_scale):
     self._loss_scale = loss_scale  # The base class's step updates it.
 
-  # ------------------------------------------ checkpoints and configs --
-
   def _wrapper_children(self):
     # TF 2.3 tracked its LossScale, fixed or not, as `loss_scale`.
     return {"loss_scale": self._loss_scale}
 
-  def _loss_scale_variables(self):
-    children = _private_api.trackable_children(self._loss_scale, "checkpoint")
-    return [v for _, v in sorted(children.items())
-            if isinstance(v, tf.Variable)]
-
   def save_own_variables(self, store: Any) -> None:
     """Saves the loss scale's variables (by name) for `.keras` files."""
-    for i, variable in enumerate(self._loss_scale_variables()):
+    for i, variable in enumerate(_tracking.variables_of(self._loss_scale)):
       store[str(i)] = variable.numpy()
 
   def load_own_variables(self, store: Any) -> None:
     """Restores what `save_own_variables` saved."""
-    variables = self._loss_scale_variables()
+    variables = _tracking.variables_of(self._loss_scale)
     if len(store.keys()) != len(variables):
       raise ValueError(
           f"Cannot load the loss scale of '{self.name}': expected "
@@ -96,11 +88,8 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
 class _SerializedV1:
   """What Keras deserializes the class name "LossScaleOptimizerV1" as.
 
-  TF 2.4.4's `tf.keras.optimizers.deserialize` made a `LossScaleOptimizer` of
-  a serialized experimental one; it still does, unless only TF 2.3 could
-  hold the loss scale (a TF 2.3 config with a `DynamicLossScale` whose
-  multiplier is not 2 or a user `LossScale`): then it is a
-  `LossScaleOptimizerV1` again, as TF 2.3.4 made it.
+  A `LossScaleOptimizer`, as TF 2.4.4 made it, unless only TF 2.3 could hold
+  the loss scale: then a `LossScaleOptimizerV1`, as TF 2.3.4 made it.
   """
 
   @classmethod
@@ -118,11 +107,8 @@ class _SerializedV1:
 def _deserialize_v1_as_v2():
   """Makes Keras deserialize a serialized V1 optimizer as TF 2.4.4 did.
 
-  See `_SerializedV1`. TF 2.4.4's `tf.keras.optimizers.deserialize` mapped
-  the class name "LossScaleOptimizerV1" to `LossScaleOptimizer` (the
-  experimental class was to be removed); `LossScaleOptimizerV1.from_config`
-  called directly still returns a V1. V1 instances keep serializing under
-  their own name; the second registration keeps `LossScaleOptimizer`'s.
+  See `_SerializedV1`; the second registration keeps `LossScaleOptimizer`'s
+  name for its own serialization.
   """
   register = keras.saving.register_keras_serializable
   register(package=loss_scale_optimizer.SERIALIZATION_PACKAGE,

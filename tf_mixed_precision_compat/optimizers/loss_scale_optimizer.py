@@ -42,11 +42,9 @@ def serializable(cls: type) -> type:
       package=SERIALIZATION_PACKAGE)(cls)
 
 
-# Inner optimizer -> the checkpoint dependency names TF 2.4 declared on it
-# when a LossScaleOptimizer wrapped it. Keyed on the inner optimizer, never
-# on the wrapper: TF 2.4's wrapper declared them on the inner optimizer
-# itself, so a second wrapper was refused for as long as the inner optimizer
-# lived, whether or not the first was still alive.
+# Inner optimizer -> the dependency names TF 2.4's wrapper declared on it;
+# keyed on the inner optimizer, as TF refused a second wrapper for as long as
+# the inner optimizer lived, whether or not the first wrapper did.
 _DECLARED: "weakref.WeakKeyDictionary[Any, tuple[str, ...]]" = (
     weakref.WeakKeyDictionary())
 
@@ -59,15 +57,8 @@ _DUPLICATE_DEPENDENCY = (
 def declared_names(tracks_loss_scale: bool) -> tuple[str, ...]:
   """The dependency names a wrapper declares on its inner optimizer, in order.
 
-  TF 2.4's `LossScaleOptimizer` declared "loss_scale" when dynamic, then
-  "base_optimizer"; TF 2.3's experimental class declared "loss_scale" for
-  every loss scale.
-
-  Args:
-    tracks_loss_scale: Whether the wrapper checkpoints a loss scale object.
-
-  Returns:
-    The names, in the order TF declared them.
+  "loss_scale" (TF 2.4's class when dynamic, TF 2.3's always), then
+  "base_optimizer".
 
   Example:
 
@@ -82,22 +73,10 @@ def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
                     wrapped_elsewhere: bool = False) -> None:
   """Raises TF 2.4's `ValueError` if a wrapper ever wrapped `inner_optimizer`.
 
-  TF 2.4.4 and TF 2.3.4 refused a second Keras loss-scale optimizer (either
-  class) around the same optimizer, alive or not the first: both would scale
-  the loss and share its slots and iterations. The message starts with TF's
-  text (user code may match it); its second sentence gives the deliberate
-  way. `tf.compat.v1`'s optimizer never refused, and does not call this.
-
-  Args:
-    inner_optimizer: The optimizer about to be wrapped.
-    tracks_loss_scale: Whether the new wrapper checkpoints a loss scale
-      object (see `declared_names`).
-    wrapped_elsewhere: Whether a wrapper this package did not build (tf_keras's
-      own) marked `inner_optimizer` as wrapped; taken as TF 2.4's default,
-      dynamic wrapper.
-
-  Raises:
-    ValueError: If `inner_optimizer` was wrapped before.
+  TF 2.4.4 and 2.3.4 refused a second Keras wrapper, alive or not the first:
+  both would share its slots and iterations. The message starts with TF's
+  text. `wrapped_elsewhere`: tf_keras's own wrapper marked it (taken as TF
+  2.4's dynamic one).
 
   Example:
 
@@ -130,10 +109,6 @@ def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
 def record_wrapped(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
   """Records that a wrapper now wraps `inner_optimizer` (see `check_unwrapped`).
 
-  Args:
-    inner_optimizer: The optimizer just wrapped.
-    tracks_loss_scale: Whether its wrapper checkpoints a loss scale object.
-
   Example:
 
   >>> inner = tf.keras.optimizers.SGD()
@@ -155,11 +130,7 @@ def _claim(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
 
 
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
-  """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in.
-
-  Raises:
-    ValueError: As `LossScaleOptimizer.__init__` says.
-  """
+  """The checked `(initial_scale, dynamic_growth_steps)`, defaults filled in."""
   if dynamic:
     return (dynamic_state.check_initial_scale(
         _experimental_args.DEFAULT_INITIAL_SCALE
@@ -185,20 +156,12 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
                          keras.optimizers.LossScaleOptimizer):
   """An optimizer that applies loss scaling to prevent numeric underflow.
 
-  Wraps a Keras 3 optimizer (`tf.keras.optimizers.*`, which on TF 2.21 is
-  `keras.optimizers.*`) with TF 2.4's API. The loss is multiplied by the loss
-  scale before differentiation and the gradients are divided by it before
-  they are applied. With `dynamic=True` the scale halves (never below 1) on a
-  step with a NaN or infinite gradient, which is then skipped, and doubles
-  after `dynamic_growth_steps` consecutive finite steps.
-
-  Custom loops use TF 2.4's convention: `get_scaled_loss`, then
-  `get_unscaled_gradients`, then `apply_gradients` with unscaled gradients.
-  `model.compile(optimizer=LossScaleOptimizer(...))` works too: the wrapper
-  recognises and unscales the scaled gradients Keras 3's `fit` passes.
-
-  The inner optimizer's hyperparameters are read and set through the wrapper
-  (`opt.beta_1`); its other attributes (Adam's `epsilon`) are not.
+  Wraps a Keras 3 optimizer with TF 2.4's API. With `dynamic=True` the scale
+  halves (never below 1) on a step with a NaN or infinite gradient, which is
+  skipped, and doubles after `dynamic_growth_steps` finite steps. Custom
+  loops call `get_scaled_loss`, `get_unscaled_gradients`, `apply_gradients`;
+  `model.fit` works too. The inner optimizer's hyperparameters are read and
+  set through the wrapper (`opt.beta_1`); its other attributes are not.
 
   Example:
 
@@ -228,11 +191,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     Raises:
       TypeError: If `inner_optimizer` is not an optimizer or `dynamic` is not
         a bool.
-      ValueError: If `inner_optimizer` is a loss scale optimizer (also an
-        `AttributeError` as in TF 2.4), was ever wrapped by one (TF 2.4's
-        message) or scales losses itself; if `initial_scale` is missing or
-        `dynamic_growth_steps` given with `dynamic=False`, a number is out
-        of range, or the current strategy does not support loss scaling.
+      ValueError: If `inner_optimizer` scales losses or was ever wrapped, an
+        argument is missing, extra or out of range, or the strategy does
+        not support loss scaling.
     """
     adapter = _inner.adapt(inner_optimizer)
     if not isinstance(dynamic, bool):
@@ -249,12 +210,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     _step.raise_if_strategy_unsupported()
     _claim(inner_optimizer, dynamic or self._TRACKS_ANY_LOSS_SCALE)
 
-    # The wrapper's own attributes are no checkpoint dependencies: to
-    # `tf.train.Checkpoint` it looks like the inner optimizer (see
-    # `_delegation`).
+    # To checkpoints the wrapper looks like the inner optimizer (`_delegation`).
     object.__setattr__(self, "_self_setattr_tracking", False)
-    # Keras 3's Optimizer constructor, not keras.optimizers.
-    # LossScaleOptimizer's: only the isinstance relation is wanted from it.
+    # Only the isinstance relation is wanted of Keras's LossScaleOptimizer.
     keras.optimizers.Optimizer.__init__(self, learning_rate=0.0)
     self._optimizer = inner_optimizer
     self._adapter = adapter
@@ -266,8 +224,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
             initial_scale, dynamic_growth_steps, multiplier=2)
         if dynamic else initial_scale)
     self.built = bool(getattr(inner_optimizer, "built", False))
-
-  # ---------------------------------------------------------------- state --
 
   @property
   def dynamic(self) -> bool:
@@ -303,12 +259,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """The optimizer this LossScaleOptimizer wraps."""
     return self._optimizer
 
-  # ------------------------------------------------------- loss scaling --
-  #
   # The step-path methods are exempt from AutoGraph: they have no
-  # tensor-dependent Python control flow (the apply-or-skip decision is an
-  # explicit `tf.cond`), and converting them made tracing a step with many
-  # variables markedly slower than tracing the bare optimizer's.
+  # tensor-dependent Python control flow, and converting them made tracing
+  # markedly slower.
 
   @tf.autograph.experimental.do_not_convert
   def get_scaled_loss(self, loss: Any) -> Any:
@@ -321,14 +274,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       `loss * loss_scale` (the scale cast to the loss's dtype), or a callable
       returning it when `loss` is callable.
     """
-    if callable(loss):
-
-      def scaled_loss():
-        value = loss()
-        return value * tf.cast(self.loss_scale, value.dtype)
-
-      return scaled_loss
-    return loss * tf.cast(self.loss_scale, loss.dtype)
+    return _step.scaled_loss(loss, lambda: self.loss_scale)
 
   @tf.autograph.experimental.do_not_convert
   def get_unscaled_gradients(self, grads: Sequence[Any]) -> list[Any]:
@@ -342,27 +288,16 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       A new list of the same length.
     """
     self._marks.pending = False
-    reciprocal = 1. / self.loss_scale
-    return [
-        None if g is None else _step.multiply_gradient(g, reciprocal)
-        for g in grads
-    ]
+    return _step.unscale_gradients(grads, self.loss_scale)
 
   @tf.autograph.experimental.do_not_convert
   def scale_loss(self, loss: Any) -> Any:
     """Keras 3's hook: scales `loss`; gradients then arrive scaled.
 
-    Keras 3's `Model.fit` calls this and passes the gradients of the result,
-    still scaled, to `apply_gradients`. The call marks the current thread
-    (replica) and graph so that the next `apply_gradients` / `apply` there
-    unscales them. Custom loops should use `get_scaled_loss` and
-    `get_unscaled_gradients` instead.
-
-    Args:
-      loss: The loss tensor.
-
-    Returns:
-      `loss` multiplied by the loss scale.
+    `Model.fit` passes the gradients of the result, still scaled, to
+    `apply_gradients`; the call marks this thread (replica) and graph so the
+    next `apply_gradients` there unscales them. Custom loops should use
+    `get_scaled_loss` and `get_unscaled_gradients` instead.
     """
     scaled = self.get_scaled_loss(loss)
     self._marks.pending = True
@@ -374,8 +309,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self._marks.pending = False
     graph = getattr(self._marks, "graph", None)
     return pending and graph is _step.graph_token()
-
-  # ---------------------------------------------------------- applying --
 
   def build(self, var_list: Sequence[Any]) -> None:
     """Creates the inner optimizer's variables for `var_list`."""
@@ -397,8 +330,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       grads_and_vars: (gradient, variable) pairs; gradients unscaled, or
         scaled if the loss came from `scale_loss` in this step.
       name: Passed on, as TF 2.4 did, as the second positional argument of
-        the inner optimizer's `apply_gradients` where it takes one (Keras
-        3's own optimizers take none; their subclasses may).
+        the inner optimizer's `apply_gradients` where it takes one.
       experimental_aggregate_gradients: Whether the inner optimizer sums the
         gradients over replicas. False (already summed) is only supported
         with one replica, as Keras 3 optimizers always aggregate.
@@ -422,9 +354,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
       grads = self.get_unscaled_gradients(grads)
     self._adapter.check_aggregation(experimental_aggregate_gradients)
     if not self.built:
-      # Lifted out of any tf.function being traced, as TF 2.4 created its
-      # slots: Keras 3 optimizers otherwise fail to build on their first
-      # distributed tf.function step (initial values inside the trace).
+      # Lifted out of any tf.function, as TF 2.4 made its slots: Keras 3
+      # otherwise fails to build on a first distributed tf.function step.
       with tf.init_scope():
         self.build(variables)
     train_op = tf.distribute.get_replica_context().merge_call(
@@ -541,12 +472,7 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         "(nor by the TensorFlow backend of Keras 3).")
 
   def get_config(self) -> dict[str, Any]:
-    """Returns the config in TF 2.4's format.
-
-    Returns:
-      `{"inner_optimizer", "dynamic", "initial_scale",
-      "dynamic_growth_steps"}`, the inner optimizer serialized by Keras 3.
-    """
+    """Returns the config in TF 2.4's format (inner optimizer by Keras 3)."""
     return {
         "inner_optimizer": self._adapter.serialize(),
         "dynamic": self.dynamic,
@@ -565,9 +491,6 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         Keras 2.
       custom_objects: Optional dict of user classes, by name.
 
-    Returns:
-      A `LossScaleOptimizer`.
-
     Raises:
       ValueError: If a TF 2.3 loss scale cannot be converted (multiplier not
         2, or neither fixed nor dynamic), or the inner optimizer config
@@ -575,7 +498,8 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     """
     config = dict(config)
     if "loss_scale" in config:
-      config.update(_experimental_args.tf23_config_arguments(config.pop("loss_scale")))
+      config.update(
+          _experimental_args.tf23_config_arguments(config.pop("loss_scale")))
       config["inner_optimizer"] = config.pop("optimizer")
     config["inner_optimizer"] = _inner.deserialize(
         config["inner_optimizer"], custom_objects)
@@ -585,18 +509,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
 def loss_scale_state(optimizer: Any) -> Any:
   """The dynamic loss-scale state of a `LossScaleOptimizer`, else None.
 
-  An object whose `current_loss_scale` and `counter` variables are what TF
-  2.x checkpoints hold under `optimizer/loss_scale` (the legacy loaders
-  restore them): TF 2.4's `DynamicLossScaleState`, or the experimental
-  class's `DynamicLossScale` (any multiplier). Found as that checkpoint
-  dependency, so that the class keeps exactly TF 2.4's API.
-
-  Args:
-    optimizer: Any optimizer.
-
-  Returns:
-    The state, or None for a fixed scale, a user `LossScale` or another
-    optimizer.
+  Its `current_loss_scale` and `counter` are what checkpoints hold under
+  `optimizer/loss_scale`; found as that dependency, so that the class keeps
+  exactly TF 2.4's API. None for a fixed or a user `LossScale`.
   """
   if not (isinstance(optimizer, LossScaleOptimizer) and optimizer.dynamic):
     return None
