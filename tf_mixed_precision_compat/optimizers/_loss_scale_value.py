@@ -125,5 +125,6 @@ for _name in ("add", "radd", "sub", "rsub", "mul", "rmul", "truediv",
               "rtruediv", "floordiv", "rfloordiv", "mod", "pow", "rpow", "neg",
               "abs", "lt", "le", "gt", "ge"):
   setattr(LossScaleValue, f"__{_name}__", _tensor_method(f"__{_name}__"))
+del _name
 
 _private_api.register_session_fetch(LossScaleValue, LossScaleValue.tensor)
