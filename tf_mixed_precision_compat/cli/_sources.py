@@ -105,20 +105,6 @@ def model_nodes(graph: Any) -> list[int]:
   return [node for node in found if node not in inner]
 
 
-def _fits(layout: Layout, node: int, model: Any) -> bool:
-  """Whether `node` (the optimizer aside) and `model` match completely."""
-  try:
-    plan = _match.plan_restore(layout.reader, layout.graph, layout.prefix,
-                               [(node, model)], [],
-                               ignored_nodes=[layout.optimizer_node],
-                               scope=[node])
-  except ValueError:
-    return False
-  matched = {id(target) for _, target, _, _ in plan.assignments}
-  return (not plan.problems and not plan.unmatched_checkpoint and
-          all(id(v) in matched for v in model.weights))
-
-
 def _subclassed_model_node(layout: Layout, model: Any,
                            paths: dict) -> Optional[int]:
   """The one node (two names deep at most) `model` restores from completely.
@@ -129,7 +115,8 @@ def _subclassed_model_node(layout: Layout, model: Any,
   fits = [node for node, path in paths.items()
           if len(path) <= 2 and node != layout.optimizer_node and
           node not in covered and layout.graph.variable(node) is None and
-          _fits(layout, node, model)]
+          _layout.maps_completely(layout.reader, layout.graph, layout.prefix,
+                                  node, model, [layout.optimizer_node])]
   return fits[0] if len(fits) == 1 else None
 
 

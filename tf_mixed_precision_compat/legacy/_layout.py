@@ -93,13 +93,13 @@ def describe(reader, graph):
           for name, node_id in graph.children(0) if name != SAVE_COUNTER}
 
 
-def _maps_completely(reader, graph, source, node_id, model):
+def maps_completely(reader, graph, source, node_id, model, ignored_nodes=()):
   """Whether a subclassed model's entry is all matched by the legacy rules."""
   if not model_built(model):
     return False
   try:
     plan = _match.plan_restore(reader, graph, source, [(node_id, model)],
-                               [], scope=[node_id])
+                               [], ignored_nodes, scope=[node_id])
   except ValueError:
     return False
   matched = {id(target) for _, target, _, _ in plan.assignments}
@@ -120,7 +120,7 @@ def _judge(reader, graph, source):
     if keras2_only or is_optimizer(obj) or evidence.any_keras3:
       return keras2_only
     # No evidence either way (a subclassed model of custom layers only).
-    return _maps_completely(reader, graph, source, node_id, obj)
+    return maps_completely(reader, graph, source, node_id, obj)
 
   return judge
 
