@@ -2,9 +2,11 @@
 
 `_gated_apply.apply_when_finite` writes every tensor at once when all fit
 the memory budget (the smallest in place, the others out of place) and
-restores them on a non-finite step; under XLA it masks the writes of large
-tensors and defers small ones when there are many. Otherwise the step is TF
-2.4's conditional, its large updates two at a time. Here every vetted Keras
+restores them on a non-finite step; with no large tensor it keeps the
+variables that fit and masks the others' writes after the verdict; under
+XLA it masks the writes of large tensors and defers small ones when there
+are many. Otherwise the step is TF 2.4's conditional, its large updates two
+at a time. Here every vetted Keras
 3 optimizer runs the same gradient sequence (with non-finite steps) through
 each way and through the plain conditional path, with small and large
 variables, in tf.function and under XLA; the bytes of every variable, slot,
