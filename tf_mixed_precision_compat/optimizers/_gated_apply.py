@@ -343,11 +343,10 @@ class _Writes:
                         not _is_large(v, config)]
     self.first_read = {id(self._storage[id(v)]): r
                        for v, r in self.first_reads}
+    budget = keep_budget(inner, variables, config)
     self._mask_small = self.xla and not _xla_small_wait(
-        _written(inner, variables), keep_budget(inner, variables, config),
-        config)
-    self.kept = (None if self.xla else _kept_variables(
-        inner, variables, keep_budget(inner, variables, config)))
+        _written(inner, variables), budget, config)
+    self.kept = None if self.xla else _kept_variables(inner, variables, budget)
     self.current = None  # id(tf.Variable) `update_step` is updating.
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
