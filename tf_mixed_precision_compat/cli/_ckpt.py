@@ -60,6 +60,8 @@ class OptimizerInfo:
     inner_path: Where the inner optimizer's own variables are.
     class_name: The class its slots and hyperparameters point to, or None.
     class_note: Why, and what else it could be.
+    hyperparameters: `{name: value}` of the stored hyperparameters.
+    iterations: The stored step count, or None.
     slots: `{variable path: [slot names]}`.
     loss_scale: `{"type", "value", "counter", "growth_steps"}` or None.
   """
@@ -79,8 +81,10 @@ class CheckpointInfo:
   """A checkpoint's contents, grouped for people.
 
   Attributes:
+    prefix: The checkpoint's prefix.
     generation: Which TensorFlow / Keras wrote it, in words.
     weights: `{variable path: (shape, dtype)}` of model-like variables.
+    optimizers: The `OptimizerInfo` of each optimizer found.
     other: `{key: value or (shape, dtype)}` of everything else.
   """
   prefix: str

@@ -228,6 +228,7 @@ class Facts(cst.CSTVisitor):
                             for t in node.targets)
     callee = (last_name(node.value.func) if isinstance(node.value, cst.Call)
               else None)
+    wraps = self._wraps_for_loss_scaling(node.value)
     for target in node.targets:
       t = target.target
       on_self = m.matches(t, m.Attribute(value=m.Name("self")))
@@ -240,7 +241,7 @@ class Facts(cst.CSTVisitor):
       name = t.value if isinstance(t, cst.Name) else code(t)
       self.assigned.setdefault((self.scope, name),
                                Assignment(line, kind, node.value))
-      if self._wraps_for_loss_scaling(node.value):
+      if wraps:
         self.lso_sites.append((name, line, self.scope))
 
   def _wraps_for_loss_scaling(self, value: cst.BaseExpression) -> bool:

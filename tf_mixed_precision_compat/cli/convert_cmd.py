@@ -52,9 +52,13 @@ class Restored:
   """What the package restored from OLD, to be written natively.
 
   Attributes:
+    model: The Keras 3 model, restored.
     source: The package's optimizer (or the plain inner one), restored.
     choice: `(class name, constructor kwargs, why)` of the inner optimizer.
+    loss_scale: The current loss scale to write.
     counter: The good-steps counter to write.
+    initial_scale: The new LossScaleOptimizer's `initial_scale` argument.
+    growth_steps: Its `dynamic_growth_steps` argument.
     notes: What the user should know about the conversion.
     extras: `{path tuple: tf.Variable}` carried over beside model and
       optimizer.
