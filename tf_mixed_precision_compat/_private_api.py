@@ -198,7 +198,9 @@ def tf_keras_model_get_optimizer(model_class):
   return model_class._get_optimizer  # pylint: disable=protected-access
 
 
-# Only these hooks tell a deferred restore's failure from other call errors.
+# A deferred value is checked only inside these layer hooks (tf_keras's
+# `add_weight`, tracking a sublayer made in `build`): wrapping them is the one
+# way to tell its failure from any other error of the first call.
 _LAYER_RESTORE_HOOKS = ("_add_variable_with_custom_getter",
                         "_handle_deferred_dependencies")
 

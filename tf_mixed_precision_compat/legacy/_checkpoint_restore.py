@@ -15,7 +15,7 @@ def read_or_restore(original, checkpoint, save_path, args, kwargs,
                     make_checkpoint):
   """TF's `original` (`read` or v1 `restore`), or the legacy restore's
   `LoadStatus`; `make_checkpoint(**objects)`: one for what TF restores."""
-  prefix = None if save_path is None else _args.path_or_none(save_path)
+  prefix = _args.path_or_none(save_path)
   if (not prefix or not tf.io.gfile.exists(prefix + ".index") or
       not tf.executing_eagerly()):
     return original(checkpoint, save_path, *args, **kwargs)  # TF decides.

@@ -233,15 +233,15 @@ class LegacyRestore:
   def unconsumed(self):
     """Lines naming what is not restored (yet), for `assert_consumed`."""
     lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
-    report = self.report or _gate.RestoreReport(self.source)
+    unmatched = self.report.unmatched_checkpoint if self.report else []
     lines += [f"checkpoint value not restored: {k}"
-              for k in self._parts.orphans + report.unmatched_checkpoint]
+              for k in self._parts.orphans + unmatched]
     return lines + [f"{_gate.NOT_RESTORED}: {d}"
                     for d in self.unmatched_objects()]
 
   def unmatched_objects(self):
     """Descriptions of the variables the checkpoint gave no value."""
-    return (self.report or _gate.RestoreReport(self.source)).unmatched_objects
+    return self.report.unmatched_objects if self.report else []
 
   def matched_any(self):
     return bool(self.pending) or bool(self.report and self.report.matched)

@@ -21,7 +21,7 @@ _KERAS3_KEYS = ("module", "registered_name")
 # Keras 3 config has (Keras 3 drops a `decay` with a warning).
 _KERAS2_OPTIMIZER_KEYS = ("decay", "lr")
 _H5_SUFFIXES = (".h5", ".hdf5", ".keras")
-_KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json", ".keras")
+_KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json")
 
 
 def is_tf2x_optimizer_config(config):
@@ -56,10 +56,9 @@ def is_tf2x_saved_model(path):
 def weights_format(filepath):
   """"tf" / "h5" for TF 2.x weight files, None for anything else."""
   path = _args.path_or_none(filepath)
-  # TF 2.x wrote H5 files under ".keras" too.
-  if path is None or (path.endswith(_KERAS3_WEIGHTS_SUFFIXES) and
-                      not path.endswith(".keras")):
+  if path is None or path.endswith(_KERAS3_WEIGHTS_SUFFIXES):
     return None
+  # TF 2.x wrote H5 files under ".keras" too.
   if not path.endswith(_H5_SUFFIXES) and tf.io.gfile.exists(path + ".index"):
     return "tf"
   return "h5" if _read_h5.is_tf2x_h5(path) else None

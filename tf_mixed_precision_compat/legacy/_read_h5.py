@@ -158,13 +158,15 @@ def _readable_here(code, keras_version):
   return layout is None or layout[0] <= here <= layout[1]
 
 
-def config_dicts(node):
-  """Every dict in a JSON config tree, depth first."""
-  stack = [node]
+def class_configs(tree, class_name):
+  """The dict `config` of every `class_name` entry in a JSON config tree."""
+  stack = [tree]
   while stack:
     node = stack.pop()
     if isinstance(node, dict):
-      yield node
+      if (node.get("class_name") == class_name and
+          isinstance(node.get("config"), dict)):
+        yield node["config"]
       stack.extend(node.values())
     elif isinstance(node, list):
       stack.extend(node)
@@ -172,10 +174,7 @@ def config_dicts(node):
 
 def check_lambda_bytecode(config, keras_version, source):
   """Refuses Lambda bytecode this Python cannot read (docs/architecture.md)."""
-  for node in config_dicts(config):
-    layer = node.get("config")
-    if node.get("class_name") != "Lambda" or not isinstance(layer, dict):
-      continue
+  for layer in class_configs(config, "Lambda"):
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):
       if layer.get(kind) != "lambda":

@@ -184,8 +184,8 @@ def test_every_tf24_metric_config_loads_as_a_working_metric(tmp_path):
 
 def test_a_metric_config_that_is_not_a_dict_is_left_to_tf_keras():
   # A corrupted file's MeanMetricWrapper config: the look-up of its metric
-  # function passes it by, so tf_keras's own loading reports it as TF 2.4's
-  # did, not this package's hook.
+  # function passes it by instead of failing (tf_keras's own loading then
+  # judges the file).
   import tf_keras  # pylint: disable=g-import-not-at-top
   config = {"metrics": [[
       {"class_name": "MeanMetricWrapper", "config": "garbage"},

@@ -5,7 +5,8 @@ at its first call, the rest of the restore (the optimizer's step, the loss
 scale, the save counter) at once. `guard_read` wraps `Checkpoint.read` (and
 v1 `restore`) so that a weight failing to land then puts those values back,
 and the status' assertions, the model's forward pass and the optimizers'
-updates raise that error (docs/architecture.md, "Waiting").
+updates raise that error: a later `tf.function` trace would build the model
+with fresh weights (docs/architecture.md, "The tf_keras target").
 """
 
 import functools

@@ -32,10 +32,8 @@ def _metric_functions(training_config, tf_keras):
   """TF 2.x metric functions a config names that tf_keras cannot look up
   (e.g. `kl_divergence`: tf_keras keeps the name, and `fit` fails)."""
   found = {}
-  for node in _read_h5.config_dicts(training_config):
-    config = node.get("config")
-    fn = config.get("fn") if isinstance(config, dict) and node.get(
-        "class_name") == "MeanMetricWrapper" else None
+  for config in _read_h5.class_configs(training_config, "MeanMetricWrapper"):
+    fn = config.get("fn")
     if isinstance(fn, str) and not callable(tf_keras.metrics.get(fn)):
       function = getattr(tf_keras.metrics, fn, None)
       if callable(function):
