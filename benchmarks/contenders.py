@@ -37,6 +37,7 @@ and for `fit` a Keras 3 `mixed_float16` model. Importing this module gives
 the CPU two logical TensorFlow devices (for the mirrored cells).
 """
 
+import contextlib
 import os
 import sys
 
@@ -216,7 +217,7 @@ def make_step(name, mode, values, x_value, strategy):
   """A zero-argument callable running one step, or None if unavailable."""
   if unavailable(name, mode) is not None:
     return None
-  scope = strategy.scope() if strategy is not None else NullScope()
+  scope = strategy.scope() if strategy is not None else contextlib.nullcontext()
   with scope:
     opt = make_optimizer(name)
     variables = [tf.Variable(v) for v in values]
@@ -241,15 +242,6 @@ def make_step(name, mode, values, x_value, strategy):
   return fn
 
 
-class NullScope:
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *args):
-    return False
-
-
 def sync(result):
   for t in tf.nest.flatten(result, expand_composites=True):
     if hasattr(t, "values") and isinstance(t, tf.distribute.DistributedValues):
@@ -259,11 +251,11 @@ def sync(result):
       t.numpy()
 
 
-# --------------------------------------------------------------- timing --
+# ------------------------------------------ models for fit and v1 sessions --
 
 
 def fit_model(name, mode, units, strategy):
-  scope = strategy.scope() if mode == "mirrored" else NullScope()
+  scope = strategy.scope() if mode == "mirrored" else contextlib.nullcontext()
   with scope:
     # Layers compute in float16; the model itself keeps the float32 policy
     # so that Keras does not wrap the bare optimizer on `compile`.

@@ -1,6 +1,6 @@
 r"""Peak memory and step time of one contender, alone in this process.
 
-Run by `bench_loss_scaling.py --memory` once per contender, each in a fresh
+Run by `bench_loss_scaling.py --only memory` once per contender, each in a fresh
 interpreter, so that no contender inherits another's allocations. The step
 is the one `bench_loss_scaling.py` times (a tanh MLP of `--vars` float32
 variables of `--width`², Adam, batch 64); by default 16 variables of 2048²:
@@ -38,9 +38,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contenders  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-CONTENDERS = ("bare", "floor_gated", "keras3", "ours_dynamic", "ours_fixed",
-              "tf_keras")
-MODES = ("eager", "function", "jit", "mirrored")
 
 
 def _rss_kib(field):
@@ -164,8 +161,9 @@ def measure(contender, mode, num_vars, width, steps, device, source="rss"):
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--contender", required=True, choices=CONTENDERS)
-  parser.add_argument("--mode", default="function", choices=MODES)
+  parser.add_argument("--contender", required=True,
+                      choices=contenders.MEMORY_CONTENDERS)
+  parser.add_argument("--mode", default="function", choices=contenders.MODES)
   parser.add_argument("--vars", type=int, default=16)
   parser.add_argument("--width", type=int, default=2048)
   parser.add_argument("--steps", type=int, default=5)

@@ -78,9 +78,6 @@ def memory_markdown(memory):
   return lines
 
 
-# ------------------------------------------------------------ v1 session --
-
-
 def _pct(s):
   return f"{100 * s['overhead']:+.1f}% ±{100 * s['overhead_se']:.1f}"
 
@@ -184,7 +181,7 @@ def markdown(results):
 
 
 def derived(results):
-  """Trace-time, per-variable and memory summaries of the cells."""
+  """Trace-time and per-variable summaries of the cells."""
   cells = results["cells"]
   scaling = [
       c for c in cells if c["workload"] == "scaling" and c["mode"] != "session"

@@ -85,10 +85,10 @@ class Settings:
     return self.instances
 
   def as_dict(self):
-    return {k: v for k, v in vars(self).items()}
+    return dict(vars(self))
 
 
-# ------------------------------------------------------------- workloads --
+# ----------------------------------------------------- interleaved timing --
 
 
 def interleave_steps(steps, reps, warmup=2, seed=0):
@@ -271,9 +271,6 @@ class _StepTimer(keras.callbacks.Callback):
     self.ends.append(time.perf_counter())
 
 
-
-
-
 def run_fit_cell(mode, settings, strategy, log):
   """Steps per second of `Model.fit` for every fit contender."""
   units = settings.fit_units
@@ -323,6 +320,7 @@ def run_fit_cell(mode, settings, strategy, log):
   return cell
 
 
+# ---------------------------------------------------------------- memory --
 
 
 _PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -444,6 +442,3 @@ def run_v1_cell(workload, num_vars, width, settings, strategy, log):
       f"v1_bare={summary['v1_bare']['step_ms']:.2f}ms  "
       f"v1_ours={100 * summary['v1_ours']['overhead']:+.1f}%")
   return cell
-
-
-# --------------------------------------------------------------- report --
