@@ -147,10 +147,6 @@ _SCALARS = 256
 
 class StepMemoryTest(parameterized.TestCase):
 
-  def tearDown(self):
-    _gated_apply.set_overlap_memory_budget(None)
-    super().tearDown()
-
   @parameterized.named_parameters(
       (f"{name}_{budget}", name, budget)
       for name in _OPTIMIZERS for budget in (0, 3 * _MIB, 8 * _MIB))
@@ -207,13 +203,6 @@ class StepMemoryTest(parameterized.TestCase):
     self.assertEqual(_gated_apply.keep_budget(
         inner, variables, _gated_apply.StepConfig(min_allowance=0)),
                      (0.05 * state) // 2)
-
-  def test_set_overlap_memory_budget_sets_the_default_config(self):
-    _gated_apply.set_overlap_memory_budget(3 * _MIB)
-    self.assertEqual(_gated_apply.default_config(),
-                     _gated_apply.StepConfig(overlap_budget=3 * _MIB))
-    _gated_apply.set_overlap_memory_budget(None)
-    self.assertEqual(_gated_apply.default_config(), _gated_apply.StepConfig())
 
   def test_default_budget_keeps_no_more_than_it(self):
     graph, opt, variables = _step_graph(_OPTIMIZERS["adam"], _SHAPES)
@@ -351,10 +340,6 @@ def test_under_a_mirrored_strategy_only_the_gradients_are_held(
 class FitTest(parameterized.TestCase):
   """`compile`/`fit` with TF 2.4's and TF 2.3's class keep within budget."""
 
-  def tearDown(self):
-    _gated_apply.set_overlap_memory_budget(None)
-    super().tearDown()
-
   @parameterized.product(version=("v2", "v1"),
                          budget=(0, 60 * 1024, 200 * 1024))
   def test_fit_keeps_within_the_budget(self, version, budget):
@@ -397,6 +382,13 @@ class SetOverlapMemoryBudgetTest(parameterized.TestCase):
   def tearDown(self):
     _gated_apply.set_overlap_memory_budget(None)
     super().tearDown()
+
+  def test_set_overlap_memory_budget_sets_the_default_config(self):
+    _gated_apply.set_overlap_memory_budget(3 * _MIB)
+    self.assertEqual(_gated_apply.default_config(),
+                     _gated_apply.StepConfig(overlap_budget=3 * _MIB))
+    _gated_apply.set_overlap_memory_budget(None)
+    self.assertEqual(_gated_apply.default_config(), _gated_apply.StepConfig())
 
   @parameterized.parameters(1.5, "1GB", True)
   def test_refuses_a_non_int(self, value):
