@@ -32,13 +32,14 @@ class Layout:
   """Where a checkpoint keeps what `convert` restores and carries over.
 
   Attributes:
+    prefix: The checkpoint's prefix.
+    reader: Its `tf.train.CheckpointReader`.
     graph: The checkpoint's `_read_checkpoint.ObjectGraph`.
-    optimizer_path: The optimizer's object path, dotted (`trainer.optimizer`);
-      `optimizer_names` as a tuple of names.
+    optimizer_node: The optimizer's node.
     inner_key: The checkpoint key prefix of its inner optimizer's state.
+    optimizer_names: The optimizer's object path, a tuple of names.
     model_node: The model's node, or None (an optimizer-only checkpoint).
-    model_path: Its dotted path (`.`: the root) or None; `model_names` as a
-      tuple of names (`()`: the root) or None.
+    model_names: Its object path, a tuple of names (`()`: the root), or None.
     extras: `{path (tuple of names): node}` of the scalar variables outside
       model and optimizer, `save_counter` aside.
   """
@@ -46,13 +47,21 @@ class Layout:
   reader: Any
   graph: Any
   optimizer_node: int
-  optimizer_path: str
   inner_key: str
   optimizer_names: tuple = ()
   model_node: Optional[int] = None
-  model_path: Optional[str] = None
   model_names: Optional[tuple] = None
   extras: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def optimizer_path(self) -> str:
+    """The optimizer's path, dotted (`trainer.optimizer`)."""
+    return dotted(self.optimizer_names)
+
+  @property
+  def model_path(self) -> Optional[str]:
+    """The model's path, dotted (`.`: the root), or None."""
+    return None if self.model_names is None else dotted(self.model_names)
 
 
 def dotted(path: tuple) -> str:
@@ -188,8 +197,7 @@ def written_paths(layout: Layout) -> tuple[tuple, tuple, str]:
 
   Example:
 
-  >>> layout = Layout("p", None, None, 1, "trainer.optimizer", "k",
-  ...                 ("trainer", "optimizer"), 2, "trainer.model",
+  >>> layout = Layout("p", None, None, 1, "k", ("trainer", "optimizer"), 2,
   ...                 ("trainer", "model"))
   >>> written_paths(layout)
   (('trainer', 'model'), ('trainer', 'optimizer'), '')
@@ -264,8 +272,7 @@ def find_optimizer(path: str,
   paths = _paths(graph)
   node = _locate_optimizer(graph, paths, optimizer_path)
   names = paths.get(node, ())
-  return Layout(prefix, reader, graph, node, dotted(names),
-                _inner_key(graph, node), names)
+  return Layout(prefix, reader, graph, node, _inner_key(graph, node), names)
 
 
 def find(layout: Layout, model: Any, model_path: Optional[str] = None,
@@ -298,7 +305,6 @@ def find(layout: Layout, model: Any, model_path: Optional[str] = None,
                                     weights_h5)
   if layout.model_node is not None:
     layout.model_names = paths.get(layout.model_node, ())
-    layout.model_path = dotted(layout.model_names)
   layout.extras = _extras(layout, paths)
   return layout
 
