@@ -16,9 +16,9 @@ other hyperparameter variables, loss scale and counter, plus
 `tf.train.list_variables`.
 
 Under TF 2.3 the script also writes `demo_tf23/`: the job that
-`python -m tf_mixed_precision_compat.demo` resumes (a Dense 32-16-1 regression,
-experimental LossScaleOptimizer "dynamic" over SGD with momentum, saved by a
-CheckpointManager), described in `demo_tf23/job.json`.
+`examples/demo/demo.py` resumes from its copy in `data/` (a Dense 32-16-1
+regression, experimental LossScaleOptimizer "dynamic" over SGD with momentum,
+saved by a CheckpointManager), described in `demo_tf23/job.json`.
 """
 
 import json

@@ -1,6 +1,7 @@
 """The demo's story holds: exact resume, a skipped overflow, replay, plot."""
 
 import filecmp
+import importlib.util
 import os
 import re
 import subprocess
@@ -9,8 +10,13 @@ import sys
 import numpy as np
 import pytest
 
-from tf_mixed_precision_compat import demo
 from tests import testing
+
+# README's demo is a script beside its data, not a module of the package.
+DEMO = os.path.join(testing.REPO_ROOT, "examples", "demo", "demo.py")
+_SPEC = importlib.util.spec_from_file_location("demo", DEMO)
+demo = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(demo)
 
 
 def test_bundled_job_is_the_tf23_fixture():
@@ -102,7 +108,7 @@ def _table(lines, header_start):
 
 def _run_demo(tmp_path, *args):
   return subprocess.run(
-      [sys.executable, "-m", "tf_mixed_precision_compat.demo", *args],
+      [sys.executable, DEMO, *args],
       capture_output=True, text=True, cwd=str(tmp_path),
       env={**os.environ, "PYTHONPATH": testing.REPO_ROOT})
 

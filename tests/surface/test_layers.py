@@ -25,7 +25,7 @@ def _lint_imports(root):
 def _copy(tmp_path):
   shutil.copytree(_ROOT / "tf_mixed_precision_compat",
                   tmp_path / "tf_mixed_precision_compat",
-                  ignore=shutil.ignore_patterns("__pycache__", "demo_data"))
+                  ignore=shutil.ignore_patterns("__pycache__"))
   shutil.copy(_ROOT / "setup.cfg", tmp_path / "setup.cfg")
   return tmp_path
 

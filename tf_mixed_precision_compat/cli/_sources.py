@@ -284,17 +284,6 @@ def find(layout: Layout, model: Any, model_path: Optional[str] = None,
       scalars lie outside model and optimizer.
     _plan.UsageError: If `model_path` names nothing, or `weights_h5` is
       given for a checkpoint that holds the model.
-
-  Example (the TF 2.3.4 demo job's checkpoint, shipped with the package):
-
-  >>> import keras
-  >>> from tf_mixed_precision_compat import demo
-  >>> model = keras.Sequential([keras.Input((8,)),
-  ...                           keras.layers.Dense(32), keras.layers.Dense(16),
-  ...                           keras.layers.Dense(1)])
-  >>> layout = find(find_optimizer(demo.DATA_DIR), model)
-  >>> layout.model_path, layout.optimizer_path, layout.extras
-  ('model', 'optimizer', {})
   """
   paths = _paths(layout.graph)
   if weights_h5 is not None and model_nodes(layout.graph):
@@ -322,19 +311,6 @@ def restore(layout: Layout, model: Any, optimizer: Any,
 
   An optimizer-only checkpoint holds no slots (TF saved a slot only beside
   its variable): they stay at zero, as in the job's own resume.
-
-  Example (the demo job's checkpoint, as in `find`):
-
-  >>> import keras
-  >>> from tf_mixed_precision_compat import LossScaleOptimizer, demo
-  >>> model = keras.Sequential([keras.Input((8,)),
-  ...                           keras.layers.Dense(32), keras.layers.Dense(16),
-  ...                           keras.layers.Dense(1)])
-  >>> optimizer = LossScaleOptimizer(keras.optimizers.SGD(momentum=0.9))
-  >>> report = restore(find(find_optimizer(demo.DATA_DIR), model), model,
-  ...                  optimizer)
-  >>> report.iterations, report.loss_scale, report.counter
-  (40, 1024.0, 19)
   """
   graph = layout.graph
   if weights_h5 is not None:

@@ -1,8 +1,9 @@
 """Demo: a TF 2.3.4 mixed-precision job resumes on today's TensorFlow.
 
-    python -m tf_mixed_precision_compat.demo [--steps 30] [--plot PATH]
+    python examples/demo/demo.py [--steps 30] [--plot PATH]
 
-Restores the bundled TF 2.3.4 job (`demo_data/`) under a 2-replica
+Restores the TF 2.3.4 job beside it (`data/`, the checkpoint real TF 2.3.4
+wrote, also tests/fixtures/legacy/demo_tf23) under a 2-replica
 `MirroredStrategy` with the job's own code, trains on with one corrupted
 batch (skipped, scale halved), replays steps 21-40 against TF 2.3.4's record,
 shows `DynamicLossScale` by hand and plots loss and scale if matplotlib is
@@ -22,8 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "demo_data")
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 SPIKE_FACTOR = 1000.
 
 
@@ -45,7 +45,7 @@ def configure_devices() -> Optional[list[str]]:
 
 
 def load_job() -> dict[str, Any]:
-  """The TF 2.3.4 job's record (`demo_data/job.json`)."""
+  """The TF 2.3.4 job's record (`data/job.json`)."""
   with open(os.path.join(DATA_DIR, "job.json")) as f:
     return json.load(f)
 
@@ -331,7 +331,7 @@ def _print_resume(result: dict[str, Any], spike_step: int,
   """The restored state against TF 2.3.4's, then the continued training."""
   recorded, restored = result["recorded"], result["restored"]
   print(f"Resumed the TF {load_job()['tensorflow_version']} job from "
-        f"demo_data/ckpt-{recorded['iterations']} on TensorFlow "
+        f"data/ckpt-{recorded['iterations']} on TensorFlow "
         f"{tf.__version__} with {result['replicas']} replicas.", file=out)
   for key in ("loss_scale", "counter", "iterations"):
     same = "equal" if restored[key] == recorded[key] else "DIFFERENT"
