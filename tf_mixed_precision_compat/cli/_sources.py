@@ -246,11 +246,6 @@ def _extras(layout: Layout, paths: dict) -> dict:
   return extras
 
 
-def _inner_key(graph: Any, optimizer_node: int) -> str:
-  inner = _match.inner_optimizer_node(graph, optimizer_node)
-  return graph.variable_child(inner, "iter")[:-len("/iter" + _VALUE)]
-
-
 def find_optimizer(path: str,
                    optimizer_path: Optional[str] = None) -> Layout:
   """A `Layout` of where the checkpoint at `path` keeps its optimizer.
@@ -271,8 +266,9 @@ def find_optimizer(path: str,
   graph = _read_checkpoint.read_object_graph(reader, prefix)
   paths = _paths(graph)
   node = _locate_optimizer(graph, paths, optimizer_path)
-  names = paths.get(node, ())
-  return Layout(prefix, reader, graph, node, _inner_key(graph, node), names)
+  step = graph.variable_child(_match.inner_optimizer_node(graph, node), "iter")
+  return Layout(prefix, reader, graph, node, step[:-len("/iter" + _VALUE)],
+                paths.get(node, ()))
 
 
 def find(layout: Layout, model: Any, model_path: Optional[str] = None,
