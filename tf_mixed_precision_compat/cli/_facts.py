@@ -136,13 +136,10 @@ class Facts(cst.CSTVisitor):
     # loss scaling, e.g. `configure_optimizer`, or call one that does) are
     # sites like direct ones.
     self._factories &= self._returning
-    grew = True
-    while grew:
-      more = {f for f, callees in self._callees.items()
-              if callees & self._factories and f in self._returning
-              } - self._factories
+    while more := {f for f, callees in self._callees.items()
+                   if callees & self._factories and f in self._returning
+                   } - self._factories:
       self._factories |= more
-      grew = bool(more)
     self.lso_sites += [site for site, callee in self._factory_results
                        if callee in self._factories]
 

@@ -97,8 +97,8 @@ def _num(value: Any) -> Any:
 def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
   """The dry run of restoring `path` into `args.model`'s fresh model."""
   model = _plan.build_model(args.model, args.policy)
-  info = _ckpt.describe(path).optimizers
-  opt_info = info[0] if info else None
+  found = described["optimizers"]
+  opt_info = _ckpt.OptimizerInfo(**found[0]) if found else None
   optimizer = None
   if opt_info is not None:
     name, kwargs, why = _plan.optimizer_choice(opt_info, args.optimizer,
