@@ -17,7 +17,6 @@ from typing import Any, Optional
 import keras
 
 from tf_mixed_precision_compat import LossScaleOptimizer
-from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
 
 # Keras 3 optimizer classes convert and the dry run may build.
@@ -132,12 +131,3 @@ def package_optimizer(info: Optional[_ckpt.OptimizerInfo], inner: Any) -> Any:
   if info is not None and info.loss_scale is not None:
     return LossScaleOptimizer(inner)
   return inner
-
-
-def dry_run(path: str, model: Any, optimizer: Any) -> tuple[Any, Any]:
-  """The pipeline's dry run of `path` into fresh objects: `(report, error)`."""
-  try:
-    return legacy.restore_checkpoint(path, model, optimizer,
-                                     allow_partial=True, dry_run=True), None
-  except ValueError as e:  # A RestoreError; not built, malformed: as it is.
-    return None, e

@@ -297,7 +297,9 @@ def written(restored: Restored) -> str:
   return f"{where} (their paths in the old checkpoint)"
 
 
-def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
+def _write(directory: str, restored: Restored, opt: Any,
+           prefix: Optional[str]) -> str:
+  """Writes NEW, numbered as the old checkpoint `prefix` (`ckpt-40`) was."""
   model_path, optimizer_path = restored.paths
   objects = {model_path: restored.model, optimizer_path: opt,
              **restored.extras}
@@ -305,7 +307,9 @@ def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
   ckpt = tf.train.Checkpoint(**_verify.tree(
       objects.items(), tf.__internal__.tracking.AutoTrackable))
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
-  return manager.save(checkpoint_number=number)
+  number = re.search(r"-(\d+)$", prefix or "")
+  return manager.save(checkpoint_number=int(number.group(1)) if number
+                      else None)
 
 
 def verify(work: str, directory: str, args: Any, restored: Restored,
@@ -337,11 +341,6 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
     raise Refused("Reading the converted checkpoint back without the "
                   "package failed:\n" + (result.stdout + result.stderr)[-2000:])
   return json.loads(lines[-1])
-
-
-def _number(prefix: str) -> Any:
-  match = re.search(r"-(\d+)$", prefix)
-  return int(match.group(1)) if match else None
 
 
 def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
@@ -399,8 +398,8 @@ def convert(args: Any, err: TextIO) -> dict:
         target.assign(value)
       restored.model = plain
       opt = native_optimizer(restored)
-    _write(staged, restored, opt, None if h5 else _number(
-        legacy.checkpoint_prefix(args.old)))
+    _write(staged, restored, opt,
+           None if h5 else legacy.checkpoint_prefix(args.old))
     err.write(f"      {written(restored)}\n")
     np.savez(os.path.join(work, "expected.npz"), **{
         key: v.numpy() for key, v in _verify.values(

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any, Optional, TextIO
 
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
 from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import _plan
@@ -65,7 +66,7 @@ def render(described: dict) -> str:
 
 def explain(report: Any, error: Optional[Exception]) -> tuple[bool, dict]:
   """`(restores, plan)`: the dry run's outcome in words a user reads."""
-  if error is not None and not isinstance(error, _plan.legacy.RestoreError):
+  if error is not None and not isinstance(error, legacy.RestoreError):
     return False, {"verdict": "does not restore", "why": [str(error)]}
   why = _explain.sentences(error if error is not None else report)
   ok = error is None and not why
@@ -107,8 +108,11 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
         opt_info, _plan.make_inner(name, kwargs))
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
-  report, error = _plan.dry_run(path, model, optimizer)
-  return explain(report, error)
+  try:
+    return explain(legacy.restore_checkpoint(
+        path, model, optimizer, allow_partial=True, dry_run=True), None)
+  except ValueError as e:  # A RestoreError; not built, malformed: as it is.
+    return explain(None, e)
 
 
 def run(args: Any, out: Optional[TextIO] = None) -> int:
