@@ -299,19 +299,17 @@ class Facts(cst.CSTVisitor):
       self.has_compile = True
     elif attr == "build":
       self.built_after.add(code(func.value))
-    elif attr == "apply_gradients" and (isinstance(
-        func.value, cst.Name) or m.matches(func.value, m.Attribute(
-            value=m.Name("self")))) and node.args and m.matches(
-                node.args[0].value, m.Call(func=m.Name("zip"),
-                                           args=[m.Arg(), m.Arg()])):
-      var_list = node.args[0].value.args[1].value  # type: ignore
-      self.apply_vars.setdefault(code(func.value), code(var_list))
-    if attr == "apply_gradients" and node.args:
+    elif attr == "apply_gradients" and node.args:
       pairs = node.args[0].value
+      zipped = m.Call(func=m.Name("zip"), args=[m.Arg(), m.Arg()])
+      if m.matches(pairs, zipped) and (isinstance(func.value, cst.Name) or (
+          m.matches(func.value, m.Attribute(value=m.Name("self"))))):
+        self.apply_vars.setdefault(
+            code(func.value), code(pairs.args[1].value))  # type: ignore
       if m.matches(pairs, m.Call(func=m.Name("list") | m.Name("tuple"),
                                  args=[m.Arg()])):
         pairs = pairs.args[0].value  # type: ignore[attr-defined]
-      if m.matches(pairs, m.Call(func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
+      if m.matches(pairs, zipped):
         self._applied.add(pairs.args[0].value)  # type: ignore[attr-defined]
     if self._is_keras_lso(names) and node.args and isinstance(
         node.args[0].value, cst.Name):

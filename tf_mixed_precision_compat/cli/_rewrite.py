@@ -135,22 +135,20 @@ class Migrator(LossScaleRewrites, BuildRewrites):
                 "scale_loss", table.METHODS[attr][1], "rewrite")
       return updated.with_changes(func=updated.func.with_changes(
           attr=cst.Name("scale_loss")))
-    if attr == "get_unscaled_gradients" and len(original.args) == 1 and \
-        not self.facts.unscaled_only_applied(original):
-      self._add(original, "LossScaleOptimizer.get_unscaled_gradients", None,
-                "not rewritten: the unscaled gradients go on to other code "
-                "(clipping, accumulation, all-reduce, logging) before "
-                "apply_gradients, and Keras 3's apply_gradients unscales by "
-                "itself: divide them by the optimizer's `dynamic_scale` "
-                "here and multiply the processed gradients by it again "
-                "before apply_gradients, or clip with the inner optimizer's "
-                "`global_clipnorm`/`clipnorm`", "manual")
-      return updated
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
-      self._add(original, "LossScaleOptimizer.get_unscaled_gradients",
-                "(the gradients as they are)", table.METHODS[attr][1],
-                "rewrite")
-      return updated.args[0].value
+      api = "LossScaleOptimizer.get_unscaled_gradients"
+      if self.facts.unscaled_only_applied(original):
+        self._add(original, api, "(the gradients as they are)",
+                  table.METHODS[attr][1], "rewrite")
+        return updated.args[0].value
+      self._add(original, api, None, "not rewritten: the unscaled gradients "
+                "go on to other code (clipping, accumulation, all-reduce, "
+                "logging) before apply_gradients, and Keras 3's "
+                "apply_gradients unscales by itself: divide them by the "
+                "optimizer's `dynamic_scale` here and multiply the processed "
+                "gradients by it again before apply_gradients, or clip with "
+                "the inner optimizer's `global_clipnorm`/`clipnorm`", "manual")
+      return updated
     if attr == "variables" and not original.args and (
         optimizer or _facts.looks_like_optimizer(func.value)) and \
         self.facts.optimizer_family(func.value, self.scope) != "v1":

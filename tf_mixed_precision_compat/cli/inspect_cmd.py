@@ -68,12 +68,12 @@ def explain(report: Any, error: Optional[Exception]) -> tuple[bool, dict]:
   """`(restores, plan)`: the dry run's outcome in words a user reads."""
   if error is not None and not isinstance(error, legacy.RestoreError):
     return False, {"verdict": "does not restore", "why": [str(error)]}
-  why = _explain.sentences(error if error is not None else report)
+  source = error if error is not None else report
+  why = _explain.sentences(source)
   ok = error is None and not why
   why = why or ["Every value in the checkpoint has a place in the model and "
                 "optimizer, with the same shape and dtype, and every weight "
                 "of the model gets a value."]
-  source = error if error is not None else report
   root = _explain.root_entries(source.unmatched_checkpoint)
   if root:
     why.append(
