@@ -63,22 +63,16 @@ def tree(entries, make_node):
   return {name: build(value) for name, value in nested.items()}
 
 
-def _model(spec):
-  """The `--model` function's model, else the `.keras` file's."""
-  import keras  # pylint: disable=g-import-not-at-top
-  if spec["model"]:
-    return _function(spec["model"])()
-  # Uncompiled, as convert wrote the checkpoint: its optimizer is the root's.
-  return keras.models.load_model(spec["keras_file"], compile=False)
-
-
 def _restore(spec):
   """The model, a native optimizer and the extras, restored from SPEC."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if spec["policy"]:
     keras.mixed_precision.set_global_policy(spec["policy"])
-  model = _model(spec)
+  # The `--model` function's model, else the `.keras` file's, uncompiled as
+  # convert wrote the checkpoint: its optimizer is the root's.
+  model = (_function(spec["model"])() if spec["model"] else
+           keras.models.load_model(spec["keras_file"], compile=False))
   inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
   opt = keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=spec["initial_scale"],
@@ -86,8 +80,8 @@ def _restore(spec):
   extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
            for path, dtype in spec["extra"]}
   # Where convert wrote them: as the job's own Checkpoint restores them.
-  entries = [(tuple(spec.get("model_path", ["model"])), model),
-             (tuple(spec.get("optimizer_path", ["optimizer"])), opt)]
+  entries = [(tuple(spec["model_path"]), model),
+             (tuple(spec["optimizer_path"]), opt)]
   ckpt = tf.train.Checkpoint(**tree(entries + list(extra.items()),
                                     tf.__internal__.tracking.AutoTrackable))
   status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))

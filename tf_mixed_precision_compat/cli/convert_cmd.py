@@ -179,9 +179,7 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
       0 if fixed is not None else int(report.counter),
       initial_scale=fixed or _DEFAULT_INITIAL_SCALE,
       growth_steps=_growth_steps(args, fixed), extras=_extras(layout))
-  model_path, optimizer_path, restored.why_native = _sources.written_paths(
-      layout)
-  restored.paths = (model_path, optimizer_path)
+  restored.paths, restored.why_native = _sources.written_paths(layout)
   if fixed is not None:
     restored.notes.append(FIXED_NOTE.format(scale=fixed))
   if layout.model_node is None:
@@ -321,21 +319,19 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
           "initial_scale": restored.initial_scale,
           "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
-          "model_path": list(restored.paths[0]),
-          "optimizer_path": list(restored.paths[1]),
-          "extra": [[list(k), v.dtype.name]
-                    for k, v in restored.extras.items()]}
+          "model_path": restored.paths[0],
+          "optimizer_path": restored.paths[1],
+          "extra": [[k, v.dtype.name] for k, v in restored.extras.items()]}
   with open(os.path.join(work, "spec.json"), "w") as f:
     json.dump(spec, f)
-  # PYTHONPATH stays (the model's module may need it): _verify.py blocks
-  # importing the package itself.
-  env = dict(os.environ)
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # This process's environment (main set TF_CPP_MIN_LOG_LEVEL): PYTHONPATH
+  # stays (the model's module may need it), _verify.py blocks importing the
+  # package itself.
   script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "_verify.py")
   result = subprocess.run(
       [sys.executable, script, os.path.join(work, "spec.json")],
-      capture_output=True, text=True, env=env, check=False)
+      capture_output=True, text=True, check=False)
   lines = result.stdout.strip().splitlines()
   if result.returncode != 0 or not lines:
     raise Refused("Reading the converted checkpoint back without the "
