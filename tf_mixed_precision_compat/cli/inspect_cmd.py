@@ -13,6 +13,7 @@ from typing import Any, Optional, TextIO
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
 from tf_mixed_precision_compat.cli import _explain
+from tf_mixed_precision_compat.cli import _files
 from tf_mixed_precision_compat.cli import _plan
 
 
@@ -118,8 +119,6 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
 def run(args: Any, out: Optional[TextIO] = None) -> int:
   """Runs `inspect`; returns the exit code."""
   out = out or sys.stdout
-  # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.cli import _files
   described = _files.describe(args.path)
   code = 0
   if args.model:
