@@ -18,10 +18,12 @@ import keras
 
 from tf_mixed_precision_compat import LossScaleOptimizer
 from tf_mixed_precision_compat.cli import _ckpt
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
-# Keras 3 optimizer classes convert and the dry run may build.
-OPTIMIZERS = ("SGD", "Adam", "Adamax", "Nadam", "RMSprop", "Adagrad",
-              "Adadelta", "Ftrl")
+# Keras 3 optimizer classes convert and the dry run may build: TF 2.x's
+# built-in ones, in the slot table's order.
+OPTIMIZERS = tuple(name for name in _keras2_config.SLOTS
+                   if name in _keras2_config.KERAS2_OPTIMIZERS.values())
 # Stored TF 2.x hyperparameters Keras 3's constructors take under that name.
 _HYPERS = ("learning_rate", "momentum", "beta_1", "beta_2", "rho")
 
