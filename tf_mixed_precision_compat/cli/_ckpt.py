@@ -166,8 +166,8 @@ def _guess_class(info: OptimizerInfo) -> None:
                      f"{sorted(info.hyperparameters)} name no single class")
 
 
-def _optimizer(reader: Any, variables: dict, path: str, layout: str,
-               inner: str) -> OptimizerInfo:
+def _optimizer(reader: Any, graph: Any, variables: dict, path: str,
+               layout: str, inner: str) -> OptimizerInfo:
   info = OptimizerInfo(path=path, layout=layout, inner_path=inner)
   step = "iter" if layout == "keras2" else "_iterations"
   if inner + "/" + step in variables:
@@ -179,7 +179,7 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
       info.hyperparameters[leaf.lstrip("_")] = _scalar(reader, var)
   _slots(variables, info)
   if layout == "keras3":
-    _keras3_slots(reader, variables, info)
+    _keras3_slots(graph, variables, info)
   tf24 = (path + "/loss_scale/current_loss_scale",
           path + "/loss_scale/good_steps")
   scale, counter = tf24 if layout == "keras2" else (
@@ -200,9 +200,11 @@ def _optimizer(reader: Any, variables: dict, path: str, layout: str,
   return info
 
 
-def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
+def _keras3_slots(graph: Any, variables: dict, info: OptimizerInfo) -> None:
   """Slots from `_variables/N`'s names: `<optimizer name>/<variable>_<slot>`."""
-  names = full_names(reader)
+  names = {key[:-len(_VALUE)]: name  # The variables' names when saved.
+           for key, name in filter(None, map(graph.variable,
+                                             range(len(graph.nodes))))}
   owners = set()
   for var in sorted(variables):
     head, _, index = var.rpartition("/")
@@ -226,19 +228,6 @@ def _keras3_slots(reader: Any, variables: dict, info: OptimizerInfo) -> None:
   else:
     info.class_note = (f"Keras 3 stores no class name; slots "
                        f"{', '.join(kinds) or 'none'}")
-
-
-def _object_graph(reader: Any) -> Any:
-  """The checkpoint's object graph, read and checked by the restore pipeline."""
-  return _read_checkpoint.read_object_graph(reader, "checkpoint")
-
-
-def full_names(reader: Any) -> dict:
-  """`{checkpoint key prefix: the variable's name when it was saved}`."""
-  graph = _object_graph(reader)
-  return {key[:-len(_VALUE)]: name
-          for key, name in filter(None, map(graph.variable,
-                                            range(len(graph.nodes))))}
 
 
 def _generation(optimizers: list, writers: set) -> str:
@@ -289,12 +278,14 @@ def describe(path: str) -> CheckpointInfo:
   reader = legacy.open_checkpoint(prefix)
   _read_checkpoint.check_values(reader, prefix)
   variables = _variables(reader)
-  roots, writers = [], set()
+  roots, writers, graph = [], set(), None
+  # TF1's name-based checkpoints have no object graph (nor optimizers).
   if _read_checkpoint.OBJECT_GRAPH_KEY in reader.get_variable_to_shape_map():
-    graph = _object_graph(reader)  # TF1's name-based checkpoints have none.
+    graph = _read_checkpoint.read_object_graph(reader, "checkpoint")
     roots = _optimizer_roots(graph)
     writers = set(_layout.describe(reader, graph).values())
-  optimizers = [_optimizer(reader, variables, *root) for root in roots]
+  optimizers = [_optimizer(reader, graph, variables, *root)
+                for root in roots]
   info = CheckpointInfo(prefix=prefix,
                         generation=_generation(optimizers, writers),
                         optimizers=optimizers)
@@ -307,26 +298,19 @@ def describe(path: str) -> CheckpointInfo:
     else:  # Scalars: counters and flags beside the model (step, epoch).
       info.other[var] = _scalar(reader, var)
   if any(o.layout.startswith("keras3") for o in optimizers):
-    _keras3_model_paths(reader, info, variables)
+    _keras3_model_paths(graph, info, variables)
   return info
 
 
-def node_paths(reader: Any) -> dict:
-  """`{checkpoint key prefix: object paths to it, shortest first}`."""
-  graph = _object_graph(reader)
-  out = {}
-  for node_id, paths in graph.paths(0).items():
+def _keras3_model_paths(graph: Any, info: CheckpointInfo,
+                        variables: dict) -> None:
+  """Names Keras 3 model weights by their model path, not the optimizer's."""
+  paths = {}  # {key prefix: the object paths to it, shortest first}
+  for node_id, found in graph.paths(0).items():
     variable = graph.variable(node_id)
     if variable is not None:
       key = variable[0][:-len(_VALUE)]
-      out[key] = sorted(("/".join(p) for p in paths), key=len) or [key]
-  return out
-
-
-def _keras3_model_paths(reader: Any, info: CheckpointInfo,
-                        variables: dict) -> None:
-  """Names Keras 3 model weights by their model path, not the optimizer's."""
-  paths = node_paths(reader)
+      paths[key] = sorted(("/".join(p) for p in found), key=len) or [key]
   for opt in info.optimizers:
     for key, spec in variables.items():
       # Keras 3.7 keeps them under the inner optimizer, later under the

@@ -136,13 +136,10 @@ class Facts(cst.CSTVisitor):
     # loss scaling, e.g. `configure_optimizer`, or call one that does) are
     # sites like direct ones.
     self._factories &= self._returning
-    grew = True
-    while grew:
-      more = {f for f, callees in self._callees.items()
-              if callees & self._factories and f in self._returning
-              } - self._factories
+    while more := {f for f, callees in self._callees.items()
+                   if callees & self._factories and f in self._returning
+                   } - self._factories:
       self._factories |= more
-      grew = bool(more)
     self.lso_sites += [site for site, callee in self._factory_results
                        if callee in self._factories]
 
@@ -302,19 +299,17 @@ class Facts(cst.CSTVisitor):
       self.has_compile = True
     elif attr == "build":
       self.built_after.add(code(func.value))
-    elif attr == "apply_gradients" and (isinstance(
-        func.value, cst.Name) or m.matches(func.value, m.Attribute(
-            value=m.Name("self")))) and node.args and m.matches(
-                node.args[0].value, m.Call(func=m.Name("zip"),
-                                           args=[m.Arg(), m.Arg()])):
-      var_list = node.args[0].value.args[1].value  # type: ignore
-      self.apply_vars.setdefault(code(func.value), code(var_list))
-    if attr == "apply_gradients" and node.args:
+    elif attr == "apply_gradients" and node.args:
       pairs = node.args[0].value
+      zipped = m.Call(func=m.Name("zip"), args=[m.Arg(), m.Arg()])
+      if m.matches(pairs, zipped) and (isinstance(func.value, cst.Name) or (
+          m.matches(func.value, m.Attribute(value=m.Name("self"))))):
+        self.apply_vars.setdefault(
+            code(func.value), code(pairs.args[1].value))  # type: ignore
       if m.matches(pairs, m.Call(func=m.Name("list") | m.Name("tuple"),
                                  args=[m.Arg()])):
         pairs = pairs.args[0].value  # type: ignore[attr-defined]
-      if m.matches(pairs, m.Call(func=m.Name("zip"), args=[m.Arg(), m.Arg()])):
+      if m.matches(pairs, zipped):
         self._applied.add(pairs.args[0].value)  # type: ignore[attr-defined]
     if self._is_keras_lso(names) and node.args and isinstance(
         node.args[0].value, cst.Name):

@@ -131,8 +131,7 @@ def describe_keras_archive(path: str) -> dict:
     raise _unreadable(path, ".keras archive", e) from None
   out["generation"] = f"Keras {meta.get('keras_version')} (`.keras` archive)"
   out["model_class"] = config.get("class_name")
-  compile_config = config.get("compile_config") or {}
-  opt = compile_config.get("optimizer")
+  opt = (config.get("compile_config") or {}).get("optimizer")
   if isinstance(opt, dict) and out["optimizers"]:
     out["optimizers"][0]["class_name"] = opt.get("class_name")
     out["optimizers"][0]["hyperparameters"] = opt.get("config")

@@ -17,12 +17,13 @@ from typing import Any, Optional
 import keras
 
 from tf_mixed_precision_compat import LossScaleOptimizer
-from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
+from tf_mixed_precision_compat.optimizers import _keras2_config
 
-# Keras 3 optimizer classes convert and the dry run may build.
-OPTIMIZERS = ("SGD", "Adam", "Adamax", "Nadam", "RMSprop", "Adagrad",
-              "Adadelta", "Ftrl")
+# Keras 3 optimizer classes convert and the dry run may build: TF 2.x's
+# built-in ones, in the slot table's order.
+OPTIMIZERS = tuple(name for name in _keras2_config.SLOTS
+                   if name in _keras2_config.KERAS2_OPTIMIZERS.values())
 # Stored TF 2.x hyperparameters Keras 3's constructors take under that name.
 _HYPERS = ("learning_rate", "momentum", "beta_1", "beta_2", "rho")
 
@@ -132,12 +133,3 @@ def package_optimizer(info: Optional[_ckpt.OptimizerInfo], inner: Any) -> Any:
   if info is not None and info.loss_scale is not None:
     return LossScaleOptimizer(inner)
   return inner
-
-
-def dry_run(path: str, model: Any, optimizer: Any) -> tuple[Any, Any]:
-  """The pipeline's dry run of `path` into fresh objects: `(report, error)`."""
-  try:
-    return legacy.restore_checkpoint(path, model, optimizer,
-                                     allow_partial=True, dry_run=True), None
-  except ValueError as e:  # A RestoreError; not built, malformed: as it is.
-    return None, e

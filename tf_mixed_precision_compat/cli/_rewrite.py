@@ -16,7 +16,6 @@ from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli import _facts
 from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import Finding
-from tf_mixed_precision_compat.cli._rewrite_base import expr
 from tf_mixed_precision_compat.cli._rewrite_build import BuildRewrites
 from tf_mixed_precision_compat.cli._rewrite_scale import LossScaleRewrites
 
@@ -72,7 +71,7 @@ class Migrator(LossScaleRewrites, BuildRewrites):
         self._add(original, name, table.GRAPH_REWRITE_OFF[1],
                   table.GRAPH_REWRITE_OFF[2], "rewrite")
         self.needs_tf = True
-        return expr(table.GRAPH_REWRITE_OFF[1])
+        return cst.parse_expression(table.GRAPH_REWRITE_OFF[1])
       if _special(name) and name.endswith("LossScaleOptimizer"):
         return self._lso(original, updated, name)
       if _special(name) and name.endswith("Policy"):
@@ -111,7 +110,7 @@ class Migrator(LossScaleRewrites, BuildRewrites):
     self._add(original, name, replacement, change, "rewrite")
     if replacement.startswith("keras."):
       self.needs_keras = True
-    return expr(replacement)
+    return cst.parse_expression(replacement)
 
   def _layer_policy(self, original: cst.Call, updated: cst.Call, name: str
                     ) -> cst.BaseExpression:
@@ -135,22 +134,20 @@ class Migrator(LossScaleRewrites, BuildRewrites):
                 "scale_loss", table.METHODS[attr][1], "rewrite")
       return updated.with_changes(func=updated.func.with_changes(
           attr=cst.Name("scale_loss")))
-    if attr == "get_unscaled_gradients" and len(original.args) == 1 and \
-        not self.facts.unscaled_only_applied(original):
-      self._add(original, "LossScaleOptimizer.get_unscaled_gradients", None,
-                "not rewritten: the unscaled gradients go on to other code "
-                "(clipping, accumulation, all-reduce, logging) before "
-                "apply_gradients, and Keras 3's apply_gradients unscales by "
-                "itself: divide them by the optimizer's `dynamic_scale` "
-                "here and multiply the processed gradients by it again "
-                "before apply_gradients, or clip with the inner optimizer's "
-                "`global_clipnorm`/`clipnorm`", "manual")
-      return updated
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
-      self._add(original, "LossScaleOptimizer.get_unscaled_gradients",
-                "(the gradients as they are)", table.METHODS[attr][1],
-                "rewrite")
-      return updated.args[0].value
+      api = "LossScaleOptimizer.get_unscaled_gradients"
+      if self.facts.unscaled_only_applied(original):
+        self._add(original, api, "(the gradients as they are)",
+                  table.METHODS[attr][1], "rewrite")
+        return updated.args[0].value
+      self._add(original, api, None, "not rewritten: the unscaled gradients "
+                "go on to other code (clipping, accumulation, all-reduce, "
+                "logging) before apply_gradients, and Keras 3's "
+                "apply_gradients unscales by itself: divide them by the "
+                "optimizer's `dynamic_scale` here and multiply the processed "
+                "gradients by it again before apply_gradients, or clip with "
+                "the inner optimizer's `global_clipnorm`/`clipnorm`", "manual")
+      return updated
     if attr == "variables" and not original.args and (
         optimizer or _facts.looks_like_optimizer(func.value)) and \
         self.facts.optimizer_family(func.value, self.scope) != "v1":
@@ -230,7 +227,7 @@ class Migrator(LossScaleRewrites, BuildRewrites):
               "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
               "rewrite")
     self.needs_tf = True
-    return cst.Call(func=expr("tf.convert_to_tensor"),
+    return cst.Call(func=cst.parse_expression("tf.convert_to_tensor"),
                     args=[cst.Arg(value=renamed)])
 
   def _private_attribute(self, original: cst.Attribute,

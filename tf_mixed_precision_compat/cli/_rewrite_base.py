@@ -30,11 +30,6 @@ class Finding:
   old_api: bool = True  # False: a note on Keras 3 code (no TF 2.x API left)
 
 
-def expr(text: str) -> cst.BaseExpression:
-  """`text` parsed as an expression."""
-  return cst.parse_expression(text)
-
-
 class RewriterBase(cst.CSTTransformer):
   """Findings, the current scope and statements to add: every part's state."""
 

@@ -24,17 +24,14 @@ _BUILT = (
 class BuildRewrites(RewriterBase):
   """Builds after loss-scale optimizers and before checkpoints of them."""
 
-  def _pos_of_site(self, name: str, scope: str) -> int:
-    return next(at for n, at, where in self.facts.lso_sites
-                if (n, where) == (name, scope))
-
   def _build_attribute(self, name: str, scope: str
                        ) -> Optional[cst.BaseStatement]:
     """`self.optimizer.build(self.model.trainable_variables)`, if one model.
 
     Only where the same method bound exactly one model before the optimizer.
     """
-    line = self._pos_of_site(name, scope)
+    line = next(at for n, at, where in self.facts.lso_sites
+                if (n, where) == (name, scope))
     models = self.facts.self_models(scope, line)
     # The variables its apply_gradients names, if the same method bound
     # their owner before the optimizer (self.generator, self._model, ...).

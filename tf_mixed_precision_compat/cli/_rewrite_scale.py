@@ -14,7 +14,6 @@ from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli import _facts
 from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
-from tf_mixed_precision_compat.cli._rewrite_base import expr
 
 _DYNAMIC_ARGS = {"initial_loss_scale": "initial_scale",
                  "increment_period": "dynamic_growth_steps"}
@@ -131,7 +130,8 @@ class LossScaleRewrites(RewriterBase):
     # only when arguments after it were dropped.
     if len(args) < len(updated.args):
       args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=expr(str(replacement)), args=args)
+    return updated.with_changes(
+        func=cst.parse_expression(str(replacement)), args=args)
 
   def _policy(self, original: cst.Call, updated: cst.Call, name: str
               ) -> cst.BaseExpression:
@@ -156,7 +156,8 @@ class LossScaleRewrites(RewriterBase):
     self.needs_keras = True
     if keep:
       keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=expr(str(replacement)), args=keep)
+    return updated.with_changes(
+        func=cst.parse_expression(str(replacement)), args=keep)
 
   def _policy_loss_scale_problem(self, held: _facts.LossScale,
                                  float16: bool) -> Optional[str]:
@@ -225,7 +226,7 @@ class LossScaleRewrites(RewriterBase):
               "TF's own class, still shipped under tf.compat.v1 "
               "(a fresh one, as each TF 2.3 policy made its own)", "rewrite")
     self.needs_tf = True
-    return expr(new)
+    return cst.parse_expression(new)
 
   def _graph_rewrite(self, original: cst.Call, updated: cst.Call, name: str
                      ) -> cst.BaseExpression:
@@ -238,7 +239,7 @@ class LossScaleRewrites(RewriterBase):
       new = _V1 + "enable_mixed_precision_graph_rewrite"
       self._add(original, name, new, "the same TF function, still shipped "
                 "(tf.compat.v1 optimizers only)", "rewrite")
-      return updated.with_changes(func=expr(new))
+      return updated.with_changes(func=cst.parse_expression(new))
     lso = table.FUNCTIONS[
         "keras.mixed_precision.experimental.LossScaleOptimizer"][0]
     args, why = ((None, "the optimizer's kind (Keras or tf.compat.v1) is "
@@ -257,4 +258,4 @@ class LossScaleRewrites(RewriterBase):
     self._before.append(cst.parse_statement(table.GRAPPLER_ON + "\n"))
     if len(args) < len(updated.args):
       args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    return updated.with_changes(func=expr(str(lso)), args=args)
+    return updated.with_changes(func=cst.parse_expression(str(lso)), args=args)

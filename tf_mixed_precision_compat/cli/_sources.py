@@ -188,8 +188,8 @@ def _has_weights_outside(layout: Layout) -> bool:
              for node in layout.graph.variable_nodes_under(0))
 
 
-def written_paths(layout: Layout) -> tuple[tuple, tuple, str]:
-  """`(model path, optimizer path, why not the old paths)` in the new one.
+def written_paths(layout: Layout) -> tuple[tuple, str]:
+  """`((model path, optimizer path), why not the old paths)` in the new one.
 
   The old paths, so that the job's own resume code restores it; the root's
   `model` and `optimizer` when the model was the root or absent (no job code
@@ -200,19 +200,19 @@ def written_paths(layout: Layout) -> tuple[tuple, tuple, str]:
   >>> layout = Layout("p", None, None, 1, "k", ("trainer", "optimizer"), 2,
   ...                 ("trainer", "model"))
   >>> written_paths(layout)
-  (('trainer', 'model'), ('trainer', 'optimizer'), '')
+  ((('trainer', 'model'), ('trainer', 'optimizer')), '')
   >>> layout.model_names = ()
-  >>> written_paths(layout)[2]
+  >>> written_paths(layout)[1]
   "the model was the checkpoint's root"
   """
   model, optimizer = layout.model_names, layout.optimizer_names
   if model is None:
-    return NATIVE + ("the checkpoint holds no model",)
+    return NATIVE, "the checkpoint holds no model"
   if not model:
-    return NATIVE + ("the model was the checkpoint's root",)
+    return NATIVE, "the model was the checkpoint's root"
   if _overlap(model, optimizer):
-    return NATIVE + ("the optimizer was inside the model",)
-  return model, optimizer, ""
+    return NATIVE, "the optimizer was inside the model"
+  return (model, optimizer), ""
 
 
 def _overlap(path: tuple, other: tuple) -> bool:
@@ -226,7 +226,7 @@ def _extras(layout: Layout, paths: dict) -> dict:
   owned = graph.variable_node_set(
       [n for n in (layout.model_node, layout.optimizer_node) if n is not None])
   shapes = layout.reader.get_variable_to_shape_map()
-  taken = written_paths(layout)[:2]
+  taken = written_paths(layout)[0]
   extras, outside = {}, []
   for node, path in sorted(paths.items(), key=lambda item: item[1]):
     info = graph.variable(node)
@@ -244,11 +244,6 @@ def _extras(layout: Layout, paths: dict) -> dict:
         "over only scalars (a step, an epoch) beside the model and the "
         "optimizer (name them with --model-path / --optimizer-path)")
   return extras
-
-
-def _inner_key(graph: Any, optimizer_node: int) -> str:
-  inner = _match.inner_optimizer_node(graph, optimizer_node)
-  return graph.variable_child(inner, "iter")[:-len("/iter" + _VALUE)]
 
 
 def find_optimizer(path: str,
@@ -271,8 +266,9 @@ def find_optimizer(path: str,
   graph = _read_checkpoint.read_object_graph(reader, prefix)
   paths = _paths(graph)
   node = _locate_optimizer(graph, paths, optimizer_path)
-  names = paths.get(node, ())
-  return Layout(prefix, reader, graph, node, _inner_key(graph, node), names)
+  step = graph.variable_child(_match.inner_optimizer_node(graph, node), "iter")
+  return Layout(prefix, reader, graph, node, step[:-len("/iter" + _VALUE)],
+                paths.get(node, ()))
 
 
 def find(layout: Layout, model: Any, model_path: Optional[str] = None,

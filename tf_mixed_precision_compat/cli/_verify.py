@@ -3,7 +3,8 @@
 `convert` runs `python _verify.py SPEC.json` in a fresh interpreter that
 cannot import the package, so the restore is TF's and Keras 3's own. Exit
 code 0 when every value matches SPEC's `.npz`, else 1 (the differences on
-stdout). Only `tree` is shared with `convert`, which writes what it reads.
+stdout). `tree` and `values` are shared with `convert`, which writes what
+it reads.
 """
 
 import importlib
@@ -62,22 +63,16 @@ def tree(entries, make_node):
   return {name: build(value) for name, value in nested.items()}
 
 
-def _model(spec):
-  """The `--model` function's model, else the `.keras` file's."""
-  import keras  # pylint: disable=g-import-not-at-top
-  if spec["model"]:
-    return _function(spec["model"])()
-  # Uncompiled, as convert wrote the checkpoint: its optimizer is the root's.
-  return keras.models.load_model(spec["keras_file"], compile=False)
-
-
 def _restore(spec):
   """The model, a native optimizer and the extras, restored from SPEC."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if spec["policy"]:
     keras.mixed_precision.set_global_policy(spec["policy"])
-  model = _model(spec)
+  # The `--model` function's model, else the `.keras` file's, uncompiled as
+  # convert wrote the checkpoint: its optimizer is the root's.
+  model = (_function(spec["model"])() if spec["model"] else
+           keras.models.load_model(spec["keras_file"], compile=False))
   inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
   opt = keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=spec["initial_scale"],
@@ -85,14 +80,23 @@ def _restore(spec):
   extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
            for path, dtype in spec["extra"]}
   # Where convert wrote them: as the job's own Checkpoint restores them.
-  entries = [(tuple(spec.get("model_path", ["model"])), model),
-             (tuple(spec.get("optimizer_path", ["optimizer"])), opt)]
+  entries = [(tuple(spec["model_path"]), model),
+             (tuple(spec["optimizer_path"]), opt)]
   ckpt = tf.train.Checkpoint(**tree(entries + list(extra.items()),
                                     tf.__internal__.tracking.AutoTrackable))
   status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
   opt.build(model.trainable_variables)
   status.assert_consumed()
-  return model, opt, {".".join(path): v for path, v in extra.items()}
+  return model, opt, extra
+
+
+def values(model, optimizer, extras, prefix=""):
+  """`{key: variable}` of a converted job, keyed as SPEC's `.npz` is."""
+  out = {f"{prefix}weight/{i}": v for i, v in enumerate(model.weights)}
+  out.update({f"{prefix}optimizer/{i}": v
+              for i, v in enumerate(optimizer.variables)})
+  out.update({f"extra/{'.'.join(path)}": v for path, v in extras.items()})
+  return out
 
 
 def _keras_file(spec):
@@ -101,10 +105,7 @@ def _keras_file(spec):
   if not spec.get("keras_file"):
     return {}
   model = keras.models.load_model(spec["keras_file"])
-  got = {f"keras:weight/{i}": v for i, v in enumerate(model.weights)}
-  got.update({f"keras:optimizer/{i}": v
-              for i, v in enumerate(model.optimizer.variables)})
-  return got
+  return values(model, model.optimizer, {}, "keras:")
 
 
 def main(spec_path):
@@ -115,10 +116,7 @@ def main(spec_path):
   keras_file = _keras_file(spec)
   model, opt, extra = _restore(spec)
   expected = np.load(spec["expected"])
-  got = dict(keras_file)
-  got.update({f"weight/{i}": v for i, v in enumerate(model.weights)})
-  got.update({f"optimizer/{i}": v for i, v in enumerate(opt.variables)})
-  got.update({f"extra/{k}": v for k, v in extra.items()})
+  got = {**keras_file, **values(model, opt, extra)}
   # The `.keras` file's values are checked against the same numbers.
   wrong = [key for key, value in got.items()
            if key.replace("keras:", "") not in expected.files or

@@ -84,15 +84,6 @@ def _progress(step: int, text: str, err: TextIO) -> None:
   err.flush()
 
 
-def _refuse_keras3(info: _ckpt.CheckpointInfo) -> None:
-  if any(o.layout != "keras2" for o in info.optimizers):
-    raise Refused(
-        f"{info.prefix} was written on Keras 3 ({info.generation}); convert "
-        "reads TF 2.2-2.4 checkpoints. A checkpoint this package wrote "
-        "restores with the package installed (tf.train.Checkpoint.restore); "
-        "save it again from a Keras 3 LossScaleOptimizer to leave it.")
-
-
 def check_convertible(info: _ckpt.CheckpointInfo, layout: _sources.Layout,
                       fixed: Optional[float]) -> _ckpt.OptimizerInfo:
   """The optimizer `layout` found, if the native layout can hold it."""
@@ -154,7 +145,12 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
     raise _plan.UsageError("--model MODULE:FUNCTION is needed for a "
                            "checkpoint (only H5 files describe their model)")
   info = _ckpt.describe(args.old)
-  _refuse_keras3(info)
+  if any(o.layout != "keras2" for o in info.optimizers):
+    raise Refused(
+        f"{info.prefix} was written on Keras 3 ({info.generation}); convert "
+        "reads TF 2.2-2.4 checkpoints. A checkpoint this package wrote "
+        "restores with the package installed (tf.train.Checkpoint.restore); "
+        "save it again from a Keras 3 LossScaleOptimizer to leave it.")
   try:
     layout = _sources.find_optimizer(args.old, args.optimizer_path)
     opt_info = check_convertible(info, layout, args.fixed_loss_scale)
@@ -183,9 +179,7 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
       0 if fixed is not None else int(report.counter),
       initial_scale=fixed or _DEFAULT_INITIAL_SCALE,
       growth_steps=_growth_steps(args, fixed), extras=_extras(layout))
-  model_path, optimizer_path, restored.why_native = _sources.written_paths(
-      layout)
-  restored.paths = (model_path, optimizer_path)
+  restored.paths, restored.why_native = _sources.written_paths(layout)
   if fixed is not None:
     restored.notes.append(FIXED_NOTE.format(scale=fixed))
   if layout.model_node is None:
@@ -301,7 +295,9 @@ def written(restored: Restored) -> str:
   return f"{where} (their paths in the old checkpoint)"
 
 
-def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
+def _write(directory: str, restored: Restored, opt: Any,
+           prefix: Optional[str]) -> str:
+  """Writes NEW, numbered as the old checkpoint `prefix` (`ckpt-40`) was."""
   model_path, optimizer_path = restored.paths
   objects = {model_path: restored.model, optimizer_path: opt,
              **restored.extras}
@@ -309,17 +305,9 @@ def _write(directory: str, restored: Restored, opt: Any, number: Any) -> str:
   ckpt = tf.train.Checkpoint(**_verify.tree(
       objects.items(), tf.__internal__.tracking.AutoTrackable))
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
-  return manager.save(checkpoint_number=number)
-
-
-def _expected(restored: Restored, opt: Any, path: str) -> None:
-  values = {f"weight/{i}": v.numpy()
-            for i, v in enumerate(restored.model.weights)}
-  values.update({f"optimizer/{i}": np.asarray(v.numpy())
-                 for i, v in enumerate(opt.variables)})
-  values.update({f"extra/{'.'.join(k)}": v.numpy()
-                 for k, v in restored.extras.items()})
-  np.savez(path, **values)
+  number = re.search(r"-(\d+)$", prefix or "")
+  return manager.save(checkpoint_number=int(number.group(1)) if number
+                      else None)
 
 
 def verify(work: str, directory: str, args: Any, restored: Restored,
@@ -331,39 +319,24 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
           "initial_scale": restored.initial_scale,
           "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
-          "model_path": list(restored.paths[0]),
-          "optimizer_path": list(restored.paths[1]),
-          "extra": [[list(k), v.dtype.name]
-                    for k, v in restored.extras.items()]}
+          "model_path": restored.paths[0],
+          "optimizer_path": restored.paths[1],
+          "extra": [[k, v.dtype.name] for k, v in restored.extras.items()]}
   with open(os.path.join(work, "spec.json"), "w") as f:
     json.dump(spec, f)
-  # PYTHONPATH stays (the model's module may need it): _verify.py blocks
-  # importing the package itself.
-  env = dict(os.environ)
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  # This process's environment (main set TF_CPP_MIN_LOG_LEVEL): PYTHONPATH
+  # stays (the model's module may need it), _verify.py blocks importing the
+  # package itself.
   script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                         "_verify.py")
   result = subprocess.run(
       [sys.executable, script, os.path.join(work, "spec.json")],
-      capture_output=True, text=True, env=env, check=False)
+      capture_output=True, text=True, check=False)
   lines = result.stdout.strip().splitlines()
   if result.returncode != 0 or not lines:
     raise Refused("Reading the converted checkpoint back without the "
                   "package failed:\n" + (result.stdout + result.stderr)[-2000:])
   return json.loads(lines[-1])
-
-
-def _number(prefix: str) -> Any:
-  match = re.search(r"-(\d+)$", prefix)
-  return int(match.group(1)) if match else None
-
-
-def _compile_like(model: Any, opt: Any) -> None:
-  """Compiles `model` with `opt` and the loss and metrics it had."""
-  config = (model.get_compile_config() or {}) if model.compiled else {}
-  kept = {k: config[k] for k in ("loss", "loss_weights", "metrics",
-                                 "weighted_metrics") if config.get(k)}
-  model.compile(optimizer=opt, **kept)
 
 
 def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
@@ -380,39 +353,21 @@ def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
   if args.keras or not args.model:
     path = (os.path.join(work, os.path.basename(args.keras)) if args.keras
             else os.path.join(staged, "model.keras"))
-    _compile_like(restored.model, opt)
-    restored.model.save(path)
+    model = restored.model  # Compiled with `opt` and the loss it had.
+    config = (model.get_compile_config() or {}) if model.compiled else {}
+    model.compile(optimizer=opt, **{
+        k: config[k] for k in ("loss", "loss_weights", "metrics",
+                               "weighted_metrics") if config.get(k)})
+    model.save(path)
     written.append((path, args.keras))
   return written
-
-
-def _uncompiled(path: str, model: Any) -> Any:
-  """The `.keras` file's model, uncompiled, holding `model`'s weights.
-
-  Else the package's own optimizer, tracked by the model, would be written.
-  """
-  plain = keras.models.load_model(path, compile=False)
-  for target, value in zip(plain.weights, model.weights):
-    target.assign(value)
-  return plain
-
-
-def is_h5_model(path: str) -> bool:
-  """Whether `path` is a TF 2.x H5 file (rather than a checkpoint).
-
-  Example:
-
-  >>> is_h5_model("/no/such/ckpt")
-  False
-  """
-  return os.path.isfile(path) and _read_h5.is_tf2x_h5(path)
 
 
 def convert(args: Any, err: TextIO) -> dict:
   """Converts `args.old` to `args.new`; returns what the read-back saw."""
   if os.path.exists(args.new) and os.listdir(args.new):
     raise _plan.UsageError(f"NEW {args.new!r} exists and is not empty")
-  h5 = is_h5_model(args.old)
+  h5 = os.path.isfile(args.old) and _read_h5.is_tf2x_h5(args.old)
   if not h5 and os.path.isfile(args.old):  # A prefix is no file itself.
     raise ValueError(f"{args.old}: not a TF 2.x whole-model H5 file (nor a "
                      "checkpoint: give its prefix or directory)")
@@ -430,13 +385,21 @@ def convert(args: Any, err: TextIO) -> dict:
     staged = os.path.join(work, "ckpt")
     os.makedirs(staged)
     files = _extra_files(args, restored, opt, work, staged) if h5 else []
-    if h5:  # Keras 3 optimizers track the variables they were built for.
-      restored.model = _uncompiled(files[-1][0], restored.model)
+    if h5:
+      # The `.keras` file's model, uncompiled (else the package's optimizer,
+      # which the model tracks, would be written), and a native optimizer
+      # built for its variables.
+      plain = keras.models.load_model(files[-1][0], compile=False)
+      for target, value in zip(plain.weights, restored.model.weights):
+        target.assign(value)
+      restored.model = plain
       opt = native_optimizer(restored)
-    _write(staged, restored, opt, None if h5 else _number(
-        legacy.checkpoint_prefix(args.old)))
+    _write(staged, restored, opt,
+           None if h5 else legacy.checkpoint_prefix(args.old))
     err.write(f"      {written(restored)}\n")
-    _expected(restored, opt, os.path.join(work, "expected.npz"))
+    np.savez(os.path.join(work, "expected.npz"), **{
+        key: v.numpy() for key, v in _verify.values(
+            restored.model, opt, restored.extras).items()})
     if not h5:  # After the write: the checkpoint's model has no optimizer.
       files = _extra_files(args, restored, opt, work, staged)
     _progress(4, "reading it back in a fresh interpreter without the "
@@ -458,8 +421,7 @@ def convert(args: Any, err: TextIO) -> dict:
 
 def _outputs(args: Any) -> dict:
   """`{NEW and each extra output: its entries, or None if absent}`."""
-  paths = [args.new] + [p for p in (getattr(args, "weights", None),
-                                    getattr(args, "keras", None)) if p]
+  paths = [args.new] + [p for p in (args.weights, args.keras) if p]
   return {p: (os.listdir(p) if os.path.isdir(p) else [p])
           if os.path.exists(p) else None for p in paths}
 

@@ -10,8 +10,10 @@ import json
 import sys
 from typing import Any, Optional, TextIO
 
+from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _ckpt
 from tf_mixed_precision_compat.cli import _explain
+from tf_mixed_precision_compat.cli import _files
 from tf_mixed_precision_compat.cli import _plan
 
 
@@ -65,14 +67,14 @@ def render(described: dict) -> str:
 
 def explain(report: Any, error: Optional[Exception]) -> tuple[bool, dict]:
   """`(restores, plan)`: the dry run's outcome in words a user reads."""
-  if error is not None and not isinstance(error, _plan.legacy.RestoreError):
+  if error is not None and not isinstance(error, legacy.RestoreError):
     return False, {"verdict": "does not restore", "why": [str(error)]}
-  why = _explain.sentences(error if error is not None else report)
+  source = error if error is not None else report
+  why = _explain.sentences(source)
   ok = error is None and not why
   why = why or ["Every value in the checkpoint has a place in the model and "
                 "optimizer, with the same shape and dtype, and every weight "
                 "of the model gets a value."]
-  source = error if error is not None else report
   root = _explain.root_entries(source.unmatched_checkpoint)
   if root:
     why.append(
@@ -97,8 +99,8 @@ def _num(value: Any) -> Any:
 def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
   """The dry run of restoring `path` into `args.model`'s fresh model."""
   model = _plan.build_model(args.model, args.policy)
-  info = _ckpt.describe(path).optimizers
-  opt_info = info[0] if info else None
+  found = described["optimizers"]
+  opt_info = _ckpt.OptimizerInfo(**found[0]) if found else None
   optimizer = None
   if opt_info is not None:
     name, kwargs, why = _plan.optimizer_choice(opt_info, args.optimizer,
@@ -107,15 +109,16 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
         opt_info, _plan.make_inner(name, kwargs))
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
-  report, error = _plan.dry_run(path, model, optimizer)
-  return explain(report, error)
+  try:
+    return explain(legacy.restore_checkpoint(
+        path, model, optimizer, allow_partial=True, dry_run=True), None)
+  except ValueError as e:  # A RestoreError; not built, malformed: as it is.
+    return explain(None, e)
 
 
 def run(args: Any, out: Optional[TextIO] = None) -> int:
   """Runs `inspect`; returns the exit code."""
   out = out or sys.stdout
-  # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.cli import _files
   described = _files.describe(args.path)
   code = 0
   if args.model:

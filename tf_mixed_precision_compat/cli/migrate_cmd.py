@@ -75,7 +75,7 @@ def run(args: Any, out: Optional[TextIO] = None,
     out.write(json.dumps({p: [dataclasses.asdict(f) for f in fs]
                           for p, fs in report.items()}, indent=1) + "\n")
     return 1 if manual else 0
-  verbose = getattr(args, "verbose", False)
+  verbose = args.verbose
   for path, findings in report.items():
     out.write(summary(path, findings, args.write) + "\n")
     for f in findings:
