@@ -9,7 +9,6 @@ Keras 3 one) and `migrate` (the job's source rewritten to Keras 3's API).
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Any, Optional, Sequence
@@ -141,6 +140,18 @@ def parser() -> argparse.ArgumentParser:
   return p
 
 
+def _dispatch(args: argparse.Namespace) -> int:
+  # pylint: disable=g-import-not-at-top
+  if args.command == "inspect":
+    from tf_mixed_precision_compat.cli import inspect_cmd
+    return inspect_cmd.run(args)
+  if args.command == "convert":
+    from tf_mixed_precision_compat.cli import convert_cmd
+    return convert_cmd.run(args)
+  from tf_mixed_precision_compat.cli import migrate_cmd
+  return migrate_cmd.run(args)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """Runs a command; returns its exit code.
 
@@ -163,8 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   # pylint: disable-next=g-import-not-at-top
   from tf_mixed_precision_compat.cli._plan import UsageError
   try:
-    # The command's module (`inspect_cmd` ...), imported only when it runs.
-    return importlib.import_module(f"{__name__}.{args.command}_cmd").run(args)
+    return _dispatch(args)
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     return USAGE
