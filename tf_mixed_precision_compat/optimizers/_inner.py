@@ -121,15 +121,6 @@ class InnerOptimizer:
       variable = variable.value
     return variable.assign_add(1, read_value=False)
 
-  def trackable_children(self, save_type, **kwargs):
-    return _private_api.trackable_children(self.optimizer, save_type, **kwargs)
-
-  def lookup_dependency(self, name):
-    return _private_api.lookup_dependency(self.optimizer, name)
-
-  def deferred_dependencies(self):
-    return _private_api.deferred_dependencies(self.optimizer)
-
   def slot_restorer(self):
     """What restores checkpointed slots; None where slots are children."""
     return None
@@ -196,12 +187,9 @@ class Keras3Inner(InnerOptimizer):
     return VariableList(self.optimizer.variables)
 
   def add_weight(self, name, shape, dtype, initializer, aggregation):
-    aggregation = {
-        tf.VariableAggregation.NONE: "none",
-        tf.VariableAggregation.SUM: "sum",
-        tf.VariableAggregation.MEAN: "mean",
-        tf.VariableAggregation.ONLY_FIRST_REPLICA: "only_first_replica",
-    }.get(aggregation, aggregation)
+    if isinstance(aggregation, (tf.VariableAggregation,
+                                tf.compat.v1.VariableAggregation)):
+      aggregation = aggregation.name.lower()  # Keras 3's spelling.
     return self.optimizer.add_variable(
         shape, initializer=initializer, dtype=dtype, aggregation=aggregation,
         name=name)
