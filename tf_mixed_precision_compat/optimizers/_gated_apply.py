@@ -329,10 +329,9 @@ class _Writes:
   def update_step(self, original, gradient, variable, learning_rate):
     """`update_step`, a waiting variable's whole update after the verdict."""
     self.current = id(_tf_variable(variable))
+    waits = [] if self.current in self.kept else [self._finite]
     try:
-      if self.current in self.kept:
-        return original(gradient, variable, learning_rate)
-      with tf.control_dependencies([self._finite]):
+      with tf.control_dependencies(waits):
         return original(gradient, variable, learning_rate)
     finally:
       self.current = None
