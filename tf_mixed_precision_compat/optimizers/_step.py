@@ -217,9 +217,8 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
   with order:
     applied = apply_or_skip(distribution, inner, should_apply, grads,
                             variables, name, experimental_aggregate_gradients)
-  if tf.executing_eagerly():
-    return None
-  # TF 2.4's train op: the conditional apply and the scale's update.
+  # TF 2.4's train op: the conditional apply and the scale's update (None
+  # eagerly, where `tf.group` builds nothing).
   return tf.group(*graph_ops(distribution, [applied, update_op]))
 
 
