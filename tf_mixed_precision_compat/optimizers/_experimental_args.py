@@ -40,8 +40,9 @@ def _fixed_value(loss_scale):
 def _v1_arguments(loss_scale):
   """`(kwargs, message)`: TF 2.4's arguments for a TF 2.3 `loss_scale`.
 
-  `message` is the deprecation message TF 2.4 logged. `loss_scale` is no
-  dict, and a `LossScale` one `tf24_representable`; ValueError for others.
+  `message` is the deprecation message TF 2.4 logged. What `tf23_loss_scale`
+  passes on: a number, `"dynamic"` or a `tf24_representable` `LossScale`;
+  ValueError for anything else.
   """
   if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
     value = loss_scale
@@ -85,14 +86,14 @@ def tf24_representable(loss_scale):
           loss_scale.multiplier == 2)
 
 
-def tf23_loss_scale(loss_scale, custom_objects=None):
+def tf23_loss_scale(loss_scale):
   """`(LossScale, message)` TF 2.3's experimental class holds and logs.
 
   TF 2.3.4 kept any `LossScale`, also those TF 2.4's arguments cannot express
   (a multiplier not 2, a user subclass); so does this class.
   """
   if isinstance(loss_scale, dict):
-    loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
+    loss_scale = loss_scale_module.deserialize(loss_scale)
   # TF's tf.compat.v1 `LossScale` is registered as ours.
   if (isinstance(loss_scale, loss_scale_module.LossScale) and
       not tf24_representable(loss_scale)):
