@@ -226,11 +226,6 @@ FIXED_TYPES = (FixedLossScale, tf.compat.v1.mixed_precision.FixedLossScale)
 DYNAMIC_TYPES = (DynamicLossScale,
                  tf.compat.v1.mixed_precision.DynamicLossScale)
 
-_BUILTIN_CLASSES = {
-    "FixedLossScale": FixedLossScale,
-    "DynamicLossScale": DynamicLossScale,
-}
-
 
 def get(identifier: Any) -> Optional[LossScale]:
   """Returns a loss scale for `identifier`.
@@ -305,7 +300,8 @@ def deserialize(config: dict[str, Any],
   extra = set(config) - {"class_name", "config", "module", "registered_name"}
   if extra:
     raise ValueError(f"Unexpected keys {sorted(extra)} in loss scale config.")
-  classes: dict[str, Any] = dict(_BUILTIN_CLASSES)
+  classes: dict[str, Any] = {
+      cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
   classes.update(custom_objects or {})
   class_name = config["class_name"]
   if class_name not in classes:

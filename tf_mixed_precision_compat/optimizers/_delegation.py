@@ -2,19 +2,12 @@
 
 `InnerDelegation` hands hyperparameters, variables, slots, TF 2.4's `weights`
 and checkpoint dependencies to the wrapped optimizer.
-
-Example:
-
->>> from tf_mixed_precision_compat import LossScaleOptimizer
->>> opt = LossScaleOptimizer(tf.keras.optimizers.Adam(beta_1=0.8))
->>> opt.beta_1 = 0.7
->>> opt.inner_optimizer.beta_1
-0.7
 """
 
 import numpy as np
 import tensorflow as tf
 
+from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import _tf24_weights
 
@@ -202,7 +195,8 @@ class InnerDelegation:
     return self._adapter.get_slot_names()
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
-    children = dict(self._adapter.trackable_children(save_type, **kwargs))
+    children = dict(_private_api.trackable_children(self._optimizer,
+                                                    save_type, **kwargs))
     children.update(self._wrapper_children())
     return children
 
@@ -212,7 +206,7 @@ class InnerDelegation:
     own = self._wrapper_children()
     if name in own:
       return own[name]
-    return self._adapter.lookup_dependency(name)
+    return _private_api.lookup_dependency(self._optimizer, name)
 
   @property
   def _deferred_dependencies(self):
@@ -221,7 +215,7 @@ class InnerDelegation:
     adapter = self.__dict__.get("_adapter")
     if adapter is None:
       return self._self_unconditional_deferred_dependencies
-    return adapter.deferred_dependencies()
+    return _private_api.deferred_dependencies(adapter.optimizer)
 
   @property
   def _create_or_restore_slot_variable(self):

@@ -37,14 +37,13 @@ def _fixed_value(loss_scale):
   return loss_scale.get_config()["loss_scale_value"]
 
 
-def v1_arguments(loss_scale):
+def _v1_arguments(loss_scale):
   """`(kwargs, message)`: TF 2.4's arguments for a TF 2.3 `loss_scale`.
 
-  `message` is the deprecation message TF 2.4 logged. TypeError for a
-  `LossScale` neither fixed nor dynamic, ValueError for other values.
+  `message` is the deprecation message TF 2.4 logged. What `tf23_loss_scale`
+  passes on: a number, `"dynamic"` or a `tf24_representable` `LossScale`;
+  ValueError for anything else.
   """
-  if isinstance(loss_scale, dict):
-    loss_scale = loss_scale_module.deserialize(loss_scale)
   if isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
     value = loss_scale
   elif isinstance(loss_scale, _loss_scales.FIXED_TYPES):
@@ -53,10 +52,6 @@ def v1_arguments(loss_scale):
     return {}, V1_WARNING_PREFIX + _EXAMPLE.format("")
   elif isinstance(loss_scale, _loss_scales.DYNAMIC_TYPES):
     return _dynamic_arguments(loss_scale)
-  elif isinstance(loss_scale, loss_scale_module.LossScale):
-    raise TypeError("Passing a LossScale that is not a FixedLossScale or a "
-                    f"DynamicLossScale is no longer supported. Got: "
-                    f"{loss_scale}")
   else:
     raise ValueError("Invalid value passed to loss_scale. loss_scale "
                      'must be the string "dynamic" (recommended), an int, '
@@ -68,10 +63,6 @@ def v1_arguments(loss_scale):
 
 
 def _dynamic_arguments(loss_scale):
-  if loss_scale.multiplier != 2:
-    raise ValueError('When passing a DynamicLossScale to "loss_scale", '
-                     "DynamicLossScale.multiplier must be 2. Got: "
-                     f"{loss_scale}")
   kwargs = {}
   if loss_scale.initial_loss_scale != DEFAULT_INITIAL_SCALE:
     kwargs["initial_scale"] = loss_scale.initial_loss_scale
@@ -95,14 +86,14 @@ def tf24_representable(loss_scale):
           loss_scale.multiplier == 2)
 
 
-def tf23_loss_scale(loss_scale, custom_objects=None):
+def tf23_loss_scale(loss_scale):
   """`(LossScale, message)` TF 2.3's experimental class holds and logs.
 
   TF 2.3.4 kept any `LossScale`, also those TF 2.4's arguments cannot express
   (a multiplier not 2, a user subclass); so does this class.
   """
   if isinstance(loss_scale, dict):
-    loss_scale = loss_scale_module.deserialize(loss_scale, custom_objects)
+    loss_scale = loss_scale_module.deserialize(loss_scale)
   # TF's tf.compat.v1 `LossScale` is registered as ours.
   if (isinstance(loss_scale, loss_scale_module.LossScale) and
       not tf24_representable(loss_scale)):
@@ -114,7 +105,7 @@ def tf23_loss_scale(loss_scale, custom_objects=None):
         V1_WARNING_PREFIX + "The non-experimental LossScaleOptimizer cannot "
         f"express {loss_scale!r}; the experimental one uses it as TF 2.3 "
         "did.")
-  kwargs, message = v1_arguments(loss_scale)
+  kwargs, message = _v1_arguments(loss_scale)
   if "initial_scale" in kwargs:
     # As the non-experimental constructor checks it (TF's tf.compat.v1
     # classes take a scale float32 cannot hold).

@@ -1,13 +1,8 @@
 """Applying a step so a non-finite one leaves no trace, bit for bit.
 
-A supported step takes one of three ways, all giving TF 2.4's conditional
-apply's results: under XLA its writes are masked on the verdict (small ones
-deferred when there are many); elsewhere, when every large tensor it writes
-fits the keep budget, the updates of the variables that fit are written at
-once and restored on a non-finite step, the others wait for the verdict and
-mask their writes; else TF 2.4's conditional, its large updates two at a
-time. The knobs are one `StepConfig` (docs/architecture.md has the design;
-docs/performance.md the numbers).
+Three ways, each with TF 2.4's conditional apply's results, knobs in one
+`StepConfig` (docs/architecture.md has the design, docs/performance.md the
+numbers).
 
 Example:
 
@@ -32,28 +27,19 @@ from tf_mixed_precision_compat import _private_api
 class StepConfig:
   """The knobs of a loss-scaled step; results are identical whatever they are.
 
-  Example:
-
-  >>> StepConfig(overlap_budget=0).large_in_flight
-  2
-
   Attributes:
     overlap_budget: Bytes of old values a step may keep until the verdict,
       or None for half of max(`state_share` of the optimizer state,
       `min_allowance`).
     state_share: The default allowance's share of the optimizer state.
     min_allowance: The default allowance's floor, in bytes.
-    large_min_elements: From this many elements a tensor is large: masked
-      under XLA, and at most `large_in_flight` of their updates run at once
-      in the conditional.
+    large_min_elements: From this many elements a tensor is large.
     out_of_place_min_elements: From this many elements a kept tensor is
-      computed into a new buffer its variable adopts (an op costs about a
-      copy of this many elements).
+      computed into a new buffer its variable adopts.
     xla_masked_small_max: Under XLA a step writing fewer small tensors masks
       them; with more, they wait in a conditional.
     large_in_flight: How many large updates run at once after the verdict.
-    restore_chunk: Tensors restored per `If` op (one branch function over
-      thousands of tensors is slow to build).
+    restore_chunk: Tensors restored per `If` op.
   """
 
   overlap_budget: Optional[int] = None
@@ -156,18 +142,12 @@ def keep_budget(inner, variables, config):
 
 
 def supported(inner, grads, variables):
-  """Whether this module may apply `grads` with `inner` here.
+  """Whether this module may apply `grads` to `variables` with `inner` here.
 
-  Args:
-    inner: The inner optimizer.
-    grads: The gradients to apply (None allowed).
-    variables: The variables they belong to.
-
-  Returns:
-    True inside a `tf.function` (whose automatic control dependencies keep
-    reads, writes and the restore in order), without a distribution
-    strategy, for a vetted Keras 3 optimizer without weight decay, EMA or
-    gradient accumulation, and dense gradients of unconstrained variables.
+  In a `tf.function` (its automatic control dependencies order reads, writes
+  and the restore), without a strategy, for a vetted optimizer without weight
+  decay, EMA or gradient accumulation, and dense gradients of unconstrained
+  variables.
   """
   if type(inner) not in _VETTED_TYPES:  # pylint: disable=unidiomatic-typecheck
     return False
@@ -192,23 +172,11 @@ def _written(inner, variables):
 
 
 def gates(inner, variables, config):
-  """Whether a supported step is gated here rather than conditional.
+  """True for `apply_when_finite`, False for TF 2.4's conditional.
 
-  Under XLA a conditional's branch copies each tensor it writes, so large
-  ones are masked in place; only a step of many small tensors within the
-  budget takes the conditional. Elsewhere the step is gated when all it
-  writes fits the budget, or when it writes no large tensor and the budget
-  is not 0 (a mask costs a pass over a tensor; a conditional over many small
-  ones costs more).
-
-  Args:
-    inner: The inner optimizer (built).
-    variables: The variables of the step.
-    config: The `StepConfig`.
-
-  Returns:
-    A Python bool: True for `apply_when_finite`, False for TF 2.4's
-    conditional (with `large_updates_two_at_a_time`).
+  Under XLA a conditional's branch copies what it writes, so only many small
+  tensors within the budget wait; elsewhere, a mask costs a pass over a
+  tensor, a conditional over many small ones more.
   """
   written = _written(inner, variables)
   budget = keep_budget(inner, variables, config)
@@ -250,9 +218,8 @@ def _xla_small_wait(written, budget, config):
 def _replaced(inner, **methods):
   """`inner`'s methods replaced for a block, restored even after an error.
 
-  The writes happen inside the inner optimizer's own `apply_gradients`,
-  which no wrapper call reaches. Set in `__dict__` directly so that Keras's
-  attribute tracking never sees them.
+  Set in `__dict__` directly, so that Keras's attribute tracking never sees
+  them.
   """
   inner.__dict__.update(methods)
   try:
@@ -270,22 +237,8 @@ _RAW_WRITES = ("AssignVariableOp", "AssignAddVariableOp",
 def large_updates_two_at_a_time(inner, config):
   """Makes `inner`'s large updates built in this block run two at a time.
 
-  Every gradient is held until the verdict, and large updates all started
-  together would add their full-size temporaries to that peak; one at a
-  time would give up the overlap two have.
-
-  Example:
-
-  >>> with large_updates_two_at_a_time(inner, default_config()):
-  ...   inner.apply_gradients(grads_and_vars)  # doctest: +SKIP
-
-  Args:
-    inner: The inner Keras 3 optimizer (vetted: its `update_step` updates
-      one variable and its slots).
-    config: The `StepConfig` (`large_in_flight`, `large_min_elements`).
-
-  Yields:
-    Nothing.
+  All at once, their temporaries would add to the peak of the gradients held
+  until the verdict; one at a time would give up the overlap two have.
   """
   original = inner.update_step
   done = []  # The write ops of each large update so far.
@@ -324,11 +277,8 @@ _COMBINE = {
 class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
-  Under XLA it masks writes or defers them to the commit; elsewhere it
-  writes a kept variable's tensors at once, keeping their old values for
-  the restore, and masks a waiting variable's writes. Built
-  outside the stateless scope, where `keras.Variable.value` is still the
-  underlying `tf.Variable`.
+  Built outside the stateless scope, where `keras.Variable.value` is still
+  the underlying `tf.Variable`.
   """
 
   def __init__(self, inner, variables, finite, config):
@@ -377,15 +327,11 @@ class _Writes:
         self.scope.add_update((variable, target.value()))
 
   def update_step(self, original, gradient, variable, learning_rate):
-    """`update_step`, a waiting variable's whole update after the verdict.
-
-    So that none of its temporaries is held until the verdict.
-    """
+    """`update_step`, a waiting variable's whole update after the verdict."""
     self.current = id(_tf_variable(variable))
+    waits = [] if self.current in self.kept else [self._finite]
     try:
-      if self.current in self.kept:
-        return original(gradient, variable, learning_rate)
-      with tf.control_dependencies([self._finite]):
+      with tf.control_dependencies(waits):
         return original(gradient, variable, learning_rate)
     finally:
       self.current = None
@@ -436,11 +382,9 @@ class _Writes:
 
 @functools.lru_cache(maxsize=None)
 def _restore_branches(dtypes):
-  """The branches of a restoring `If` over variables of `dtypes`.
+  """`(restore, keep)` branches of an `If` writing values back to handles.
 
-  `restore(handles..., values...)` writes the values back; `keep` does
-  nothing. Shapes are left unknown, so one pair serves every chunk of the
-  same dtypes, traced once per process.
+  Shapes left unknown: one pair serves every chunk of the same dtypes.
   """
   count = len(dtypes)
   specs = ([tf.TensorSpec(None, tf.resource)] * count +
@@ -480,10 +424,7 @@ def _restore_unless(finite, originals, chunk_size):
 def _gate(finite, grads, writes):
   """Under XLA, which orders ops by data alone, the gradients pass the verdict.
 
-  `where(finite, g, 0.)` is the gradient itself on a finite step, fused into
-  its consumers; on a non-finite one the masked writes discard what it gives.
-  Elsewhere a waiting update is ordered after the verdict whole, and kept
-  writes are restored.
+  On a non-finite step the masked writes discard what the zeros give.
   """
   if not writes.xla:
     return grads
@@ -494,22 +435,8 @@ def _gate(finite, grads, writes):
 def apply_when_finite(inner, grads, variables, finite, config):
   """Applies `grads` with `inner` where `finite`, else only counts the step.
 
-  Only call where `supported(...)` and `gates(...)` hold.
-
-  Example:
-
-  >>> apply_when_finite(inner, grads, variables, finite,
-  ...                   default_config())  # doctest: +SKIP
-
-  Args:
-    inner: The inner Keras 3 optimizer (built).
-    grads: Unscaled gradients, in the order of `variables`.
-    variables: The variables.
-    finite: Scalar bool tensor, whether the step is applied.
-    config: The `StepConfig`.
-
-  Returns:
-    An op that runs after every write of the step.
+  Only where `supported(...)` and `gates(...)` hold; returns an op that runs
+  after every write of the step.
   """
   # Named, so that the step's graph shows which ops wait for it.
   finite = tf.identity(finite, name="all_finite_verdict")

@@ -121,15 +121,6 @@ class InnerOptimizer:
       variable = variable.value
     return variable.assign_add(1, read_value=False)
 
-  def trackable_children(self, save_type, **kwargs):
-    return _private_api.trackable_children(self.optimizer, save_type, **kwargs)
-
-  def lookup_dependency(self, name):
-    return _private_api.lookup_dependency(self.optimizer, name)
-
-  def deferred_dependencies(self):
-    return _private_api.deferred_dependencies(self.optimizer)
-
   def slot_restorer(self):
     """What restores checkpointed slots; None where slots are children."""
     return None
@@ -196,12 +187,9 @@ class Keras3Inner(InnerOptimizer):
     return VariableList(self.optimizer.variables)
 
   def add_weight(self, name, shape, dtype, initializer, aggregation):
-    aggregation = {
-        tf.VariableAggregation.NONE: "none",
-        tf.VariableAggregation.SUM: "sum",
-        tf.VariableAggregation.MEAN: "mean",
-        tf.VariableAggregation.ONLY_FIRST_REPLICA: "only_first_replica",
-    }.get(aggregation, aggregation)
+    if isinstance(aggregation, (tf.VariableAggregation,
+                                tf.compat.v1.VariableAggregation)):
+      aggregation = aggregation.name.lower()  # Keras 3's spelling.
     return self.optimizer.add_variable(
         shape, initializer=initializer, dtype=dtype, aggregation=aggregation,
         name=name)
@@ -356,23 +344,14 @@ def deserialize(config, custom_objects=None):
   """An inner optimizer from what a config holds: itself or its config."""
   if kind_of(config) is not None:
     return config
-  if _is_tf_keras_legacy_config(config):
-    # What `get_config` wrote for a wrapped tf_keras OptimizerV2: it comes
-    # back as one, the kind TF 2.4's config round trip kept.
+  if (_tf_keras is not None and isinstance(config, dict) and
+      config.get("module") == "keras.optimizers.legacy"):
+    # What `get_config` wrote for a wrapped tf_keras OptimizerV2 (TF 2.3/2.4's
+    # configs name no module): it comes back as one, as TF 2.4's round trip.
     return _tf_keras.optimizers.deserialize(
         config, custom_objects=custom_objects, use_legacy_optimizer=True)
   return _keras2_config.deserialize_serialized_optimizer(config,
                                                          custom_objects)
-
-
-# The module tf_keras's serializer names for its OptimizerV2 classes; TF
-# 2.3/2.4's Keras configs name none.
-_TF_KERAS_LEGACY_MODULE = "keras.optimizers.legacy"
-
-
-def _is_tf_keras_legacy_config(config):
-  return (_tf_keras is not None and isinstance(config, dict) and
-          config.get("module") == _TF_KERAS_LEGACY_MODULE)
 
 
 def _in_session_graph():

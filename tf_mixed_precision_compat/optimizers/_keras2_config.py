@@ -37,13 +37,7 @@ KERAS2_OPTIMIZERS = {name.lower(): name for name in HYPERPARAMETERS}
 
 
 class Slot(typing.NamedTuple):
-  """One slot of a built-in optimizer, as each Keras names it.
-
-  Example:
-
-  >>> SLOTS["Adamax"][1]
-  Slot(tf2='v', keras3='norm', tf_keras='u', optional=False)
-  """
+  """One slot of a built-in optimizer, as each Keras names it."""
   tf2: str  # TF 2.x's name: in its checkpoints and `get_slot(var, "m")`.
   keras3: str
   tf_keras: str  # tf_keras's current class's, `<name>/<variable name>`.

@@ -5,8 +5,7 @@ before the loss scale changes, and apply-or-skip.
 
 Example:
 
->>> strategy_supports_loss_scaling()
-True
+>>> raise_if_strategy_unsupported()  # The default strategy supports it.
 >>> smart_cond(True, lambda: print("applied"), lambda: print("skipped"))
 applied
 """
@@ -20,37 +19,26 @@ from tf_mixed_precision_compat import _grad_checks
 from tf_mixed_precision_compat.optimizers import _gated_apply
 
 
-def _supported_strategy_types():
-  return (tf.distribute.MirroredStrategy,
-          tf.compat.v1.distribute.MirroredStrategy,
-          tf.distribute.OneDeviceStrategy,
-          tf.compat.v1.distribute.OneDeviceStrategy,
-          tf.distribute.MultiWorkerMirroredStrategy,
-          tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)
-
-
-def _tpu_strategy_types():
-  return (tf.distribute.TPUStrategy, tf.distribute.experimental.TPUStrategy,
-          tf.compat.v1.distribute.experimental.TPUStrategy)
-
-
-def strategy_supports_loss_scaling():
-  """Whether the current strategy supports loss scaling, as in TF 2.4.
+def raise_if_strategy_unsupported():
+  """Raises TF 2.4's ValueError unless the strategy supports loss scaling.
 
   It needs one variable copy per replica: the default, OneDevice, Mirrored
   and MultiWorkerMirrored strategies.
   """
   if not tf.distribute.has_strategy():
-    return True
-  return isinstance(tf.distribute.get_strategy(), _supported_strategy_types())
-
-
-def raise_if_strategy_unsupported():
-  """Raises TF 2.4's ValueError unless the strategy supports loss scaling."""
-  if strategy_supports_loss_scaling():
     return
   strategy = tf.distribute.get_strategy()
-  if isinstance(strategy, _tpu_strategy_types()):
+  if isinstance(strategy, (
+      tf.distribute.MirroredStrategy,
+      tf.compat.v1.distribute.MirroredStrategy,
+      tf.distribute.OneDeviceStrategy,
+      tf.compat.v1.distribute.OneDeviceStrategy,
+      tf.distribute.MultiWorkerMirroredStrategy,
+      tf.compat.v1.distribute.experimental.MultiWorkerMirroredStrategy)):
+    return
+  if isinstance(strategy, (tf.distribute.TPUStrategy,
+                           tf.distribute.experimental.TPUStrategy,
+                           tf.compat.v1.distribute.experimental.TPUStrategy)):
     raise ValueError(
         "Loss scaling is not supported with TPUStrategy. Loss scaling is "
         "unnecessary with TPUs, since they support bfloat16 instead of "
@@ -186,13 +174,6 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
                     inner.count_skipped_step)
 
 
-def train_op_or(train_op, iterations):
-  """`train_op` in a `tf.compat.v1` graph (as TF 2.4), else `iterations`."""
-  if train_op is not None and not tf.inside_function():
-    return train_op
-  return iterations
-
-
 def graph_ops(distribution, values):
   """`values`' ops on this worker, for a train op to group; [] eagerly."""
   if tf.executing_eagerly():
@@ -236,9 +217,8 @@ def update_and_apply(distribution, loss_scale, inner, grads, variables, name,
   with order:
     applied = apply_or_skip(distribution, inner, should_apply, grads,
                             variables, name, experimental_aggregate_gradients)
-  if tf.executing_eagerly():
-    return None
-  # TF 2.4's train op: the conditional apply and the scale's update.
+  # TF 2.4's train op: the conditional apply and the scale's update (None
+  # eagerly, where `tf.group` builds nothing).
   return tf.group(*graph_ops(distribution, [applied, update_op]))
 
 

@@ -104,17 +104,10 @@ class _SerializedV1:
     raise NotImplementedError  # Never instantiated.
 
 
-def _deserialize_v1_as_v2():
-  """Makes Keras deserialize a serialized V1 optimizer as TF 2.4.4 did.
-
-  See `_SerializedV1`; the second registration keeps `LossScaleOptimizer`'s
-  name for its own serialization.
-  """
-  register = keras.saving.register_keras_serializable
-  register(package=loss_scale_optimizer.SERIALIZATION_PACKAGE,
-           name="LossScaleOptimizerV1")(_SerializedV1)
-  register(package=loss_scale_optimizer.SERIALIZATION_PACKAGE)(
-      LossScaleOptimizer)
-
-
-_deserialize_v1_as_v2()
+# Keras deserializes a serialized V1 optimizer as TF 2.4.4 did; the second
+# registration keeps `LossScaleOptimizer`'s name for its own serialization.
+keras.saving.register_keras_serializable(
+    package=loss_scale_optimizer.SERIALIZATION_PACKAGE,
+    name="LossScaleOptimizerV1")(_SerializedV1)
+keras.saving.register_keras_serializable(
+    package=loss_scale_optimizer.SERIALIZATION_PACKAGE)(LossScaleOptimizer)

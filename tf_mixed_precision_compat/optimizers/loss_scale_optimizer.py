@@ -59,11 +59,6 @@ def declared_names(tracks_loss_scale: bool) -> tuple[str, ...]:
 
   "loss_scale" (TF 2.4's class when dynamic, TF 2.3's always), then
   "base_optimizer".
-
-  Example:
-
-  >>> declared_names(True)
-  ('loss_scale', 'base_optimizer')
   """
   return (("loss_scale", "base_optimizer") if tracks_loss_scale else
           ("base_optimizer",))
@@ -107,26 +102,11 @@ def check_unwrapped(inner_optimizer: Any, tracks_loss_scale: bool,
 
 
 def record_wrapped(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
-  """Records that a wrapper now wraps `inner_optimizer` (see `check_unwrapped`).
-
-  Example:
-
-  >>> inner = tf.keras.optimizers.SGD()
-  >>> record_wrapped(inner, tracks_loss_scale=False)
-  >>> check_unwrapped(inner, tracks_loss_scale=True)
-  Traceback (most recent call last):
-  ...
-  ValueError: Called Trackable._track_trackable() with name='base_optimizer'...
-  """
+  """Records that a wrapper wraps `inner_optimizer` (see `check_unwrapped`)."""
   try:
     _DECLARED[inner_optimizer] = declared_names(tracks_loss_scale)
   except TypeError:  # Not weakly referenceable: cannot be checked later.
     pass
-
-
-def _claim(inner_optimizer: Any, tracks_loss_scale: bool) -> None:
-  check_unwrapped(inner_optimizer, tracks_loss_scale)
-  record_wrapped(inner_optimizer, tracks_loss_scale)
 
 
 def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
@@ -208,7 +188,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     initial_scale, dynamic_growth_steps = _scale_arguments(
         dynamic, initial_scale, dynamic_growth_steps)
     _step.raise_if_strategy_unsupported()
-    _claim(inner_optimizer, dynamic or self._TRACKS_ANY_LOSS_SCALE)
+    tracks_loss_scale = dynamic or self._TRACKS_ANY_LOSS_SCALE
+    check_unwrapped(inner_optimizer, tracks_loss_scale)
+    record_wrapped(inner_optimizer, tracks_loss_scale)
 
     # To checkpoints the wrapper looks like the inner optimizer (`_delegation`).
     object.__setattr__(self, "_self_setattr_tracking", False)
@@ -362,7 +344,9 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
         _step.update_and_apply,
         args=(self._loss_scale if self.dynamic else None, self._adapter,
               grads, variables, name, experimental_aggregate_gradients))
-    return _step.train_op_or(train_op, self.iterations)
+    if train_op is not None and not tf.inside_function():
+      return train_op  # In a `tf.compat.v1` graph, as TF 2.4.
+    return self.iterations
 
   @tf.autograph.experimental.do_not_convert
   def apply(self, grads: Sequence[Any],
