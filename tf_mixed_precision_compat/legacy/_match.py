@@ -158,14 +158,13 @@ def build_optimizer(optimizer, models):
 
 def _step(obj, name):
   """One child-name step on a Keras 3 object; None when there is none."""
-  if isinstance(obj, keras.Model):
-    match = LAYER_INDEX.match(name)
-    if match:
-      layers = list(obj.layers)
-      if match.group(1):
-        layers = [layer for layer in layers if layer.weights]
-      index = int(match.group(2))
-      return layers[index] if index < len(layers) else None
+  match = LAYER_INDEX.match(name)
+  if match and isinstance(obj, keras.Model):
+    # `layer_with_weights-N` counts only the layers that have weights.
+    layers = [layer for layer in obj.layers
+              if layer.weights or not match.group(1)]
+    index = int(match.group(2))
+    return layers[index] if index < len(layers) else None
   if isinstance(obj, keras.layers.Layer):
     variable = own_variable(obj, name)
     if variable is not None:

@@ -10,8 +10,9 @@ from tf_mixed_precision_compat.legacy import _args
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Keras object graphs are a few levels deep (`model/layer_with_weights-0/
-# kernel`, nested models add a few each); far longer paths are hostile.
-_MAX_PATH_LENGTH = 64
+# kernel`, nested models add a few each) and reach a variable by a few
+# paths; far more is hostile, and costs bounded work (the rest unmatched).
+_MAX_PATH_LENGTH, _MAX_PATHS = 64, 16
 
 
 def checkpoint_prefix(path) -> str:
@@ -115,24 +116,22 @@ class ObjectGraph:
     """The child names met below `node_id`, not via `skip`."""
     return (name for _, names in self._walk(node_id, skip) for name in names)
 
-  def variable_node_set(self, node_ids, skip=frozenset()):
+  def variable_node_set(self, node_ids):
     """The variable nodes under any of `node_ids`, as a set."""
     return {n for node_id in node_ids
-            for n in self.variable_nodes_under(node_id, skip)}
+            for n in self.variable_nodes_under(node_id)}
 
   def keys_under(self, node_id):
     """The checkpoint keys of `variable_nodes_under(node_id)`."""
     return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
 
-  def paths(self, start, skip=frozenset(), limit=16):
+  def paths(self, start, skip=frozenset()):
     """node id -> child-name paths from `start` (acyclic), not via `skip`."""
-    # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
-    # hostile graph costs bounded work (what lies beyond stays unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.
       node_id, path, on_path = stack.pop()
-      if len(result[node_id]) >= limit:
+      if len(result[node_id]) >= _MAX_PATHS:
         continue
       result[node_id].append(path)
       if len(path) >= _MAX_PATH_LENGTH:
