@@ -63,14 +63,23 @@ class ObjectGraph:
   """A parsed `_CHECKPOINTABLE_OBJECT_GRAPH` with its variables' keys."""
 
   def __init__(self, serialized, source):
+    corrupted = f"{source!r}: the checkpoint's object graph is corrupted"
     proto = _private_api.trackable_object_graph_pb2.TrackableObjectGraph()
     try:
       proto.ParseFromString(serialized)
     except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                       f"corrupted ({e}).") from None
+      raise ValueError(f"{corrupted} ({e}).") from None
     self.nodes = proto.nodes
-    _check_node_ids(self.nodes, source)
+    if not self.nodes:
+      raise ValueError(f"{corrupted} (it has no root object).")
+    for node in self.nodes:  # Every node id must name a node of the graph.
+      ids = [ref.node_id for ref in node.children]
+      for slot in node.slot_variables:
+        ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
+      bad = [i for i in ids if not 0 <= i < len(self.nodes)]
+      if bad:
+        raise ValueError(f"{corrupted} (a reference to node {bad[0]} of "
+                         f"{len(self.nodes)}).")
 
   def child(self, node_id, name):
     return next((c for n, c in self.children(node_id) if n == name), None)
@@ -140,22 +149,6 @@ class ObjectGraph:
         if child not in on_path and name not in skip:
           stack.append((child, path + (name,), on_path | {child}))
     return result
-
-
-def _check_node_ids(nodes, source):
-  """Every node id a node refers to names a node of the graph."""
-  count = len(nodes)
-  if not count:
-    raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                     "corrupted (it has no root object).")
-  for node in nodes:
-    ids = [ref.node_id for ref in node.children]
-    for slot in node.slot_variables:
-      ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
-    bad = [i for i in ids if not 0 <= i < count]
-    if bad:
-      raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                       f"corrupted (a reference to node {bad[0]} of {count}).")
 
 
 def read_object_graph(reader, source):
