@@ -12,11 +12,9 @@ from tf_mixed_precision_compat.legacy import _training_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
-LSO_CLASSES = {
-    "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
-    # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
-    "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
-}
+# TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
+LSO_CLASSES = dict.fromkeys(("LossScaleOptimizer", "LossScaleOptimizerV1"),
+                            loss_scale_optimizer.LossScaleOptimizer)
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
 # names (bytecode, a pickled torch module, SavedModel graphs, JAX functions).

@@ -252,8 +252,7 @@ def _list_leftovers(plan, ignored, scope):
   """Fills `plan.unmatched_checkpoint` / `plan.ignored` from what is left."""
   graph = plan.graph
   in_scope = None if scope is None else graph.variable_node_set(scope)
-  assigned_keys = {key for key, _, _, _ in plan.assignments}
-  hyper_keys = set(plan.hyper_keys)
+  done = {key for key, _, _, _ in plan.assignments}.union(plan.hyper_keys)
   # A key bound twice stays listed: its value restores nothing.
   refused = {p.key for p in plan.problems if p.kind != _problems.TWICE}
   for node_id in range(len(graph.nodes)):
@@ -261,7 +260,7 @@ def _list_leftovers(plan, ignored, scope):
     if info is None or (in_scope is not None and node_id not in in_scope):
       continue
     key = info[0]
-    if key in assigned_keys or key in hyper_keys or key in plan.ignored:
+    if key in done or key in plan.ignored:
       continue
     if node_id in ignored:
       plan.ignored.append(key)

@@ -97,8 +97,6 @@ def optimizer_weights(f):
   return group if has_names else None
 
 
-# Lambda layers: Python bytecode of the writer's Python.
-
 # The Pythons each Keras 2 `keras_version` (as TF 2.2-2.4 wrote it) ran on.
 _KERAS_PYTHONS = {
     "2.3.0-tf": ((3, 5), (3, 8)),  # TF 2.2

@@ -59,8 +59,7 @@ def disable_serving():
 def serving():
   """`enable_serving()` for the duration of a load, unless already enabled."""
   registered_here = not serving_enabled()
-  if registered_here:
-    enable_serving()
+  enable_serving()
   try:
     yield
   finally:
