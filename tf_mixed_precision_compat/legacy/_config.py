@@ -30,17 +30,17 @@ MAX_DEPTH = 100
 
 def parse_json(text, what, source):
   """The JSON value of `text` (str or bytes), nested at most `MAX_DEPTH`."""
-  too_deep = False
   try:
     if isinstance(text, bytes):
       text = text.decode("utf-8")
     value = json.loads(text)
+    too_deep = any(depth > MAX_DEPTH for _, depth in json_nodes(value))
   except RecursionError:
     too_deep = True
   except (TypeError, ValueError) as e:
     raise ValueError(f"{source!r}: its {what} is not valid JSON ({e}); the "
                      "file is corrupted or not a Keras model.") from None
-  if too_deep or any(depth > MAX_DEPTH for _, depth in json_nodes(value)):
+  if too_deep:
     raise ValueError(f"{source!r}: its {what} nests deeper than {MAX_DEPTH} "
                      "levels; the file is corrupted or hostile.")
   return value

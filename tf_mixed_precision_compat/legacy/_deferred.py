@@ -130,11 +130,10 @@ class LegacyRestore(_gate.Restored):
                                    if k not in self._slot_keys]
     # Unmatched values are named in a warning; mismatches and a model whose
     # weights would all stay fresh raise.
-    bound = {id(target) for _, target, _, _ in plan.assignments}
     plan.problems += [_problems.Problem(_problems.NO_MATCH, target=model.name)
                       for node_id, model in self._parts.models
                       if self._graph.variable_nodes_under(node_id) and
-                      not any(id(v) in bound for v in model.weights)]
+                      not any(id(v) in plan.targets for v in model.weights)]
     _gate.check(plan, _match.expected_objects(self._models, self._optimizers),
                 allow_partial=True)
     return plan, waiting_slots
