@@ -12,11 +12,9 @@ from tf_mixed_precision_compat.legacy import _training_config
 from tf_mixed_precision_compat.optimizers import _inner
 from tf_mixed_precision_compat.optimizers import loss_scale_optimizer
 
-LSO_CLASSES = {
-    "LossScaleOptimizer": loss_scale_optimizer.LossScaleOptimizer,
-    # TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
-    "LossScaleOptimizerV1": loss_scale_optimizer.LossScaleOptimizer,
-}
+# TF 2.4.4 loaded a saved LossScaleOptimizerV1 as a LossScaleOptimizer.
+LSO_CLASSES = dict.fromkeys(("LossScaleOptimizer", "LossScaleOptimizerV1"),
+                            loss_scale_optimizer.LossScaleOptimizer)
 _SAFE_PACKAGES = ("keras", "tf_mixed_precision_compat")
 # Built-in Keras 3 layers whose `from_config` runs code the config carries or
 # names (bytecode, a pickled torch module, SavedModel graphs, JAX functions).
@@ -32,33 +30,31 @@ MAX_DEPTH = 100
 
 def parse_json(text, what, source):
   """The JSON value of `text` (str or bytes), nested at most `MAX_DEPTH`."""
-  too_deep = False
   try:
     if isinstance(text, bytes):
       text = text.decode("utf-8")
     value = json.loads(text)
+    too_deep = any(depth > MAX_DEPTH for _, depth in json_nodes(value))
   except RecursionError:
     too_deep = True
   except (TypeError, ValueError) as e:
     raise ValueError(f"{source!r}: its {what} is not valid JSON ({e}); the "
                      "file is corrupted or not a Keras model.") from None
-  if too_deep or _depth_exceeds(value, MAX_DEPTH):
+  if too_deep:
     raise ValueError(f"{source!r}: its {what} nests deeper than {MAX_DEPTH} "
                      "levels; the file is corrupted or hostile.")
   return value
 
 
-def _depth_exceeds(value, limit):
-  stack = [(value, 1)]
+def json_nodes(tree):
+  """(value, depth) of every value in a JSON tree, the root's depth 1."""
+  stack = [(tree, 1)]
   while stack:
     node, depth = stack.pop()
-    if depth > limit:
-      return True
-    if isinstance(node, dict):
-      stack.extend((v, depth + 1) for v in node.values())
-    elif isinstance(node, list):
-      stack.extend((v, depth + 1) for v in node)
-  return False
+    yield node, depth
+    if isinstance(node, (dict, list)):
+      children = node.values() if isinstance(node, dict) else node
+      stack.extend((child, depth + 1) for child in children)
 
 
 def expect_dict(value, what, source, allow_none=False):
@@ -151,8 +147,8 @@ def _check_layer(node, where, source):
         "(a layer config is an object with a string 'class_name' and an "
         "object 'config'); the file is corrupted or not a Keras model.")
   name = node["config"].get("name")
-  return f"{where}/{name if isinstance(name, str) else node['class_name']}" if (
-      where) else str(name if isinstance(name, str) else node["class_name"])
+  name = name if isinstance(name, str) else node["class_name"]
+  return f"{where}/{name}" if where else name
 
 
 def keras_safe_mode(safe_mode):
@@ -206,28 +202,25 @@ def compile_model(model, training_config, source, custom_objects, safe_mode):
   check_config(training_config, source, safe_mode, custom_objects,
                what="training_config")
   with keras_safe_mode(safe_mode):
-    return _compile(model, training_config, source, custom_objects)
-
-
-def _compile(model, training_config, source, custom_objects):
-  optimizer = build_optimizer(training_config.get("optimizer_config"), source,
-                              custom_objects)
-  kwargs = {}
-  try:
-    loss = training_config.get("loss")
-    if loss is not None:
-      kwargs["loss"] = _training_config.losses(loss, source, custom_objects)
-    for key in ("metrics", "weighted_metrics"):
-      if training_config.get(key):
-        kwargs[key] = _training_config.metrics(
-            training_config[key], source, len(model.outputs), custom_objects)
-    if training_config.get("loss_weights") is not None:
-      kwargs["loss_weights"] = training_config["loss_weights"]
-    model.compile(optimizer=optimizer, **kwargs)
-  except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
-    # Malformed losses or metrics fail inside Keras in many ways.
-    raise ValueError(f"{source!r}: cannot compile the model as saved: "
-                     f"{type(e).__name__}: {e}") from e
+    optimizer = build_optimizer(training_config.get("optimizer_config"),
+                                source, custom_objects)
+    kwargs = {}
+    try:
+      loss = training_config.get("loss")
+      if loss is not None:
+        kwargs["loss"] = _training_config.losses(loss, source, custom_objects)
+      for key in ("metrics", "weighted_metrics"):
+        if training_config.get(key):
+          kwargs[key] = _training_config.metrics(
+              training_config[key], source, len(model.outputs),
+              custom_objects)
+      if training_config.get("loss_weights") is not None:
+        kwargs["loss_weights"] = training_config["loss_weights"]
+      model.compile(optimizer=optimizer, **kwargs)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+      # Malformed losses or metrics fail inside Keras in many ways.
+      raise ValueError(f"{source!r}: cannot compile the model as saved: "
+                       f"{type(e).__name__}: {e}") from e
   return model.optimizer
 
 

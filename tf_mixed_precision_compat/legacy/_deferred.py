@@ -102,13 +102,13 @@ def refuse_use(targets, error):
       object.__setattr__(obj, name, refuse)
 
 
-class LegacyRestore:
+class LegacyRestore(_gate.Restored):
   """The `Checkpoint` hook's legacy part: assigned now, or as objects build
-  (`pending`: "model" and/or "slots"; `roll_back`: undoes TF's part)."""
+  (`roll_back`: undoes TF's part)."""
 
   def __init__(self, reader, graph, source, parts):
-    self.source, self.report, self.error = source, None, None
-    self.pending, self.roll_back, self._checked_plan = set(), None, None
+    super().__init__(source, orphans=parts.orphans)
+    self.roll_back, self._checked_plan = None, None
     self._reader, self._graph, self._parts = reader, graph, parts
     self._slot_keys = {  # The slots' values, restored as the optimizer builds.
         graph.variable(slot.slot_variable_node_id)[0]
@@ -130,11 +130,10 @@ class LegacyRestore:
                                    if k not in self._slot_keys]
     # Unmatched values are named in a warning; mismatches and a model whose
     # weights would all stay fresh raise.
-    bound = {id(target) for _, target, _, _ in plan.assignments}
     plan.problems += [_problems.Problem(_problems.NO_MATCH, target=model.name)
                       for node_id, model in self._parts.models
                       if self._graph.variable_nodes_under(node_id) and
-                      not any(id(v) in bound for v in model.weights)]
+                      not any(id(v) in plan.targets for v in model.weights)]
     _gate.check(plan, _match.expected_objects(self._models, self._optimizers),
                 allow_partial=True)
     return plan, waiting_slots
@@ -146,11 +145,11 @@ class LegacyRestore:
 
   def start(self):
     """Restores now, or arranges to when the models are built."""
-    if self._parts.orphans:
+    if self.orphans:
       tf.get_logger().warning(
           f"Restoring the TF 2.x Keras checkpoint {self.source!r}: no object "
           "of the tf.train.Checkpoint stands for these values, which stay "
-          "unrestored:\n  " + "\n  ".join(self._parts.orphans))
+          "unrestored:\n  " + "\n  ".join(self.orphans))
     unbuilt = [m for m in self._models if not _layout.model_built(m)]
     if not unbuilt:
       self._restore_all()
@@ -161,17 +160,11 @@ class LegacyRestore:
                                         self._restore_all))
 
   def _built(self, what, part):
-    """Runs `part` once every object `what` waits for is built."""
+    """Runs `part` once every object `what` waits for is built; its failure
+    stays (docs/architecture.md)."""
     if not (all(map(_layout.model_built, self._models)) if what == "model"
             else all(map(_match.is_built, self._optimizers))):
       return
-    self._run_waiting(part)
-    self.pending.discard(what)
-    if not self.pending:
-      self.roll_back = None  # Nothing can fail any more: let the values go.
-
-  def _run_waiting(self, part):
-    """Runs a part that waited; its failure stays (docs/architecture.md)."""
     if self.error is not None:
       raise self.error.with_traceback(None)
     try:
@@ -182,6 +175,9 @@ class LegacyRestore:
       if self.roll_back is not None:
         self.roll_back()
       raise
+    self.pending.discard(what)
+    if not self.pending:
+      self.roll_back = None  # Nothing can fail any more: let the values go.
 
   def _refused(self):
     """The models' `call` and optimizers' updates refused after a failure."""
@@ -229,19 +225,3 @@ class LegacyRestore:
           [f"  in the checkpoint, nothing to restore into: {k}"
            for k in plan.unmatched_checkpoint] +
           [f"  kept its current value: {d}" for d in plan.unmatched_objects]))
-
-  def unconsumed(self):
-    """Lines naming what is not restored (yet), for `assert_consumed`."""
-    lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
-    unmatched = self.report.unmatched_checkpoint if self.report else []
-    lines += [f"checkpoint value not restored: {k}"
-              for k in self._parts.orphans + unmatched]
-    return lines + [f"{_gate.NOT_RESTORED}: {d}"
-                    for d in self.unmatched_objects()]
-
-  def unmatched_objects(self):
-    """Descriptions of the variables the checkpoint gave no value."""
-    return self.report.unmatched_objects if self.report else []
-
-  def matched_any(self):
-    return bool(self.pending) or bool(self.report and self.report.matched)

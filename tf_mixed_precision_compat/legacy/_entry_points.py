@@ -81,7 +81,8 @@ def load_tf_format_weights(model, path):
         "(%d values, e.g. %s) was not restored: the model has no optimizer. "
         "Compile the model before load_weights to restore it too.",
         model.name, prefix, len(unrestored), unrestored[:3])
-  return _gate.LoadStatus(_gate.Restored(report), unrestored=unrestored)
+  return _gate.LoadStatus(_gate.Restored(prefix, report),
+                          unrestored=unrestored)
 
 
 def load_h5_weights(model, path, by_name=False, skip_mismatch=False):

@@ -131,9 +131,8 @@ def assign_exact(target, value):
   if not in_replica:
     target.assign(value)
     return
-  variable = target
-  if not isinstance(variable, tf.Variable):  # A Keras 3 variable wraps one.
-    variable = getattr(target, "value", target)
+  variable = (target if isinstance(target, tf.Variable) else
+              getattr(target, "value", target))  # A Keras 3 variable's.
   components = getattr(variable, "values", None)
   if not isinstance(components, (tuple, list)):
     components = (variable,)
@@ -152,21 +151,28 @@ NOT_RESTORED = "not restored from the checkpoint"
 
 
 class Restored:
-  """A restore done at once (`load_weights`): nothing waits, nothing failed."""
+  """A restore's legacy part as `LoadStatus` reads it: assigned at once
+  (`load_weights`), or as its objects build (`_deferred.LegacyRestore`)."""
 
-  error = None
-
-  def __init__(self, report):
-    self.report, self.source = report, report.source
+  def __init__(self, source, report=None, orphans=()):
+    self.source, self.report, self.error = source, report, None
+    self.orphans = list(orphans)  # Keys under entries nothing stands for.
+    self.pending = set()  # What it waits to be built for: "model", "slots".
 
   def unconsumed(self):
-    return []
+    """Lines naming what is not restored (yet), for `assert_consumed`."""
+    lines = [f"waiting for {what} to be built" for what in sorted(self.pending)]
+    unmatched = self.report.unmatched_checkpoint if self.report else []
+    lines += [f"checkpoint value not restored: {k}"
+              for k in self.orphans + unmatched]
+    return lines + [f"{NOT_RESTORED}: {d}" for d in self.unmatched_objects()]
 
   def unmatched_objects(self):
-    return []
+    """Descriptions of the variables the checkpoint gave no value."""
+    return self.report.unmatched_objects if self.report else []
 
   def matched_any(self):
-    return True
+    return bool(self.pending) or bool(self.report and self.report.matched)
 
 
 class LoadStatus:

@@ -102,9 +102,8 @@ def maps_completely(reader, graph, source, node_id, model, ignored_nodes=()):
                                [], ignored_nodes, scope=[node_id])
   except ValueError:
     return False
-  matched = {id(target) for _, target, _, _ in plan.assignments}
   return (not plan.problems and not plan.unmatched_checkpoint and
-          all(id(v) in matched for v in model.weights))
+          all(id(v) in plan.targets for v in model.weights))
 
 
 def _judge(reader, graph, source):

@@ -254,6 +254,5 @@ def _load_saved_model(path, safe_mode, custom_objects, compile,  # pylint: disab
   if compile and training_config:
     optimizer = _config.compile_model(model, training_config, path,
                                       custom_objects, safe_mode)
-  report = restore_graph(reader, graph, path, model, optimizer, 0,
-                         allow_partial)
-  return model, report
+  return model, restore_graph(reader, graph, path, model, optimizer, 0,
+                              allow_partial)

@@ -158,14 +158,13 @@ def build_optimizer(optimizer, models):
 
 def _step(obj, name):
   """One child-name step on a Keras 3 object; None when there is none."""
-  if isinstance(obj, keras.Model):
-    match = LAYER_INDEX.match(name)
-    if match:
-      layers = list(obj.layers)
-      if match.group(1):
-        layers = [layer for layer in layers if layer.weights]
-      index = int(match.group(2))
-      return layers[index] if index < len(layers) else None
+  match = LAYER_INDEX.match(name)
+  if match and isinstance(obj, keras.Model):
+    # `layer_with_weights-N` counts only the layers that have weights.
+    layers = [layer for layer in obj.layers
+              if layer.weights or not match.group(1)]
+    index = int(match.group(2))
+    return layers[index] if index < len(layers) else None
   if isinstance(obj, keras.layers.Layer):
     variable = own_variable(obj, name)
     if variable is not None:
@@ -253,8 +252,7 @@ def _list_leftovers(plan, ignored, scope):
   """Fills `plan.unmatched_checkpoint` / `plan.ignored` from what is left."""
   graph = plan.graph
   in_scope = None if scope is None else graph.variable_node_set(scope)
-  assigned_keys = {key for key, _, _, _ in plan.assignments}
-  hyper_keys = set(plan.hyper_keys)
+  done = {key for key, _, _, _ in plan.assignments}.union(plan.hyper_keys)
   # A key bound twice stays listed: its value restores nothing.
   refused = {p.key for p in plan.problems if p.kind != _problems.TWICE}
   for node_id in range(len(graph.nodes)):
@@ -262,7 +260,7 @@ def _list_leftovers(plan, ignored, scope):
     if info is None or (in_scope is not None and node_id not in in_scope):
       continue
     key = info[0]
-    if key in assigned_keys or key in hyper_keys or key in plan.ignored:
+    if key in done or key in plan.ignored:
       continue
     if node_id in ignored:
       plan.ignored.append(key)

@@ -10,8 +10,9 @@ from tf_mixed_precision_compat.legacy import _args
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 # Keras object graphs are a few levels deep (`model/layer_with_weights-0/
-# kernel`, nested models add a few each); far longer paths are hostile.
-_MAX_PATH_LENGTH = 64
+# kernel`, nested models add a few each) and reach a variable by a few
+# paths; far more is hostile, and costs bounded work (the rest unmatched).
+_MAX_PATH_LENGTH, _MAX_PATHS = 64, 16
 
 
 def checkpoint_prefix(path) -> str:
@@ -62,14 +63,23 @@ class ObjectGraph:
   """A parsed `_CHECKPOINTABLE_OBJECT_GRAPH` with its variables' keys."""
 
   def __init__(self, serialized, source):
+    corrupted = f"{source!r}: the checkpoint's object graph is corrupted"
     proto = _private_api.trackable_object_graph_pb2.TrackableObjectGraph()
     try:
       proto.ParseFromString(serialized)
     except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                       f"corrupted ({e}).") from None
+      raise ValueError(f"{corrupted} ({e}).") from None
     self.nodes = proto.nodes
-    _check_node_ids(self.nodes, source)
+    if not self.nodes:
+      raise ValueError(f"{corrupted} (it has no root object).")
+    for node in self.nodes:  # Every node id must name a node of the graph.
+      ids = [ref.node_id for ref in node.children]
+      for slot in node.slot_variables:
+        ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
+      bad = [i for i in ids if not 0 <= i < len(self.nodes)]
+      if bad:
+        raise ValueError(f"{corrupted} (a reference to node {bad[0]} of "
+                         f"{len(self.nodes)}).")
 
   def child(self, node_id, name):
     return next((c for n, c in self.children(node_id) if n == name), None)
@@ -115,24 +125,22 @@ class ObjectGraph:
     """The child names met below `node_id`, not via `skip`."""
     return (name for _, names in self._walk(node_id, skip) for name in names)
 
-  def variable_node_set(self, node_ids, skip=frozenset()):
+  def variable_node_set(self, node_ids):
     """The variable nodes under any of `node_ids`, as a set."""
     return {n for node_id in node_ids
-            for n in self.variable_nodes_under(node_id, skip)}
+            for n in self.variable_nodes_under(node_id)}
 
   def keys_under(self, node_id):
     """The checkpoint keys of `variable_nodes_under(node_id)`."""
     return [self.variable(n)[0] for n in self.variable_nodes_under(node_id)]
 
-  def paths(self, start, skip=frozenset(), limit=16):
+  def paths(self, start, skip=frozenset()):
     """node id -> child-name paths from `start` (acyclic), not via `skip`."""
-    # At most `limit` paths per node, `_MAX_PATH_LENGTH` names per path: a
-    # hostile graph costs bounded work (what lies beyond stays unmatched).
     result = collections.defaultdict(list)
     stack = [(start, (), frozenset({start}))]
     while stack:  # Depth-first, children in order, as a recursion would.
       node_id, path, on_path = stack.pop()
-      if len(result[node_id]) >= limit:
+      if len(result[node_id]) >= _MAX_PATHS:
         continue
       result[node_id].append(path)
       if len(path) >= _MAX_PATH_LENGTH:
@@ -141,22 +149,6 @@ class ObjectGraph:
         if child not in on_path and name not in skip:
           stack.append((child, path + (name,), on_path | {child}))
     return result
-
-
-def _check_node_ids(nodes, source):
-  """Every node id a node refers to names a node of the graph."""
-  count = len(nodes)
-  if not count:
-    raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                     "corrupted (it has no root object).")
-  for node in nodes:
-    ids = [ref.node_id for ref in node.children]
-    for slot in node.slot_variables:
-      ids += [slot.original_variable_node_id, slot.slot_variable_node_id]
-    bad = [i for i in ids if not 0 <= i < count]
-    if bad:
-      raise ValueError(f"{source!r}: the checkpoint's object graph is "
-                       f"corrupted (a reference to node {bad[0]} of {count}).")
 
 
 def read_object_graph(reader, source):

@@ -7,6 +7,8 @@ import sys
 import h5py
 import numpy as np
 
+from tf_mixed_precision_compat.legacy import _config
+
 
 def names(group, source, attribute="weight_names", required=True):
   """The strings of `group.attrs[attribute]` (TF 2.x stored them as bytes)."""
@@ -95,8 +97,6 @@ def optimizer_weights(f):
   return group if has_names else None
 
 
-# Lambda layers: Python bytecode of the writer's Python.
-
 # The Pythons each Keras 2 `keras_version` (as TF 2.2-2.4 wrote it) ran on.
 _KERAS_PYTHONS = {
     "2.3.0-tf": ((3, 5), (3, 8)),  # TF 2.2
@@ -117,9 +117,8 @@ def _layout_pythons(code):
   found = [pythons for ints, pythons in _LAYOUTS
            if len(code) > 1 + 4 * ints and
            code[1 + 4 * ints] & ~_FLAG_REF == _BYTES]
-  if not found:
-    return None
-  return (min(low for low, _ in found), max(high for _, high in found))
+  return (min(low for low, _ in found),
+          max(high for _, high in found)) if found else None
 
 
 def _bytecode(function_config):
@@ -135,41 +134,22 @@ def _bytecode(function_config):
     return None
 
 
-def _writer_python(code, keras_version):
-  """A readable name of the Python(s) that wrote `code`, or None."""
+def _writer_pythons(code, keras_version):
+  """The (lowest, highest) Pythons that can have written `code`, or None."""
   layout = _layout_pythons(code)
   tf_pythons = _KERAS_PYTHONS.get(keras_version)
   if layout and tf_pythons:
     both = max(layout[0], tf_pythons[0]), min(layout[1], tf_pythons[1])
     layout = both if both[0] <= both[1] else layout
-  layout = layout or tf_pythons
-  if not layout:
-    return None
-  low, high = ("%d.%d" % v for v in layout)
-  return f"Python {low}" if low == high else f"Python {low}-{high}"
-
-
-def _readable_here(code, keras_version):
-  """Whether this Python can read `code` (never unmarshals untrusted data)."""
-  if keras_version in _KERAS_PYTHONS:
-    return False  # TF 2.2-2.4 ran on no Python TF 2.18+ supports.
-  layout = _layout_pythons(code)
-  here = sys.version_info[:2]
-  return layout is None or layout[0] <= here <= layout[1]
+  return layout or tf_pythons
 
 
 def class_configs(tree, class_name):
   """The dict `config` of every `class_name` entry in a JSON config tree."""
-  stack = [tree]
-  while stack:
-    node = stack.pop()
-    if isinstance(node, dict):
-      if (node.get("class_name") == class_name and
-          isinstance(node.get("config"), dict)):
-        yield node["config"]
-      stack.extend(node.values())
-    elif isinstance(node, list):
-      stack.extend(node)
+  for node, _ in _config.json_nodes(tree):
+    if (isinstance(node, dict) and node.get("class_name") == class_name and
+        isinstance(node.get("config"), dict)):
+      yield node["config"]
 
 
 def check_lambda_bytecode(config, keras_version, source):
@@ -179,16 +159,20 @@ def check_lambda_bytecode(config, keras_version, source):
                       ("output_shape", "output_shape_type")):
       if layer.get(kind) != "lambda":
         continue
-      code = _bytecode(layer.get(key))
-      if _readable_here(code, keras_version):
+      here = sys.version_info[:2]
+      pythons = _writer_pythons(_bytecode(layer.get(key)), keras_version)
+      # TF 2.2-2.4 ran on no Python TF 2.18+ supports (nothing is
+      # unmarshalled to tell).
+      if keras_version not in _KERAS_PYTHONS and (
+          pythons is None or pythons[0] <= here <= pythons[1]):
         continue
-      writer = _writer_python(code, keras_version) or "another Python"
-      here = "%d.%d" % sys.version_info[:2]
+      low, high = ("%d.%d" % v for v in pythons)
+      writer = f"Python {low}" if low == high else f"Python {low}-{high}"
       raise ValueError(
           f"{source!r}: Lambda layer {layer.get('name')!r} holds its "
           f"{key.replace('_', ' ')} as Python bytecode written by {writer} "
-          f"(Keras {keras_version}), which Python {here} cannot read. Build "
-          "the model in code (the same layers and layer names, your lambda "
-          "included), compile it as the job did, then call "
+          f"(Keras {keras_version}), which Python {here[0]}.{here[1]} cannot "
+          "read. Build the model in code (the same layers and layer names, "
+          "your lambda included), compile it as the job did, then call "
           f"model.load_weights({source!r}): that restores the weights and "
           "the optimizer state from this file.")

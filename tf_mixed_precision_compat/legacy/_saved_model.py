@@ -59,8 +59,7 @@ def disable_serving():
 def serving():
   """`enable_serving()` for the duration of a load, unless already enabled."""
   registered_here = not serving_enabled()
-  if registered_here:
-    enable_serving()
+  enable_serving()
   try:
     yield
   finally:
@@ -101,9 +100,8 @@ def root_metadata(path):
     raise ValueError(f"{path!r}: only binary saved_model.pb files are "
                      "supported (found saved_model.pbtxt).")
   nodes = _read_proto(path).meta_graphs[0].object_graph_def.nodes
-  metadata = ""
-  if nodes and nodes[0].WhichOneof("kind") == "user_object":
-    metadata = nodes[0].user_object.metadata
+  metadata = (nodes[0].user_object.metadata if nodes and
+              nodes[0].WhichOneof("kind") == "user_object" else "")
   if not metadata:
     raise ValueError(
         f"{path!r} is a SavedModel without Keras metadata (not written by "
