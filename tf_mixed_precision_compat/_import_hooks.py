@@ -25,11 +25,6 @@ _LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras",
                      "tf_mixed_precision_compat")
 
 
-def is_alias_name(fullname):
-  """Whether `fullname` is `tensorflow.keras` or a module under it."""
-  return fullname == PREFIX or fullname.startswith(PREFIX + ".")
-
-
 def resolve(root, fullname):
   """The module under `root` (`tf.keras`) the import name `fullname` means.
 
@@ -79,7 +74,7 @@ class AliasFinder(importlib.abc.MetaPathFinder):
 
   def find_spec(self, fullname, path=None, target=None):
     del path, target  # The alias does not depend on where it is looked up.
-    if not self.active or not is_alias_name(fullname):
+    if not self.active or fullname.split(".")[:2] != PREFIX.split("."):
       return None
     module = resolve(self._root, fullname)
     if module is None:
@@ -111,7 +106,6 @@ def install_finder(journal, root):
       sys.meta_path.remove(finder)
 
   journal.on_undo(remove)
-  return finder
 
 
 def module_globals(module):
@@ -180,9 +174,8 @@ def early_names(originals, hidden):
   found = set()
   for module_name, _, namespace in _user_globals():
     for key, value in list(namespace.items()):
-      if hidden.get((key, id(value)), _MISSING) is value:
-        found.add(f"{module_name}.{key}")
-      elif _held_inside(value, originals) is not None:
+      if (hidden.get((key, id(value)), _MISSING) is value or
+          _held_inside(value, originals) is not None):
         found.add(f"{module_name}.{key}")
   return sorted(found)
 
