@@ -1,12 +1,8 @@
 """A failed deferred restore into a tf_keras model leaves no partial state.
 
-On tf_keras TF restores a checkpoint itself: an unbuilt model's weights land
-at its first call, the rest of the restore (the optimizer's step, the loss
-scale, the save counter) at once. `guard_read` wraps `Checkpoint.read` (and
-v1 `restore`) so that a weight failing to land then puts those values back,
-and the status' assertions, the model's forward pass and the optimizers'
-updates raise that error: a later `tf.function` trace would build the model
-with fresh weights (docs/architecture.md, "The tf_keras target").
+An unbuilt model's weights land at its first call, the rest of TF's restore
+at once: `guard_read` puts the rest back if a weight fails to land then
+(docs/architecture.md, "The tf_keras target").
 """
 
 import functools

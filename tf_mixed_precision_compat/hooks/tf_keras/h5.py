@@ -1,13 +1,5 @@
-"""TF 2.x H5 models and optimizer configs on the tf_keras target.
-
-`install()` wraps tf_keras's own functions: `load_model` of a TF 2.2-2.4 H5
-file refuses Lambda bytecode this Python cannot read with one clear error
-(not "bad marshal data") and hands tf_keras the metric functions it cannot
-look up; `Model.load_weights` of a whole-model H5 file into a compiled model
-also restores the optimizer's iterations and slots (all or none), which TF
-2.4 did not; `optimizers.deserialize` / `get` refuse a learning rate that is
-no number or schedule config, with TF 2.4's exception type.
-"""
+"""TF 2.x H5 models and optimizer configs on the tf_keras target: wrappers
+of tf_keras's loaders (docs/architecture.md, "The tf_keras target")."""
 
 import functools
 

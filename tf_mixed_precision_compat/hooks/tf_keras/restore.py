@@ -1,10 +1,5 @@
-"""TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
-
-A TF 2.x job's `tf.keras.optimizers.Adam()` is, on tf_keras, a current class
-that refuses OptimizerV2's layout; `install()` teaches it the old names, and
-`load_model` of a TF 2.x SavedModel its optimizer state (design:
-docs/architecture.md, "The tf_keras target").
-"""
+"""TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers
+(docs/architecture.md, "The tf_keras target")."""
 
 import functools
 import os
