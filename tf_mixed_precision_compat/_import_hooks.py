@@ -43,25 +43,7 @@ def resolve(root, fullname):
   return node
 
 
-class _AliasLoader(importlib.abc.Loader):
-  """Hands the import system an existing module under a second name."""
-
-  def __init__(self, finder, module):
-    self._finder = finder
-    self._module = module
-
-  def create_module(self, spec):
-    return None  # A throwaway module: the real one keeps its own __spec__.
-
-  def exec_module(self, module):
-    name = module.__name__
-    # The import system returns what `sys.modules[name]` holds after this
-    # call, and binds it on the parent package.
-    sys.modules[name] = self._module
-    self._finder.record(name, self._module)
-
-
-class AliasFinder(importlib.abc.MetaPathFinder):
+class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Serves `tensorflow.keras[.<path>]` imports from `root` (`tf.keras`).
 
   `journal` (install()'s) lets `uninstall()` remove the aliases.
@@ -79,20 +61,25 @@ class AliasFinder(importlib.abc.MetaPathFinder):
     module = resolve(self._root, fullname)
     if module is None:
       return None  # TensorFlow's own path search decides (and fails).
-    return importlib.machinery.ModuleSpec(fullname,
-                                          _AliasLoader(self, module))
+    return importlib.machinery.ModuleSpec(fullname, self, loader_state=module)
 
-  def record(self, name, module):
-    """Journals an alias the import system is about to bind."""
+  def create_module(self, spec):
+    return None  # A throwaway module: the real one keeps its own __spec__.
+
+  def exec_module(self, module):
+    name, alias = module.__name__, module.__spec__.loader_state
+    # The import system returns what `sys.modules[name]` holds after this
+    # call, and binds it on the parent package: journaled.
+    sys.modules[name] = alias
     if not self.active:
       return
     self._journal.on_undo(
         lambda: sys.modules.pop(name, None)
-        if sys.modules.get(name) is module else None)
+        if sys.modules.get(name) is alias else None)
     parent_name, _, child = name.rpartition(".")
     parent = sys.modules.get(parent_name)
     if parent is not None:
-      self._journal.set_attr(parent, child, module)
+      self._journal.set_attr(parent, child, alias)
 
 
 def install_finder(journal, root):
