@@ -147,9 +147,7 @@ class Policy(keras.DTypePolicy):
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates a policy from `get_config()` output; drops a `loss_scale`."""
     del custom_objects
-    if "loss_scale" in config:
-      config = {k: v for k, v in config.items() if k != "loss_scale"}
-    return cls(**config)
+    return cls(**{k: v for k, v in config.items() if k != "loss_scale"})
 
 
 @export("keras.mixed_precision.experimental.Policy")

@@ -24,8 +24,7 @@ class TfKerasTarget(_adapter.KerasTarget):
   name = keras_target.TF_KERAS
 
   def symbol_for(self, spec: Any) -> Any:
-    """`classes.REPLACEMENTS[spec.symbol]` for a Keras endpoint (one missing
-    raises now: grafting the Keras 3 class would fail later, far away)."""
+    """`REPLACEMENTS[spec.symbol]` for a Keras endpoint, else `spec.symbol`."""
     if not any(path.startswith("keras.") for path in spec.v2 + spec.v1):
       return spec.symbol  # Not a Keras endpoint.
     replacements = _classes().REPLACEMENTS
@@ -40,9 +39,12 @@ class TfKerasTarget(_adapter.KerasTarget):
     """tf_keras's config names, private hooks and loading entry points."""
     # pylint: disable-next=g-import-not-at-top
     from tf_mixed_precision_compat.hooks.tf_keras import patches
-    tf_keras = _classes().tf_keras
+    classes = _classes()
+    tf_keras = classes.tf_keras
     custom_objects = tf_keras.utils.get_custom_objects()
-    for name, cls in patches.custom_objects().items():
+    # TF 2.3/2.4 config class names (not the loss scales, as on Keras 3).
+    for name, cls in (("PolicyV1", classes.PolicyV1),
+                      ("LossScaleOptimizerV1", classes.SerializedV1)):
       journal.set_item(custom_objects, name, cls)
     patches.restore_tf22_dependencies(journal.set_attr)
     patches.restore_get_gradients(journal.set_attr)

@@ -1,8 +1,8 @@
 """The private hooks the tf_keras target installs besides its loaders.
 
 TF 2.3's `compile` wrapping by a `PolicyV1`'s loss scale, TF 2.2's
-`base_optimizer` checkpoint edge, `get_gradients`, the TF 2.3/2.4 config
-names; `adapter` applies them through `install()`'s journal.
+`base_optimizer` checkpoint edge, `get_gradients`; `adapter` applies them
+through `install()`'s journal.
 """
 
 from typing import Any, Callable
@@ -71,12 +71,3 @@ def _lookup_in_wrapped(self, name, cached_dependencies=None):
 
 def _deferred_in_wrapped(self):
   return _private_api.deferred_dependencies(self._optimizer)
-
-
-def custom_objects() -> dict[str, Any]:
-  """TF 2.3/2.4 config class names, for tf_keras deserialization (not the
-  loss scales: registered globally, one would pass as a rate schedule)."""
-  return {
-      "PolicyV1": classes.PolicyV1,
-      "LossScaleOptimizerV1": classes.SerializedV1,
-  }
