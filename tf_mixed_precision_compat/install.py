@@ -50,37 +50,33 @@ class _Journal:
   """Applies changes and remembers how to undo each, first value wins."""
 
   def __init__(self):
-    self._undo = []
-    self._seen = set()
+    self._undo = {}  # What changed (or a unique key) -> its undo, in order.
 
   def set_attr(self, obj, name, value):
     key = ("attr", id(obj), name)
-    if key not in self._seen:
-      self._seen.add(key)
+    if key not in self._undo:
       old = getattr(obj, name, _MISSING)
-      self._undo.append(lambda: _restore_attr(obj, name, old))
+      self._undo[key] = lambda: _restore_attr(obj, name, old)
     setattr(obj, name, value)
 
   def set_item(self, mapping, key, value):
-    seen_key = ("item", id(mapping), key)
-    if seen_key not in self._seen:
-      self._seen.add(seen_key)
+    undo_key = ("item", id(mapping), key)
+    if undo_key not in self._undo:
       old = mapping.get(key, _MISSING)
-      self._undo.append(lambda: _restore_item(mapping, key, old))
+      self._undo[undo_key] = lambda: _restore_item(mapping, key, old)
     mapping[key] = value
 
   def on_undo(self, fn):
-    self._undo.append(fn)
+    self._undo[object()] = fn
 
   def undo(self):
     """Undoes everything, newest first; raises the first failure at the end."""
     errors = []
     while self._undo:
       try:
-        self._undo.pop()()
+        self._undo.popitem()[1]()
       except Exception as e:  # pylint: disable=broad-except
         errors.append(e)
-    self._seen.clear()
     if errors:
       raise errors[0]
 
