@@ -5,6 +5,7 @@ import functools
 
 import h5py
 import tensorflow as tf
+import tf_keras
 
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
@@ -20,7 +21,7 @@ def _tf2x_h5(filepath):
   return path if path is not None and _read_h5.is_tf2x_h5(path) else None
 
 
-def _metric_functions(training_config, tf_keras):
+def _metric_functions(training_config):
   """TF 2.x metric functions a config names that tf_keras cannot look up
   (e.g. `kl_divergence`: tf_keras keeps the name, and `fit` fails)."""
   found = {}
@@ -33,7 +34,7 @@ def _metric_functions(training_config, tf_keras):
   return found
 
 
-def _checked_custom_objects(path, tf_keras):
+def _checked_custom_objects(path):
   """Checks the file's Lambda layers; the custom objects it also needs."""
   with h5py.File(path, "r") as f:
     version = _read_h5.keras_version(f)
@@ -45,18 +46,17 @@ def _checked_custom_objects(path, tf_keras):
     if training_config is None:
       return {}
     return _metric_functions(
-        _config.parse_json(training_config, "training_config", path),
-        tf_keras)
+        _config.parse_json(training_config, "training_config", path))
 
 
-def wrap_load_model(original, tf_keras):
+def wrap_load_model(original):
   """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly."""
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
     path = _tf2x_h5(filepath)
     if path is not None:
-      extra = _checked_custom_objects(path, tf_keras)
+      extra = _checked_custom_objects(path)
       if extra:
         if args:  # custom_objects, given positionally.
           args = (dict(extra, **(args[0] or {})),) + tuple(args[1:])
@@ -71,15 +71,15 @@ def wrap_load_model(original, tf_keras):
   return load_model
 
 
-def _optimizer_plan(model, group, path, tf_keras):
+def _optimizer_plan(model, group, path):
   """The plan of every saved optimizer weight, or a reason it does not fit."""
   inner = restore.inner(model.optimizer)
   restore.build_slots(inner, model.trainable_variables)
   by_name = {_read_h5.strip(v.name): v for v in model.trainable_variables}
   plan = _match.Plan(path)
   for name, slot, owner in _match_h5.saved_slots(group, path, by_name):
-    found = [] if owner is None else restore.current_slots(
-        inner, owner, slot, tf_keras)
+    found = ([] if owner is None else
+             restore.current_slots(inner, owner, slot))
     target = inner.iterations if slot == "iter" else (
         found[0] if len(found) == 1 else None)
     value = None if target is None else _read_h5.read(group, name, path,
@@ -96,7 +96,7 @@ def _optimizer_plan(model, group, path, tf_keras):
   return plan, None
 
 
-def wrap_load_weights(original, tf_keras):
+def wrap_load_weights(original):
   """tf_keras `Model.load_weights`, with a whole-model H5's optimizer state."""
 
   @functools.wraps(original)
@@ -108,7 +108,7 @@ def wrap_load_weights(original, tf_keras):
       group = _read_h5.optimizer_weights(f)
       if group is None:
         return original(self, filepath, *args, **kwargs)
-      plan, why = _optimizer_plan(self, group, path, tf_keras)
+      plan, why = _optimizer_plan(self, group, path)
     result = original(self, filepath, *args, **kwargs)
     if plan is None:
       tf.get_logger().warning(
@@ -122,13 +122,13 @@ def wrap_load_weights(original, tf_keras):
   return load_weights
 
 
-def _check_learning_rate(config, custom_objects, tf_keras):
+def _check_learning_rate(config, custom_objects):
   """Raises TF 2.4's error for a learning rate naming no schedule."""
   options = config.get("config") if isinstance(config, dict) else None
   if not isinstance(options, dict):
     return
   for key in ("inner_optimizer", "optimizer"):  # TF 2.4's / TF 2.3's LSO.
-    _check_learning_rate(options.get(key), custom_objects, tf_keras)
+    _check_learning_rate(options.get(key), custom_objects)
   rate = options.get("learning_rate", options.get("lr", 0.001))
   if rate is None or isinstance(rate, (str, list, tuple)):
     # TF 2.4 (and tf_keras) failed on the first step, eagerly with this
@@ -151,23 +151,23 @@ def _check_learning_rate(config, custom_objects, tf_keras):
         "is a number or a LearningRateSchedule config.")
 
 
-def wrap_optimizers_deserialize(original, tf_keras):
+def wrap_optimizers_deserialize(original):
   """tf_keras `optimizers.deserialize`, checking old learning rates."""
 
   @functools.wraps(original)
   def deserialize(config, custom_objects=None, **kwargs):
-    _check_learning_rate(config, custom_objects, tf_keras)
+    _check_learning_rate(config, custom_objects)
     return original(config, custom_objects=custom_objects, **kwargs)
 
   return deserialize
 
 
-def wrap_optimizers_get(original, tf_keras):
+def wrap_optimizers_get(original):
   """tf_keras `optimizers.get`, checking old learning rates."""
 
   @functools.wraps(original)
   def get(identifier, **kwargs):
-    _check_learning_rate(identifier, None, tf_keras)
+    _check_learning_rate(identifier, None)
     return original(identifier, **kwargs)
 
   return get
