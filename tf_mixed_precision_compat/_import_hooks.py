@@ -131,8 +131,9 @@ def rebind_early_names(journal, replacements):
         journal.set_attr(module, key, pair[1])
 
 
-def _held_inside(value, originals):
-  """Which original `value` holds out of reach of a rebind, or None."""
+def _holds_original(value, originals):
+  """Whether `value` holds an original out of reach of a rebind."""
+  candidates = []
   if isinstance(value, dict):
     candidates = list(value.values())
   elif isinstance(value, (list, tuple)):
@@ -142,12 +143,8 @@ def _held_inside(value, originals):
         (value.__kwdefaults__ or {}).values())
   elif isinstance(value, functools.partial):
     candidates = [value.func]
-  else:
-    return None
-  for candidate in candidates[:_MAX_SCANNED_ITEMS]:
-    if id(candidate) in originals and originals[id(candidate)] is candidate:
-      return candidate
-  return None
+  return any(originals.get(id(candidate), _MISSING) is candidate
+             for candidate in candidates[:_MAX_SCANNED_ITEMS])
 
 
 def early_names(originals, hidden):
@@ -162,7 +159,7 @@ def early_names(originals, hidden):
   for module_name, _, namespace in _user_globals():
     for key, value in list(namespace.items()):
       if (hidden.get((key, id(value)), _MISSING) is value or
-          _held_inside(value, originals) is not None):
+          _holds_original(value, originals)):
         found.add(f"{module_name}.{key}")
   return sorted(found)
 
