@@ -1,5 +1,5 @@
-"""TF 2.x H5 models and optimizer configs on the tf_keras target: wrappers
-of tf_keras's loaders (docs/architecture.md, "The tf_keras target")."""
+"""TF 2.x H5 files, SavedModels and optimizer configs on the tf_keras target:
+wrappers of tf_keras's loaders (docs/architecture.md, "The tf_keras target")."""
 
 import functools
 
@@ -9,6 +9,7 @@ import tf_keras
 
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _match_h5
@@ -50,12 +51,13 @@ def _checked_custom_objects(path):
 
 
 def wrap_load_model(original):
-  """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly."""
+  """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly
+  and restoring TF 2.x SavedModels' optimizer state."""
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
-    path = _tf2x_h5(filepath)
-    if path is not None:
+    path = _args.path_or_none(filepath)
+    if path is not None and _read_h5.is_tf2x_h5(path):
       extra = _checked_custom_objects(path)
       if extra:
         if args:  # custom_objects, given positionally.
@@ -63,11 +65,12 @@ def wrap_load_model(original):
         else:
           kwargs["custom_objects"] = dict(
               extra, **(kwargs.get("custom_objects") or {}))
-    return original(filepath, *args, **kwargs)
+    model = original(filepath, *args, **kwargs)
+    if (path is not None and getattr(model, "optimizer", None) is not None
+        and _entry_points.is_tf2x_saved_model(path)):
+      restore.restore_saved_model_optimizer(model, path)
+    return model
 
-  # `original` may itself wrap tf_keras's function: name that one, as
-  # `functools.wraps` of a single wrapper would.
-  load_model.__wrapped__ = getattr(original, "__wrapped__", original)
   return load_model
 
 

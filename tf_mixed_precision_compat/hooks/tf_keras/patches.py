@@ -55,7 +55,7 @@ def _patch_optimizer_restore(journal):
 def _patch_loading(journal, replace):
   """tf_keras's `load_model`, optimizer configs and H5 weights (`h5`)."""
   load_model = tf_keras.models.load_model
-  replace(load_model, h5.wrap_load_model(restore.wrap_load_model(load_model)))
+  replace(load_model, h5.wrap_load_model(load_model))
   for name, wrap in (("deserialize", h5.wrap_optimizers_deserialize),
                      ("get", h5.wrap_optimizers_get)):
     original = getattr(tf_keras.optimizers, name)

@@ -9,9 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
-from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Hyperparameter variables of TF 2.x optimizers that current optimizers keep
@@ -218,18 +216,3 @@ def restore_saved_model_optimizer(model, path):
   # metrics); every variable of the model and optimizer must be restored.
   status.expect_partial()
   status.assert_existing_objects_matched()
-
-
-def wrap_load_model(original):
-  """tf_keras `load_model`, restoring TF 2.x SavedModels' optimizer state."""
-
-  @functools.wraps(original)
-  def load_model(filepath, *args, **kwargs):
-    model = original(filepath, *args, **kwargs)
-    path = _args.path_or_none(filepath)
-    if (path is not None and getattr(model, "optimizer", None) is not None
-        and _entry_points.is_tf2x_saved_model(path)):
-      restore_saved_model_optimizer(model, path)
-    return model
-
-  return load_model
