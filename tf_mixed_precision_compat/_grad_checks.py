@@ -27,12 +27,9 @@ def check_dense_shape(grad, var):
                      f"shape {tf.TensorShape(var.shape)}.")
 
 
-def check_dtype(grad, var, graph_error=TypeError):
-  """Raises if `grad`'s dtype differs from `var`'s.
-
-  As TF 2.4's apply kernels: `InvalidArgumentError` eagerly, else (its op
-  builders') `TypeError`, or `graph_error`.
-  """
+def check_dtype(grad, var):
+  """Raises if `grad`'s dtype differs from `var`'s, as TF 2.4's apply kernels:
+  `InvalidArgumentError` eagerly, else (its op builders') `TypeError`."""
   grad_dtype = _base_dtype(grad)
   var_dtype = _base_dtype(var)
   if grad_dtype is None or var_dtype is None or grad_dtype == var_dtype:
@@ -43,7 +40,7 @@ def check_dtype(grad, var, graph_error=TypeError):
              f"{grad_dtype.name} may overflow in {var_dtype.name}).")
   if tf.executing_eagerly():
     raise tf.errors.InvalidArgumentError(None, None, message)
-  raise graph_error(message)
+  raise TypeError(message)
 
 
 def _check_sparse_shapes(grad, var):

@@ -25,11 +25,6 @@ _LIBRARY_PACKAGES = ("tensorflow", "keras", "tf_keras",
                      "tf_mixed_precision_compat")
 
 
-def is_alias_name(fullname):
-  """Whether `fullname` is `tensorflow.keras` or a module under it."""
-  return fullname == PREFIX or fullname.startswith(PREFIX + ".")
-
-
 def resolve(root, fullname):
   """The module under `root` (`tf.keras`) the import name `fullname` means.
 
@@ -48,25 +43,7 @@ def resolve(root, fullname):
   return node
 
 
-class _AliasLoader(importlib.abc.Loader):
-  """Hands the import system an existing module under a second name."""
-
-  def __init__(self, finder, module):
-    self._finder = finder
-    self._module = module
-
-  def create_module(self, spec):
-    return None  # A throwaway module: the real one keeps its own __spec__.
-
-  def exec_module(self, module):
-    name = module.__name__
-    # The import system returns what `sys.modules[name]` holds after this
-    # call, and binds it on the parent package.
-    sys.modules[name] = self._module
-    self._finder.record(name, self._module)
-
-
-class AliasFinder(importlib.abc.MetaPathFinder):
+class AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
   """Serves `tensorflow.keras[.<path>]` imports from `root` (`tf.keras`).
 
   `journal` (install()'s) lets `uninstall()` remove the aliases.
@@ -79,25 +56,30 @@ class AliasFinder(importlib.abc.MetaPathFinder):
 
   def find_spec(self, fullname, path=None, target=None):
     del path, target  # The alias does not depend on where it is looked up.
-    if not self.active or not is_alias_name(fullname):
+    if not self.active or fullname.split(".")[:2] != PREFIX.split("."):
       return None
     module = resolve(self._root, fullname)
     if module is None:
       return None  # TensorFlow's own path search decides (and fails).
-    return importlib.machinery.ModuleSpec(fullname,
-                                          _AliasLoader(self, module))
+    return importlib.machinery.ModuleSpec(fullname, self, loader_state=module)
 
-  def record(self, name, module):
-    """Journals an alias the import system is about to bind."""
+  def create_module(self, spec):
+    return None  # A throwaway module: the real one keeps its own __spec__.
+
+  def exec_module(self, module):
+    name, alias = module.__name__, module.__spec__.loader_state
+    # The import system returns what `sys.modules[name]` holds after this
+    # call, and binds it on the parent package: journaled.
+    sys.modules[name] = alias
     if not self.active:
       return
     self._journal.on_undo(
         lambda: sys.modules.pop(name, None)
-        if sys.modules.get(name) is module else None)
+        if sys.modules.get(name) is alias else None)
     parent_name, _, child = name.rpartition(".")
     parent = sys.modules.get(parent_name)
     if parent is not None:
-      self._journal.set_attr(parent, child, module)
+      self._journal.set_attr(parent, child, alias)
 
 
 def install_finder(journal, root):
@@ -111,7 +93,6 @@ def install_finder(journal, root):
       sys.meta_path.remove(finder)
 
   journal.on_undo(remove)
-  return finder
 
 
 def module_globals(module):
@@ -150,8 +131,9 @@ def rebind_early_names(journal, replacements):
         journal.set_attr(module, key, pair[1])
 
 
-def _held_inside(value, originals):
-  """Which original `value` holds out of reach of a rebind, or None."""
+def _holds_original(value, originals):
+  """Whether `value` holds an original out of reach of a rebind."""
+  candidates = []
   if isinstance(value, dict):
     candidates = list(value.values())
   elif isinstance(value, (list, tuple)):
@@ -161,12 +143,8 @@ def _held_inside(value, originals):
         (value.__kwdefaults__ or {}).values())
   elif isinstance(value, functools.partial):
     candidates = [value.func]
-  else:
-    return None
-  for candidate in candidates[:_MAX_SCANNED_ITEMS]:
-    if id(candidate) in originals and originals[id(candidate)] is candidate:
-      return candidate
-  return None
+  return any(originals.get(id(candidate), _MISSING) is candidate
+             for candidate in candidates[:_MAX_SCANNED_ITEMS])
 
 
 def early_names(originals, hidden):
@@ -180,9 +158,8 @@ def early_names(originals, hidden):
   found = set()
   for module_name, _, namespace in _user_globals():
     for key, value in list(namespace.items()):
-      if hidden.get((key, id(value)), _MISSING) is value:
-        found.add(f"{module_name}.{key}")
-      elif _held_inside(value, originals) is not None:
+      if (hidden.get((key, id(value)), _MISSING) is value or
+          _holds_original(value, originals)):
         found.add(f"{module_name}.{key}")
   return sorted(found)
 

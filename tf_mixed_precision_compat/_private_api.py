@@ -7,6 +7,8 @@ each import and accessor says in one line why no public API does the job.
 import contextlib
 import sys
 
+import tensorflow as tf
+
 # pylint: disable=unused-import
 # TF 2.x checkpoints' object graph (TrackableObjectGraph): no public parser.
 from tensorflow.core.protobuf import trackable_object_graph_pb2
@@ -31,7 +33,6 @@ from tensorflow.python.ops import control_flow_util
 
 def in_xla_context():
   """Whether ops created now are compiled by XLA."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   return control_flow_util.GraphOrParentsInXlaContext(
       tf.compat.v1.get_default_graph())
 
@@ -114,7 +115,6 @@ def tf_keras_tf22_restoration_class():
 # Only `_learning_rate` holds the variable a TF1 graph cannot `.numpy()` yet.
 def tf_keras_optimizer_config_in_graph(optimizer):
   """`get_config()` of a tf_keras optimizer in a TF1 graph, lr as created."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   # pylint: disable=protected-access
   variable = optimizer._learning_rate
   value = None
@@ -321,10 +321,7 @@ def defining_module(function):
 
 # Only the loader's private fields tell whether and to which Keras it resolved.
 def keras_lazy_loader_version(loader):
-  """TF's name of the Keras a `tf.keras` lazy loader chose, None if unresolved.
-
-  `"keras_3"`, `"tf_keras"` or `"keras_2"`; None also for a non-loader.
-  """
+  """A resolved lazy loader's Keras (`"keras_3"`, `"tf_keras"`...) or None."""
   if not is_keras_lazy_loader(loader):
     return None
   state = vars(loader)

@@ -13,6 +13,7 @@ Example:
 """
 
 import dataclasses
+import operator
 import sys
 import types
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
@@ -90,24 +91,34 @@ def export(*v2: str,
     _SPECS[id(symbol)] = spec
     for api_version in _API_VERSIONS:
       for path in spec.paths(api_version):
-        _graft(namespace(api_version), path, symbol)
+        graft(namespace(api_version), path, symbol)
     return symbol
 
   return decorator
 
 
-def _graft(root: types.ModuleType, path: str, symbol: Any) -> None:
+def graft(root: types.ModuleType, path: str, symbol: Any,
+          doc: str = "Mirror of the TensorFlow `{}` namespace.",
+          set_attr: Callable[..., None] = setattr,
+          set_item: Callable[..., None] = operator.setitem) -> None:
+  """Sets `root.<path>` to `symbol`, creating the namespaces it lacks.
+
+  A namespace created (its `__doc__` is `doc` of its name) also enters
+  `sys.modules` if its name is free, so `from <parent> import <part>` works;
+  `install()` passes its journal's `set_attr` and `set_item`.
+  """
   *parents, leaf = path.split(".")
   node = root
   for part in parents:
     child = getattr(node, part, None)
     if child is None:
       child = types.ModuleType(f"{node.__name__}.{part}")
-      child.__doc__ = f"Mirror of the TensorFlow `{part}` namespace."
-      sys.modules[child.__name__] = child
-      setattr(node, part, child)
+      child.__doc__ = doc.format(part)
+      set_attr(node, part, child)
+      if child.__name__ not in sys.modules:
+        set_item(sys.modules, child.__name__, child)
     node = child
-  setattr(node, leaf, symbol)
+  set_attr(node, leaf, symbol)
 
 
 def namespace(api_version: str) -> types.ModuleType:

@@ -39,9 +39,8 @@ __all__ = ["compile_integration_enabled", "disable_compile_integration",
 
 _MISSING = object()
 
-# An import statement naming it loads Keras' `_tf_keras` files (on
-# `tensorflow.__path__`) again as separate modules, not what `tf.keras` holds.
-_TF_KERAS_IMPORT_NAME = "tensorflow.keras"
+_NAMESPACE_DOC = ("TensorFlow 2.3/2.4 `{}` namespace, re-created by "
+                  "tf_mixed_precision_compat.install().")
 
 _lock = threading.Lock()
 _journal = None  # The undo log while installed, else None.
@@ -51,37 +50,33 @@ class _Journal:
   """Applies changes and remembers how to undo each, first value wins."""
 
   def __init__(self):
-    self._undo = []
-    self._seen = set()
+    self._undo = {}  # What changed (or a unique key) -> its undo, in order.
 
   def set_attr(self, obj, name, value):
     key = ("attr", id(obj), name)
-    if key not in self._seen:
-      self._seen.add(key)
+    if key not in self._undo:
       old = getattr(obj, name, _MISSING)
-      self._undo.append(lambda: _restore_attr(obj, name, old))
+      self._undo[key] = lambda: _restore_attr(obj, name, old)
     setattr(obj, name, value)
 
   def set_item(self, mapping, key, value):
-    seen_key = ("item", id(mapping), key)
-    if seen_key not in self._seen:
-      self._seen.add(seen_key)
+    undo_key = ("item", id(mapping), key)
+    if undo_key not in self._undo:
       old = mapping.get(key, _MISSING)
-      self._undo.append(lambda: _restore_item(mapping, key, old))
+      self._undo[undo_key] = lambda: _restore_item(mapping, key, old)
     mapping[key] = value
 
   def on_undo(self, fn):
-    self._undo.append(fn)
+    self._undo[object()] = fn
 
   def undo(self):
     """Undoes everything, newest first; raises the first failure at the end."""
     errors = []
     while self._undo:
       try:
-        self._undo.pop()()
+        self._undo.popitem()[1]()
       except Exception as e:  # pylint: disable=broad-except
         errors.append(e)
-    self._seen.clear()
     if errors:
       raise errors[0]
 
@@ -101,45 +96,18 @@ def _restore_item(mapping, key, old):
     mapping[key] = old
 
 
-def _namespace(journal, parent, part):
-  """Returns `parent.part`, creating (and registering) a module if missing."""
-  child = getattr(parent, part, None)
-  if child is not None:
-    return child
-  name = f"{parent.__name__}.{part}"
-  child = types.ModuleType(name)
-  child.__doc__ = (f"TensorFlow 2.3/2.4 `{part}` namespace, re-created by "
-                   "tf_mixed_precision_compat.install().")
-  journal.set_attr(parent, part, child)
-  if name not in sys.modules:  # Makes `from <parent> import <part>` work.
-    journal.set_item(sys.modules, name, child)
-  return child
-
-
-def _graft(journal, root, path, symbol):
-  *parents, leaf = path.split(".")
-  node = root
-  for part in parents:
-    node = _namespace(journal, node, part)
-  journal.set_attr(node, leaf, symbol)
-
-
 def _keras_namespaces(root):
   """Each module a job may reach as `tf.keras.mixed_precision`, once."""
   candidates = [vars(root).get("mixed_precision"),  # What `tf.keras` has.
                 getattr(vars(tf).get("keras"), "mixed_precision", None)]
   # An import statement naming `tensorflow.keras...` before install() loaded
   # Keras' API files again as separate modules (and rebound `tf.keras`).
-  imported_package = sys.modules.get(_TF_KERAS_IMPORT_NAME)
+  imported_package = sys.modules.get(_import_hooks.PREFIX)
   if imported_package is not None:
     candidates.append(vars(imported_package).get("mixed_precision"))
-  candidates.append(sys.modules.get(f"{_TF_KERAS_IMPORT_NAME}.mixed_precision"))
-  unique = []
-  for module in candidates:
-    if (isinstance(module, types.ModuleType) and
-        all(module is not m for m in unique)):
-      unique.append(module)
-  return unique
+  candidates.append(sys.modules.get(f"{_import_hooks.PREFIX}.mixed_precision"))
+  return list({id(module): module for module in candidates
+               if isinstance(module, types.ModuleType)}.values())
 
 
 def _modules(prefixes, public_only):
@@ -155,18 +123,6 @@ def _modules(prefixes, public_only):
                     if isinstance(value, types.ModuleType)]
 
 
-def _public_holders(name, original, prefixes):
-  """Loaded public Keras modules whose attribute `name` is `original`."""
-  holders = []
-  for module in _modules(prefixes, public_only=True):
-    namespace = _import_hooks.module_globals(module)
-    # `vars`, never `getattr`: that would trigger a lazy loader.
-    if (namespace is not None and namespace.get(name) is original and
-        all(module is not h for h in holders)):
-      holders.append(module)
-  return holders
-
-
 def _replace_function(journal, replaced, original, replacement, prefixes):
   """Puts `replacement` wherever `original` is public, and where defined.
 
@@ -174,8 +130,10 @@ def _replace_function(journal, replaced, original, replacement, prefixes):
   name the public modules of the Keras defining `original`.
   """
   name = original.__name__
-  for holder in _public_holders(name, original, prefixes):
-    journal.set_attr(holder, name, replacement)
+  for holder in _modules(prefixes, public_only=True):
+    # `vars`, never `getattr`: that would trigger a lazy loader.
+    if (_import_hooks.module_globals(holder) or {}).get(name) is original:
+      journal.set_attr(holder, name, replacement)
   defining = _private_api.defining_module(original)
   if defining is not None:
     journal.set_attr(defining, name, replacement)
@@ -186,7 +144,7 @@ def _restore_late_holders(replaced):
   """Puts originals back in Keras modules that bound a replacement late."""
   originals = {id(pair[1]): pair[0] for pair in replaced.values()}
   prefixes = tuple(f"{keras_target.package_name(t)}."
-                   for t in keras_target.TARGETS) + (_TF_KERAS_IMPORT_NAME,)
+                   for t in keras_target.TARGETS) + (_import_hooks.PREFIX,)
   for module in _modules(prefixes, public_only=False):
     namespace = _import_hooks.module_globals(module)
     for name, value in list((namespace or {}).items()):
@@ -211,12 +169,13 @@ def _graft_endpoints(journal, keras_namespaces, hidden):
       old = vars(namespace).get(path)  # Before `tf.keras` is grafted.
       if old is not None and old is not symbol:
         hidden[(path, id(old))] = old
-    for path in spec.v2:
-      _graft(journal, tf, path, symbol)
-    for path in spec.v1:
-      _graft(journal, tf.compat.v1, path, symbol)
-    for path, namespace in itertools.product(keras_paths, keras_namespaces):
-      _graft(journal, namespace, path, symbol)
+    grafts = ([(tf, path) for path in spec.v2] +
+              [(tf.compat.v1, path) for path in spec.v1] +
+              [(namespace, path) for path, namespace in
+               itertools.product(keras_paths, keras_namespaces)])
+    for root, path in grafts:
+      endpoints.graft(root, path, symbol, _NAMESPACE_DOC, journal.set_attr,
+                      journal.set_item)
 
 
 def _apply(journal):
@@ -229,7 +188,7 @@ def _apply(journal):
   for target in hooks.patched():  # Keras 3's hooks, then tf_keras's.
     target.install(journal, functools.partial(
         _replace_function, journal, replaced,
-        prefixes=(f"{target.package}.", _TF_KERAS_IMPORT_NAME)))
+        prefixes=(f"{target.package}.", _import_hooks.PREFIX)))
   if not compile_integration_enabled():  # Else enabled before, and stays.
     _patch_compile(journal.set_attr)
   _patch_checkpoint_restore(journal)

@@ -44,14 +44,6 @@ _MIXED = {"mixed_float16": ("float16", "float32"),
           "mixed_bfloat16": ("bfloat16", "float32")}
 
 
-def _tf_dtype_name(name):
-  """The canonical dtype name TF gives `name`, or None if it is no dtype."""
-  try:
-    return tf.as_dtype(name).name
-  except TypeError:
-    return None
-
-
 def _removed_policy_error(name):
   message = ("Policies ending in '_float32_vars' have been removed from "
              "TensorFlow.")
@@ -117,8 +109,9 @@ class Policy(keras.DTypePolicy):
       return _MIXED[name]
     if name == "_infer":
       return None, None
-    dtype = _tf_dtype_name(name)
-    if dtype is None:
+    try:
+      dtype = tf.as_dtype(name).name
+    except TypeError:
       # `from None`: TF hid the dtype conversion error behind this one.
       raise ValueError(
           f"Cannot convert value {name} to a mixed precision Policy. Valid "
@@ -147,9 +140,7 @@ class Policy(keras.DTypePolicy):
                   custom_objects: Optional[dict[str, Any]] = None) -> Any:
     """Creates a policy from `get_config()` output; drops a `loss_scale`."""
     del custom_objects
-    if "loss_scale" in config:
-      config = {k: v for k, v in config.items() if k != "loss_scale"}
-    return cls(**config)
+    return cls(**{k: v for k, v in config.items() if k != "loss_scale"})
 
 
 @export("keras.mixed_precision.experimental.Policy")
@@ -417,11 +408,6 @@ def get_layer_policy(layer: Any) -> Policy:
   return _as_our_policy(layer.dtype_policy)
 
 
-def _equivalent_to_dtype(policy):
-  return (type(policy) is Policy and  # pylint: disable=unidiomatic-typecheck
-          (policy.name == "_infer" or _tf_dtype_name(policy.name) is not None))
-
-
 def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   """Serializes a policy as TF 2.4's layers did in their configs.
 
@@ -438,7 +424,8 @@ def serialize(policy: Policy) -> Union[str, dict[str, Any], None]:
   """
   if not isinstance(policy, Policy):
     raise ValueError(f"policy must be a Policy, got: {policy!r}")
-  if _equivalent_to_dtype(policy):
+  # A plain Policy of a dtype name (or "_infer"): TF 2.4 wrote the name alone.
+  if type(policy) is Policy and policy.name not in _MIXED:  # pylint: disable=unidiomatic-typecheck
     return None if policy.name == "_infer" else policy.name
   return {"class_name": type(policy).__name__, "config": policy.get_config()}
 

@@ -131,27 +131,23 @@ class _V1Meta(_LossScaleOptimizerMeta):
                     f"{optimizer}.")
 
 
-def _tf23_state_class():
+class _TF23LossScaleState(
+    _private_api.tf_keras_dynamic_loss_scale_state_class()):
   """tf_keras's dynamic state class, updating a TF 2.3 `LossScale` instead.
 
   tf_keras updates only its own state class; TF 2.3 updated any `LossScale`.
   """
-  base = _private_api.tf_keras_dynamic_loss_scale_state_class()
 
-  class _TF23LossScaleState(base):
+  def __init__(self, loss_scale):  # pylint: disable=super-init-not-called
+    tf.__internal__.tracking.Trackable.__init__(self)
+    self._tf23_loss_scale = loss_scale
 
-    def __init__(self, loss_scale):  # pylint: disable=super-init-not-called
-      tf.__internal__.tracking.Trackable.__init__(self)
-      self._tf23_loss_scale = loss_scale
+  def update(self, grads):
+    update_op, should_apply = self._tf23_loss_scale.update(grads)
+    return (tf.no_op() if update_op is None else update_op), should_apply
 
-    def update(self, grads):
-      update_op, should_apply = self._tf23_loss_scale.update(grads)
-      return (tf.no_op() if update_op is None else update_op), should_apply
-
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-      return {}  # The LossScale itself is the "loss_scale" dependency.
-
-  return _TF23LossScaleState
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    return {}  # The LossScale itself is the "loss_scale" dependency.
 
 
 class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
@@ -176,7 +172,7 @@ class LossScaleOptimizerV1(_experimental_args.TF23LossScaleMixin,
   def _hold(self, loss_scale):
     # tf_keras's step updates only its own state class; TF 2.3 checkpointed
     # the `LossScale` itself.
-    self._loss_scale = _tf23_state_class()(loss_scale)
+    self._loss_scale = _TF23LossScaleState(loss_scale)
     self._track_trackable(loss_scale, "loss_scale")
 
   def _serialized_inner(self):

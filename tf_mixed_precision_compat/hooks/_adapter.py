@@ -34,17 +34,13 @@ class KerasTarget(abc.ABC):
 
   @abc.abstractmethod
   def symbol_for(self, spec: Any) -> Any:
-    """What `install()` grafts at endpoint `spec` (an `EndpointSpec`): this
-    target's object for a Keras endpoint (`LookupError` if it has none),
-    else `spec.symbol`."""
+    """What `install()` grafts at endpoint `spec` (an `EndpointSpec`)."""
 
   @abc.abstractmethod
   def install(self, journal: Any, replace: ReplaceFunction) -> None:
-    """Applies this target's own hooks through `install()`'s `journal`
-    (`set_attr`, `set_item`, `on_undo`) and `replace` (`ReplaceFunction`)."""
+    """Applies this target's hooks through `install()`'s journal."""
 
   def guard_checkpoint_read(self, read: Callable[..., Any]
                            ) -> Callable[..., Any]:
-    """`read` (`Checkpoint.read` or v1 `restore`, about to be grafted) as
-    this target needs it: itself, or a wrapper of it."""
+    """`read` (`Checkpoint.read` or v1 `restore`), or a wrapper of it."""
     return read

@@ -20,9 +20,14 @@ class Keras3Target(_adapter.KerasTarget):
     # pylint: disable=g-import-not-at-top
     import keras
     from tf_mixed_precision_compat.hooks import keras3_loading
+    from tf_mixed_precision_compat.legacy import _config
+    from tf_mixed_precision_compat.legacy import _model_config
     # pylint: enable=g-import-not-at-top
     custom_objects = keras.saving.get_custom_objects()
-    for name, cls in _legacy_custom_objects().items():
+    # TF 2.3/2.4 config class names (not the loss scales: registered
+    # globally, one would pass as a rate schedule).
+    for name, cls in {**_model_config.custom_objects(),
+                      **_config.LSO_CLASSES}.items():
       journal.set_item(custom_objects, name, cls)
     # `replace` puts each one in every public module holding the original.
     for module, name, wrap in (
@@ -34,16 +39,6 @@ class Keras3Target(_adapter.KerasTarget):
       replace(original, wrap(original))
     journal.set_attr(keras.Model, "load_weights",
                      keras3_loading.wrap_load_weights(keras.Model.load_weights))
-
-
-def _legacy_custom_objects():
-  """Class names TF 2.3/2.4 wrote into configs, mapped to ours (not the
-  loss scales: registered globally, one would pass as a rate schedule)."""
-  # pylint: disable=g-import-not-at-top
-  from tf_mixed_precision_compat.legacy import _config
-  from tf_mixed_precision_compat.legacy import _model_config
-  # pylint: enable=g-import-not-at-top
-  return {**_model_config.custom_objects(), **_config.LSO_CLASSES}
 
 
 ADAPTER = Keras3Target()

@@ -186,11 +186,10 @@ def test_a_metric_config_that_is_not_a_dict_is_left_to_tf_keras():
   # A corrupted file's MeanMetricWrapper config: the look-up of its metric
   # function passes it by instead of failing (tf_keras's own loading then
   # judges the file).
-  import tf_keras  # pylint: disable=g-import-not-at-top
   config = {"metrics": [[
       {"class_name": "MeanMetricWrapper", "config": "garbage"},
       {"class_name": "MeanMetricWrapper", "config": ["fn", "x"]},
       {"class_name": "MeanMetricWrapper",
        "config": {"fn": "kl_divergence", "name": "kld"}}]]}
-  found = h5._metric_functions(config, tf_keras)  # pylint: disable=protected-access
+  found = h5._metric_functions(config)  # pylint: disable=protected-access
   assert list(found) == ["kl_divergence"]

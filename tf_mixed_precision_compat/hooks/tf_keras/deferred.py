@@ -1,28 +1,25 @@
 """A failed deferred restore into a tf_keras model leaves no partial state.
 
-On tf_keras TF restores a checkpoint itself: an unbuilt model's weights land
-at its first call, the rest of the restore (the optimizer's step, the loss
-scale, the save counter) at once. `guard_read` wraps `Checkpoint.read` (and
-v1 `restore`) so that a weight failing to land then puts those values back,
-and the status' assertions, the model's forward pass and the optimizers'
-updates raise that error: a later `tf.function` trace would build the model
-with fresh weights (docs/architecture.md, "The tf_keras target").
+An unbuilt model's weights land at its first call, the rest of TF's restore
+at once: `guard_read` puts the rest back if a weight fails to land then
+(docs/architecture.md, "The tf_keras target").
 """
 
 import functools
 
 import tensorflow as tf
+import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _deferred
 from tf_mixed_precision_compat.legacy import _gate
 
 
-def _unbuilt_layers(root, layer_class):
+def _unbuilt_layers(root):
   """The tf_keras layers not built yet below `root` (not entered)."""
 
   def unbuilt(obj):
-    return isinstance(obj, layer_class) and not obj.built
+    return isinstance(obj, tf_keras.layers.Layer) and not obj.built
 
   return [t for t in _deferred.reachable([root], stop=unbuilt)[1]
           if unbuilt(t)]
@@ -38,9 +35,8 @@ def _waiting(obj):
 class _DeferredPart:
   """The layers of one restore still waiting for values, and its undo."""
 
-  def __init__(self, source, snapshot, status, targets, layer_class):
+  def __init__(self, source, snapshot, status, targets):
     self.source, self.error, self._layers = source, None, []
-    self._layer_class = layer_class
     self._snapshot, self._status = snapshot, status
     self._targets = targets  # (object, method names refused on failure)
 
@@ -62,7 +58,7 @@ class _DeferredPart:
           raise
         if waiting and is_handover:
           child = kwargs.get("trackable", args[1] if len(args) > 1 else None)
-          if (isinstance(child, self._layer_class) and _waiting(child) and
+          if (isinstance(child, tf_keras.layers.Layer) and _waiting(child) and
               all(child is not w for w in self._layers)):
             self.watch(child)
         if waiting and not any(_waiting(w) for w in self._layers):
@@ -107,7 +103,7 @@ class _DeferredPart:
     return refuse
 
 
-def guard_read(read, tf_keras):
+def guard_read(read):
   """`read(checkpoint, save_path, ...)` leaving no partial state on failure."""
   layer_class = tf_keras.layers.Layer
   optimizer_classes = (tf_keras.optimizers.Optimizer,
@@ -116,7 +112,7 @@ def guard_read(read, tf_keras):
   @functools.wraps(read)
   def guarded(self, save_path, *args, **kwargs):
     models = (save_path is not None and tf.executing_eagerly() and
-              _unbuilt_layers(self, layer_class))
+              _unbuilt_layers(self))
     if not models:
       return read(self, save_path, *args, **kwargs)
     skip = frozenset(id(m) for m in models)
@@ -133,8 +129,7 @@ def guard_read(read, tf_keras):
     if waiting:
       targets = [(m, ("call",)) for m in models]
       targets += [(o, ("apply_gradients",)) for o in optimizers]
-      part = _DeferredPart(save_path, snapshot, status, targets,
-                           layer_class)
+      part = _DeferredPart(save_path, snapshot, status, targets)
       for layer in waiting:
         part.watch(layer)
     return status

@@ -1,21 +1,15 @@
-"""TF 2.x H5 models and optimizer configs on the tf_keras target.
-
-`install()` wraps tf_keras's own functions: `load_model` of a TF 2.2-2.4 H5
-file refuses Lambda bytecode this Python cannot read with one clear error
-(not "bad marshal data") and hands tf_keras the metric functions it cannot
-look up; `Model.load_weights` of a whole-model H5 file into a compiled model
-also restores the optimizer's iterations and slots (all or none), which TF
-2.4 did not; `optimizers.deserialize` / `get` refuse a learning rate that is
-no number or schedule config, with TF 2.4's exception type.
-"""
+"""TF 2.x H5 files, SavedModels and optimizer configs on the tf_keras target:
+wrappers of tf_keras's loaders (docs/architecture.md, "The tf_keras target")."""
 
 import functools
 
 import h5py
 import tensorflow as tf
+import tf_keras
 
 from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _config
+from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.legacy import _gate
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _match_h5
@@ -28,7 +22,7 @@ def _tf2x_h5(filepath):
   return path if path is not None and _read_h5.is_tf2x_h5(path) else None
 
 
-def _metric_functions(training_config, tf_keras):
+def _metric_functions(training_config):
   """TF 2.x metric functions a config names that tf_keras cannot look up
   (e.g. `kl_divergence`: tf_keras keeps the name, and `fit` fails)."""
   found = {}
@@ -41,7 +35,7 @@ def _metric_functions(training_config, tf_keras):
   return found
 
 
-def _checked_custom_objects(path, tf_keras):
+def _checked_custom_objects(path):
   """Checks the file's Lambda layers; the custom objects it also needs."""
   with h5py.File(path, "r") as f:
     version = _read_h5.keras_version(f)
@@ -53,41 +47,42 @@ def _checked_custom_objects(path, tf_keras):
     if training_config is None:
       return {}
     return _metric_functions(
-        _config.parse_json(training_config, "training_config", path),
-        tf_keras)
+        _config.parse_json(training_config, "training_config", path))
 
 
-def wrap_load_model(original, tf_keras):
-  """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly."""
+def wrap_load_model(original):
+  """tf_keras `load_model`, refusing unreadable old Lambda bytecode clearly
+  and restoring TF 2.x SavedModels' optimizer state."""
 
   @functools.wraps(original)
   def load_model(filepath, *args, **kwargs):
-    path = _tf2x_h5(filepath)
-    if path is not None:
-      extra = _checked_custom_objects(path, tf_keras)
+    path = _args.path_or_none(filepath)
+    if path is not None and _read_h5.is_tf2x_h5(path):
+      extra = _checked_custom_objects(path)
       if extra:
         if args:  # custom_objects, given positionally.
           args = (dict(extra, **(args[0] or {})),) + tuple(args[1:])
         else:
           kwargs["custom_objects"] = dict(
               extra, **(kwargs.get("custom_objects") or {}))
-    return original(filepath, *args, **kwargs)
+    model = original(filepath, *args, **kwargs)
+    if (path is not None and getattr(model, "optimizer", None) is not None
+        and _entry_points.is_tf2x_saved_model(path)):
+      restore.restore_saved_model_optimizer(model, path)
+    return model
 
-  # `original` may itself wrap tf_keras's function: name that one, as
-  # `functools.wraps` of a single wrapper would.
-  load_model.__wrapped__ = getattr(original, "__wrapped__", original)
   return load_model
 
 
-def _optimizer_plan(model, group, path, tf_keras):
+def _optimizer_plan(model, group, path):
   """The plan of every saved optimizer weight, or a reason it does not fit."""
   inner = restore.inner(model.optimizer)
   restore.build_slots(inner, model.trainable_variables)
   by_name = {_read_h5.strip(v.name): v for v in model.trainable_variables}
   plan = _match.Plan(path)
   for name, slot, owner in _match_h5.saved_slots(group, path, by_name):
-    found = [] if owner is None else restore.current_slots(
-        inner, owner, slot, tf_keras)
+    found = ([] if owner is None else
+             restore.current_slots(inner, owner, slot))
     target = inner.iterations if slot == "iter" else (
         found[0] if len(found) == 1 else None)
     value = None if target is None else _read_h5.read(group, name, path,
@@ -104,7 +99,7 @@ def _optimizer_plan(model, group, path, tf_keras):
   return plan, None
 
 
-def wrap_load_weights(original, tf_keras):
+def wrap_load_weights(original):
   """tf_keras `Model.load_weights`, with a whole-model H5's optimizer state."""
 
   @functools.wraps(original)
@@ -116,7 +111,7 @@ def wrap_load_weights(original, tf_keras):
       group = _read_h5.optimizer_weights(f)
       if group is None:
         return original(self, filepath, *args, **kwargs)
-      plan, why = _optimizer_plan(self, group, path, tf_keras)
+      plan, why = _optimizer_plan(self, group, path)
     result = original(self, filepath, *args, **kwargs)
     if plan is None:
       tf.get_logger().warning(
@@ -130,13 +125,13 @@ def wrap_load_weights(original, tf_keras):
   return load_weights
 
 
-def _check_learning_rate(config, custom_objects, tf_keras):
+def _check_learning_rate(config, custom_objects):
   """Raises TF 2.4's error for a learning rate naming no schedule."""
   options = config.get("config") if isinstance(config, dict) else None
   if not isinstance(options, dict):
     return
   for key in ("inner_optimizer", "optimizer"):  # TF 2.4's / TF 2.3's LSO.
-    _check_learning_rate(options.get(key), custom_objects, tf_keras)
+    _check_learning_rate(options.get(key), custom_objects)
   rate = options.get("learning_rate", options.get("lr", 0.001))
   if rate is None or isinstance(rate, (str, list, tuple)):
     # TF 2.4 (and tf_keras) failed on the first step, eagerly with this
@@ -159,23 +154,23 @@ def _check_learning_rate(config, custom_objects, tf_keras):
         "is a number or a LearningRateSchedule config.")
 
 
-def wrap_optimizers_deserialize(original, tf_keras):
+def wrap_optimizers_deserialize(original):
   """tf_keras `optimizers.deserialize`, checking old learning rates."""
 
   @functools.wraps(original)
   def deserialize(config, custom_objects=None, **kwargs):
-    _check_learning_rate(config, custom_objects, tf_keras)
+    _check_learning_rate(config, custom_objects)
     return original(config, custom_objects=custom_objects, **kwargs)
 
   return deserialize
 
 
-def wrap_optimizers_get(original, tf_keras):
+def wrap_optimizers_get(original):
   """tf_keras `optimizers.get`, checking old learning rates."""
 
   @functools.wraps(original)
   def get(identifier, **kwargs):
-    _check_learning_rate(identifier, None, tf_keras)
+    _check_learning_rate(identifier, None)
     return original(identifier, **kwargs)
 
   return get

@@ -1,8 +1,8 @@
-"""The private hooks the tf_keras target installs besides its loaders.
+"""The hooks the tf_keras target installs through `install()`'s journal.
 
-TF 2.3's `compile` wrapping by a `PolicyV1`'s loss scale, TF 2.2's
-`base_optimizer` checkpoint edge, `get_gradients`, the TF 2.3/2.4 config
-names; `adapter` applies them through `install()`'s journal.
+The TF 2.3/2.4 config names, TF 2.3's `compile` wrapping by a `PolicyV1`'s
+loss scale, TF 2.2's `base_optimizer` checkpoint edge, `get_gradients`, and
+the optimizer restore and loaders of `restore` and `h5`.
 """
 
 from typing import Any, Callable
@@ -12,9 +12,56 @@ import tf_keras
 
 from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import tf_keras_classes as classes
+from tf_mixed_precision_compat.hooks.tf_keras import h5
+from tf_mixed_precision_compat.hooks.tf_keras import restore
 from tf_mixed_precision_compat.optimizers import _step
 
 _LSO_V3 = _private_api.tf_keras_loss_scale_optimizer_classes()[1]
+
+
+def install(journal: Any, replace: Callable[[Any, Any], None]) -> None:
+  """Applies the tf_keras target's hooks (`KerasTarget.install`)."""
+  custom_objects = tf_keras.utils.get_custom_objects()
+  # TF 2.3/2.4 config class names (not the loss scales, as on Keras 3).
+  for name, cls in (("PolicyV1", classes.PolicyV1),
+                    ("LossScaleOptimizerV1", classes.SerializedV1)):
+    journal.set_item(custom_objects, name, cls)
+  restore_tf22_dependencies(journal.set_attr)
+  restore_get_gradients(journal.set_attr)
+  _patch_optimizer_restore(journal)
+  _patch_loading(journal, replace)
+  model = tf_keras.Model
+  journal.set_attr(model, "_get_optimizer", wrap_get_optimizer(
+      _private_api.tf_keras_model_get_optimizer(model)))
+
+
+def _patch_optimizer_restore(journal):
+  """TF 2.x optimizer checkpoints into tf_keras's optimizers (`restore`)."""
+  current = tf_keras.optimizers.Optimizer
+  journal.set_attr(current, "_lookup_dependency",
+                   restore.wrap_lookup_dependency(
+                       _private_api.tf_keras_optimizer_lookup_dependency(
+                           current)))
+  journal.set_attr(current, "_create_or_restore_slot_variable",
+                   restore.create_or_restore_slot_variable)
+  # OptimizerV2's slots (TF 2.4's class) are checked at restore time too.
+  v2 = tf_keras.optimizers.legacy.Optimizer
+  journal.set_attr(v2, "_create_or_restore_slot_variable",
+                   restore.wrap_v2_create_or_restore_slot_variable(
+                       _private_api.tf_keras_v2_create_or_restore_slot_variable(
+                           v2)))
+
+
+def _patch_loading(journal, replace):
+  """tf_keras's `load_model`, optimizer configs and H5 weights (`h5`)."""
+  load_model = tf_keras.models.load_model
+  replace(load_model, h5.wrap_load_model(load_model))
+  for name, wrap in (("deserialize", h5.wrap_optimizers_deserialize),
+                     ("get", h5.wrap_optimizers_get)):
+    original = getattr(tf_keras.optimizers, name)
+    replace(original, wrap(original))
+  journal.set_attr(tf_keras.Model, "load_weights",
+                   h5.wrap_load_weights(tf_keras.Model.load_weights))
 
 
 def wrap_get_optimizer(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -71,12 +118,3 @@ def _lookup_in_wrapped(self, name, cached_dependencies=None):
 
 def _deferred_in_wrapped(self):
   return _private_api.deferred_dependencies(self._optimizer)
-
-
-def custom_objects() -> dict[str, Any]:
-  """TF 2.3/2.4 config class names, for tf_keras deserialization (not the
-  loss scales: registered globally, one would pass as a rate schedule)."""
-  return {
-      "PolicyV1": classes.PolicyV1,
-      "LossScaleOptimizerV1": classes.SerializedV1,
-  }

@@ -1,21 +1,15 @@
-"""TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers.
-
-A TF 2.x job's `tf.keras.optimizers.Adam()` is, on tf_keras, a current class
-that refuses OptimizerV2's layout; `install()` teaches it the old names, and
-`load_model` of a TF 2.x SavedModel its optimizer state (design:
-docs/architecture.md, "The tf_keras target").
-"""
+"""TF 2.2-2.4 optimizer checkpoints, read into tf_keras's current optimizers
+(docs/architecture.md, "The tf_keras target")."""
 
 import functools
 import os
 import weakref
 
 import tensorflow as tf
+import tf_keras
 
 from tf_mixed_precision_compat import _private_api
-from tf_mixed_precision_compat.legacy import _args
 from tf_mixed_precision_compat.legacy import _deferred
-from tf_mixed_precision_compat.legacy import _entry_points
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
 # Hyperparameter variables of TF 2.x optimizers that current optimizers keep
@@ -36,7 +30,7 @@ def inner(optimizer):
   return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def _current_names(optimizer, tf_keras):
+def _current_names(optimizer):
   """TF 2.x slot name -> the name `optimizer`'s tf_keras class uses."""
   name = next((k.__name__ for k in type(optimizer).__mro__
                if getattr(tf_keras.optimizers, k.__name__, None) is k),
@@ -50,14 +44,14 @@ def variables(optimizer):
   return variables() if callable(variables) else variables
 
 
-def current_slots(optimizer, variable, tf2_name, tf_keras):
+def current_slots(optimizer, variable, tf2_name):
   """The slot variables of `optimizer` a TF 2.x slot `tf2_name` can be."""
   if hasattr(optimizer, "get_slot_names"):
     try:
       return [optimizer.get_slot(variable, tf2_name)]
     except KeyError:
       return []
-  current = _current_names(optimizer, tf_keras).get(tf2_name)
+  current = _current_names(optimizer).get(tf2_name)
   wanted = f"{current}/{variable.name}"
   found = [v for v in variables(optimizer) if v.name == wanted]
   if found:
@@ -68,10 +62,10 @@ def current_slots(optimizer, variable, tf2_name, tf_keras):
           if v.name.endswith("/" + wanted) and v.shape == variable.shape]
 
 
-def _find_slot(optimizer, variable, tf2_name, tf_keras):
-  found = current_slots(optimizer, variable, tf2_name, tf_keras)
+def _find_slot(optimizer, variable, tf2_name):
+  found = current_slots(optimizer, variable, tf2_name)
   if len(found) != 1:
-    wanted = f"{_current_names(optimizer, tf_keras)[tf2_name]}/{variable.name}"
+    wanted = f"{_current_names(optimizer)[tf2_name]}/{variable.name}"
     raise ValueError(
         f"Restoring a TF 2.x checkpoint: optimizer '{optimizer.name}' has "
         f"{len(found)} slot variables named {wanted!r}, expected one.")
@@ -134,37 +128,33 @@ def wrap_lookup_dependency(original):
   return _lookup_dependency
 
 
-def make_create_or_restore_slot_variable(tf_keras):
+def create_or_restore_slot_variable(self, slot_variable_position, slot_name,
+                                    variable, **unused_kwargs):
   """tf_keras `Optimizer._create_or_restore_slot_variable` for TF 2.x slots:
   the slot TF restores, or None once its restore waits for the build."""
+  check_slot_value(self, slot_variable_position, slot_name, variable)
+  optimizer = inner(self)
+  names = _current_names(optimizer)
+  if slot_name not in names:
+    raise ValueError(
+        f"Restoring a TF 2.x checkpoint: its slot {slot_name!r} has no "
+        f"counterpart in tf_keras's {type(optimizer).__name__} (which "
+        f"keeps {sorted(set(names.values())) or 'no slots'}). Use "
+        f"tf.keras.optimizers.legacy.{type(optimizer).__name__} to "
+        "restore it.")
+  if _private_api.tf_keras_optimizer_is_built(optimizer):
+    return _find_slot(optimizer, variable, slot_name)
+  waiting = _pending.get(optimizer)
+  if waiting is None:
+    waiting = _pending[optimizer] = []
 
-  def _create_or_restore_slot_variable(self, slot_variable_position,
-                                       slot_name, variable, **unused_kwargs):
-    check_slot_value(self, slot_variable_position, slot_name, variable)
-    optimizer = inner(self)
-    names = _current_names(optimizer, tf_keras)
-    if slot_name not in names:
-      raise ValueError(
-          f"Restoring a TF 2.x checkpoint: its slot {slot_name!r} has no "
-          f"counterpart in tf_keras's {type(optimizer).__name__} (which "
-          f"keeps {sorted(set(names.values())) or 'no slots'}). Use "
-          f"tf.keras.optimizers.legacy.{type(optimizer).__name__} to "
-          "restore it.")
-    if _private_api.tf_keras_optimizer_is_built(optimizer):
-      return _find_slot(optimizer, variable, slot_name, tf_keras)
-    waiting = _pending.get(optimizer)
-    if waiting is None:
-      waiting = _pending[optimizer] = []
+    def restore_waiting():
+      for position, var, name in _pending.pop(optimizer, []):
+        position.restore(_find_slot(optimizer, var, name))
 
-      def restore_waiting():
-        for position, var, name in _pending.pop(optimizer, []):
-          position.restore(_find_slot(optimizer, var, name, tf_keras))
-
-      _deferred.on_build(optimizer, restore_waiting)
-    waiting.append((slot_variable_position, variable, slot_name))
-    return None
-
-  return _create_or_restore_slot_variable
+    _deferred.on_build(optimizer, restore_waiting)
+  waiting.append((slot_variable_position, variable, slot_name))
+  return None
 
 
 def check_slot_value(optimizer, position, slot_name, variable):
@@ -226,18 +216,3 @@ def restore_saved_model_optimizer(model, path):
   # metrics); every variable of the model and optimizer must be restored.
   status.expect_partial()
   status.assert_existing_objects_matched()
-
-
-def wrap_load_model(original):
-  """tf_keras `load_model`, restoring TF 2.x SavedModels' optimizer state."""
-
-  @functools.wraps(original)
-  def load_model(filepath, *args, **kwargs):
-    model = original(filepath, *args, **kwargs)
-    path = _args.path_or_none(filepath)
-    if (path is not None and getattr(model, "optimizer", None) is not None
-        and _entry_points.is_tf2x_saved_model(path)):
-      restore_saved_model_optimizer(model, path)
-    return model
-
-  return load_model
