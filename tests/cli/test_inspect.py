@@ -292,3 +292,17 @@ def test_python_dash_m_entry_point(tmp_path):
       capture_output=True, text=True, env=env, check=False)
   assert result.returncode == 3
   assert "error: cannot read input: No checkpoint at" in result.stderr
+
+
+def test_dry_run_reports_only_the_restores_own_errors(capsys, monkeypatch):
+  # A failure while explaining a dry run that restored is not a verdict on
+  # the checkpoint: it reaches main (exit code 3), not "does not restore".
+  def fail(source):
+    raise ValueError("explaining failed")
+
+  monkeypatch.setattr(_explain, "sentences", fail)
+  code, out, err = _inspect(
+      capsys, testing.fixture_path("legacy", "ckpt_tf23_seq_adam_dynamic"),
+      "--model", "tests.cli.models:seq_model")
+  assert code == 3
+  assert "does not restore" not in out and "explaining failed" in err
