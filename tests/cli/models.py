@@ -41,6 +41,30 @@ def seq_model():
   ], name="seq")
 
 
+class _Net(keras.Model):
+  """The `sub` fixtures' subclassed model: an encoder and a list of heads."""
+
+  def __init__(self):
+    super().__init__(name="net")
+    self.encoder = keras.layers.Dense(5, activation="relu", name="encoder")
+    self.heads = [keras.layers.Dense(3, activation="relu", name="head0"),
+                  keras.layers.Dense(1, name="head1")]
+    self.out = keras.layers.Activation("linear", dtype="float32", name="out")
+
+  def call(self, x):
+    x = self.encoder(x)
+    for head in self.heads:
+      x = head(x)
+    return self.out(x)
+
+
+def sub_model():
+  """The `sub` fixtures' model (ckpt_tf2X_sub_*), built."""
+  model = _Net()
+  model(keras.ops.zeros((1, 4)))
+  return model
+
+
 def func_model():
   """The `func` fixtures' model (ckpt_tf2X_func_*): Dense, BatchNorm, Dense."""
   policy = "mixed_float16"

@@ -17,6 +17,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tests import testing
 from tests.cli import models
 from tf_mixed_precision_compat import legacy
+from tf_mixed_precision_compat.cli import _sources
 from tf_mixed_precision_compat.cli import convert_cmd
 from tf_mixed_precision_compat.cli import main
 
@@ -65,6 +66,22 @@ def test_converted_checkpoint_restores_natively(capsys, tmp_path, case):
     layer, weight = key.split("/")
     np.testing.assert_array_equal(
         getattr(model.get_layer(layer), weight).numpy(), value, err_msg=key)
+
+
+def test_subclassed_model_is_found_by_a_trial_match():
+  # Its layers are named by attribute, not `layer-N`: the one node that
+  # restores into --model's model completely is the model's. (Keras 3's own
+  # tf.train.Checkpoint does not track layers held in a list, so this
+  # fixture's model does not read back natively: convert refuses it.)
+  layout = _sources.find_optimizer(
+      testing.fixture_path("legacy", "ckpt_tf23_sub_sgd_dynamic"))
+  paths = _sources._paths(layout.graph)  # pylint: disable=protected-access
+  node = _sources._subclassed_model_node(  # pylint: disable=protected-access
+      layout, models.sub_model(), paths)
+  assert node is not None and paths[node] == ("model",)
+  # A model whose weights do not all have a place there is not it.
+  assert _sources._subclassed_model_node(  # pylint: disable=protected-access
+      layout, models.seq_model(), paths) is None
 
 
 def test_demo_keeps_checkpoint_number_and_writes_extra_files(capsys,

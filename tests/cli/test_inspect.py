@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests import testing
+from tf_mixed_precision_compat import LossScaleOptimizer
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import main
@@ -119,6 +120,29 @@ def test_keras3_checkpoint(capsys, tmp_path):
   assert info["hyperparameters"]["learning_rate"] == 0.5
   assert info["class_name"] == "Adam"
   assert sorted(info["slots"].values()) == [["momentum", "velocity"]] * 2
+  assert sorted(w["shape"] for w in got["weights"]) == [[2], [3, 2]]
+  assert all(w["name"].startswith("model/") for w in got["weights"])
+
+
+def test_checkpoint_of_this_packages_optimizer_on_keras3(capsys, tmp_path):
+  # TF 2.4's loss-scale entries beside Keras 3 optimizer state.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+  opt = LossScaleOptimizer(keras.optimizers.SGD(0.5, momentum=0.9))
+  with tf.GradientTape() as tape:
+    loss = opt.get_scaled_loss(tf.reduce_sum(model(tf.ones((1, 3)))))
+  grads = tape.gradient(loss, model.trainable_variables)
+  opt.apply_gradients(zip(opt.get_unscaled_gradients(grads),
+                          model.trainable_variables))
+  tf.train.Checkpoint(model=model, optimizer=opt).write(str(tmp_path / "c"))
+  got = _json(capsys, str(tmp_path / "c"))
+  assert got["generation"].startswith("this package on TF 2.16 or later")
+  (info,) = got["optimizers"]
+  assert (info["layout"], info["class_name"], info["iterations"]) == (
+      "keras3 (this package)", "SGD", 1)
+  assert info["loss_scale"] == {"type": "dynamic", "value": 32768.0,
+                                "counter": 1, "growth_steps": "not stored"}
+  assert sorted(info["slots"].values()) == [["momentum"]] * 2
   assert sorted(w["shape"] for w in got["weights"]) == [[2], [3, 2]]
   assert all(w["name"].startswith("model/") for w in got["weights"])
 
@@ -292,3 +316,17 @@ def test_python_dash_m_entry_point(tmp_path):
       capture_output=True, text=True, env=env, check=False)
   assert result.returncode == 3
   assert "error: cannot read input: No checkpoint at" in result.stderr
+
+
+def test_dry_run_reports_only_the_restores_own_errors(capsys, monkeypatch):
+  # A failure while explaining a dry run that restored is not a verdict on
+  # the checkpoint: it reaches main (exit code 3), not "does not restore".
+  def fail(source):
+    raise ValueError("explaining failed")
+
+  monkeypatch.setattr(_explain, "sentences", fail)
+  code, out, err = _inspect(
+      capsys, testing.fixture_path("legacy", "ckpt_tf23_seq_adam_dynamic"),
+      "--model", "tests.cli.models:seq_model")
+  assert code == 3
+  assert "does not restore" not in out and "explaining failed" in err

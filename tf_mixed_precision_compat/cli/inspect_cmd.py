@@ -110,10 +110,11 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
   try:
-    return explain(legacy.restore_checkpoint(
-        path, model, optimizer, allow_partial=True, dry_run=True), None)
+    report = legacy.restore_checkpoint(path, model, optimizer,
+                                       allow_partial=True, dry_run=True)
   except ValueError as e:  # A RestoreError; not built, malformed: as it is.
     return explain(None, e)
+  return explain(report, None)
 
 
 def run(args: Any, out: Optional[TextIO] = None) -> int:
