@@ -14,7 +14,7 @@ from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
-_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_VALUE = _read_checkpoint.VALUE_SUFFIX
 _SLOT = "/.OPTIMIZER_SLOT/"
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from tf_mixed_precision_compat.legacy import _problems
+from tf_mixed_precision_compat.legacy import _read_checkpoint
 
-_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_VALUE = _read_checkpoint.VALUE_SUFFIX
 _SLOT = ".OPTIMIZER_SLOT/"
 
 

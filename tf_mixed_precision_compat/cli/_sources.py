@@ -18,7 +18,7 @@ from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 
 ROOT = "."  # How `--model-path` names the checkpoint's root.
-_VALUE = "/.ATTRIBUTES/VARIABLE_VALUE"
+_VALUE = _read_checkpoint.VALUE_SUFFIX
 # Model and optimizer at the native checkpoint's root.
 NATIVE = (("model",), ("optimizer",))
 

@@ -9,6 +9,8 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat.legacy import _args
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+# Ends the key of a variable's value: `<path>/.ATTRIBUTES/VARIABLE_VALUE`.
+VALUE_SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 # Keras object graphs are a few levels deep (`model/layer_with_weights-0/
 # kernel`, nested models add a few each) and reach a variable by a few
 # paths; far more is hostile, and costs bounded work (the rest unmatched).
