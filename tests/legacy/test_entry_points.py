@@ -18,6 +18,7 @@ wrote, with no change to the job:
 import glob
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -111,6 +112,16 @@ def test_load_weights_h5_restores_exactly(case, by_name):
   model = ckpt_tests._model(record)  # pylint: disable=protected-access
   model.load_weights(testing.fixture_path("legacy", record["h5"]),
                      by_name=by_name)
+  _assert_weights(model, record)
+
+
+def test_load_weights_h5_under_the_keras_suffix_restores_exactly(tmp_path):
+  # TF 2.x wrote H5 files under ".keras" too; Keras 3 reads a zip there.
+  record = _record("weights_tf24_seq_sgd_dynamic")
+  path = str(tmp_path / "w.keras")
+  shutil.copyfile(testing.fixture_path("legacy", record["h5"]), path)
+  model = ckpt_tests._model(record)  # pylint: disable=protected-access
+  model.load_weights(path)
   _assert_weights(model, record)
 
 

@@ -776,6 +776,18 @@ class ArgumentTest(parameterized.TestCase):
       legacy.restore_checkpoint(self.location, model_value, opt_value)
     assert_unchanged(before, snapshot(model, opt))
 
+  @parameterized.parameters(
+      ("sgd", r"Pass an optimizer object, e\.g\. LossScaleOptimizer\("
+       r"keras\.optimizers\.get\('sgd'\)\)\."),
+      ("v1", r"TF1 optimizers .* restore their own checkpoints with "
+       r"tf\.train\.Checkpoint or tf\.compat\.v1\.train\.Saver\."))
+  def test_restore_checkpoint_optimizer_refusal_hints(self, opt_arg, hint):
+    model, _ = self._built()
+    opt = (tf.compat.v1.train.GradientDescentOptimizer(0.1)
+           if opt_arg == "v1" else opt_arg)
+    with self.assertRaisesRegex(TypeError, hint):
+      legacy.restore_checkpoint(self.location, model, opt)
+
   @parameterized.parameters("False", 0, 1, None, "yes", np.bool_(True))
   def test_allow_partial_must_be_a_bool(self, value):
     # A fixed optimizer for a dynamic checkpoint: allow_partial=True would

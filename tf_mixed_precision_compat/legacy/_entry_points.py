@@ -20,6 +20,7 @@ _KERAS3_KEYS = ("module", "registered_name")
 # Keys every TF 2.x Keras 2 optimizer config had (`lr` before TF 2.0) and no
 # Keras 3 config has (Keras 3 drops a `decay` with a warning).
 _KERAS2_OPTIMIZER_KEYS = ("decay", "lr")
+# TF 2.x wrote H5 files under ".keras" too: such a file is read as H5.
 _H5_SUFFIXES = (".h5", ".hdf5", ".keras")
 _KERAS3_WEIGHTS_SUFFIXES = (".weights.h5", ".weights.json")
 
@@ -58,7 +59,6 @@ def weights_format(filepath):
   path = _args.path_or_none(filepath)
   if path is None or path.endswith(_KERAS3_WEIGHTS_SUFFIXES):
     return None
-  # TF 2.x wrote H5 files under ".keras" too.
   if not path.endswith(_H5_SUFFIXES) and tf.io.gfile.exists(path + ".index"):
     return "tf"
   return "h5" if _read_h5.is_tf2x_h5(path) else None

@@ -154,12 +154,12 @@ def class_configs(tree, class_name):
 
 def check_lambda_bytecode(config, keras_version, source):
   """Refuses Lambda bytecode this Python cannot read (docs/architecture.md)."""
+  here = sys.version_info[:2]
   for layer in class_configs(config, "Lambda"):
     for key, kind in (("function", "function_type"),
                       ("output_shape", "output_shape_type")):
       if layer.get(kind) != "lambda":
         continue
-      here = sys.version_info[:2]
       pythons = _writer_pythons(_bytecode(layer.get(key)), keras_version)
       # TF 2.2-2.4 ran on no Python TF 2.18+ supports (nothing is
       # unmarshalled to tell).
