@@ -96,11 +96,11 @@ def install_finder(journal, root):
 
 
 def module_globals(module):
-  """A module's namespace, or None for objects posing as modules."""
+  """A module's namespace, or `{}` for objects posing as modules."""
   try:
     return vars(module)
   except TypeError:
-    return None
+    return {}
 
 
 def _user_globals():
@@ -113,9 +113,7 @@ def _user_globals():
     if (isinstance(module, types.ModuleType) and id(module) not in seen and
         name.split(".")[0] not in _LIBRARY_PACKAGES):
       seen.add(id(module))
-      namespace = module_globals(module)
-      if namespace is not None:
-        yield name, module, namespace
+      yield name, module, module_globals(module)
 
 
 def rebind_early_names(journal, replacements):

@@ -132,7 +132,7 @@ def _replace_function(journal, replaced, original, replacement, prefixes):
   name = original.__name__
   for holder in _modules(prefixes, public_only=True):
     # `vars`, never `getattr`: that would trigger a lazy loader.
-    if (_import_hooks.module_globals(holder) or {}).get(name) is original:
+    if _import_hooks.module_globals(holder).get(name) is original:
       journal.set_attr(holder, name, replacement)
   defining = _private_api.defining_module(original)
   if defining is not None:
@@ -146,8 +146,7 @@ def _restore_late_holders(replaced):
   prefixes = tuple(f"{keras_target.package_name(t)}."
                    for t in keras_target.TARGETS) + (_import_hooks.PREFIX,)
   for module in _modules(prefixes, public_only=False):
-    namespace = _import_hooks.module_globals(module)
-    for name, value in list((namespace or {}).items()):
+    for name, value in list(_import_hooks.module_globals(module).items()):
       original = originals.get(id(value))
       if original is not None:
         setattr(module, name, original)

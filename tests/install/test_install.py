@@ -183,6 +183,17 @@ def test_from_import_forms_of_tf23_code(installed):
   assert DynamicLossScale is mp.DynamicLossScale
 
 
+def test_created_namespaces_say_install_made_them(installed):
+  del installed
+  # install() grafts through `endpoints.graft` with its own namespace text.
+  assert tf.mixed_precision.__doc__ == (
+      "TensorFlow 2.3/2.4 `mixed_precision` namespace, re-created by "
+      "tf_mixed_precision_compat.install().")
+  assert sys.modules["tensorflow.mixed_precision"] is tf.mixed_precision
+  assert endpoints.namespace("v2").mixed_precision.__doc__ == (
+      "Mirror of the TensorFlow `mixed_precision` namespace.")
+
+
 def test_keras_3_canonical_paths_stay_keras_3s(installed):
   del installed
   # tf.keras.mixed_precision IS keras.mixed_precision on TF 2.21, so the
