@@ -280,8 +280,11 @@ _COMBINE = {
 class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
-  Built outside the stateless scope, where `keras.Variable.value` is still
-  the underlying `tf.Variable`.
+  Elsewhere than XLA also for its `update_step`, which marks the variable
+  being updated: kept (its writes restored if need be) or waiting (its
+  whole update after the verdict, its writes masked). Built outside the
+  stateless scope, where `keras.Variable.value` is still the underlying
+  `tf.Variable`.
   """
 
   def __init__(self, inner, variables, finite, config):
@@ -300,9 +303,11 @@ class _Writes:
     budget = keep_budget(inner, variables, config)
     self._mask_small = self.xla and not _xla_small_wait(written, budget,
                                                         config)
+    # ids of the kept tf.Variables (None under XLA), and of the one
+    # `update_step` is updating.
     self.kept = None if self.xla else _kept_variables(inner, variables,
                                                       written, budget)
-    self.current = None  # id(tf.Variable) `update_step` is updating.
+    self.current = None
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.last_write = {}  # id(tf.Variable) -> its last write so far
