@@ -28,8 +28,10 @@ def check_dense_shape(grad, var):
 
 
 def check_dtype(grad, var):
-  """Raises if `grad`'s dtype differs from `var`'s, as TF 2.4's apply kernels:
-  `InvalidArgumentError` eagerly, else (its op builders') `TypeError`."""
+  """Raises if `grad`'s dtype differs from `var`'s, as TF 2.4's apply kernels.
+
+  `InvalidArgumentError` eagerly, else (its op builders') `TypeError`.
+  """
   grad_dtype = _base_dtype(grad)
   var_dtype = _base_dtype(var)
   if grad_dtype is None or var_dtype is None or grad_dtype == var_dtype:

@@ -188,12 +188,15 @@ def gates(inner, variables, config):
   return budget > 0 and not any(_is_large(v, config) for v in written)
 
 
-def _kept_variables(inner, variables, budget):
+def _kept_variables(inner, variables, written, budget):
   """Ids of the variables whose updates are kept, the others waiting.
 
-  From the last variable backwards (the backward pass computes their
-  gradients first), while each one's bytes and its slots' fit the budget.
+  All when the `written` tensors fit the budget together, as `gates` found;
+  else from the last variable backwards (the backward pass computes their
+  gradients first), each one whose bytes and its slots' (estimated) fit.
   """
+  if sum(_bytes(v) for v in written) <= budget:
+    return {id(_tf_variable(v)) for v in variables}
   slot_bytes = sum(_bytes(v) for v in inner.variables
                    if _num_elements(v) > 1)
   var_bytes = sum(_bytes(v) for v in variables)
@@ -277,8 +280,11 @@ _COMBINE = {
 class _Writes:
   """Stands in for an optimizer's `assign`, `assign_add` and `assign_sub`.
 
-  Built outside the stateless scope, where `keras.Variable.value` is still
-  the underlying `tf.Variable`.
+  Elsewhere than XLA also for its `update_step`, which marks the variable
+  being updated: kept (its writes restored if need be) or waiting (its
+  whole update after the verdict, its writes masked). Built outside the
+  stateless scope, where `keras.Variable.value` is still the underlying
+  `tf.Variable`.
   """
 
   def __init__(self, inner, variables, finite, config):
@@ -293,11 +299,15 @@ class _Writes:
                         not _is_large(v, config)]
     self.first_read = {id(self._storage[id(v)]): r
                        for v, r in self.first_reads}
+    written = _written(inner, variables)
     budget = keep_budget(inner, variables, config)
-    self._mask_small = self.xla and not _xla_small_wait(
-        _written(inner, variables), budget, config)
-    self.kept = None if self.xla else _kept_variables(inner, variables, budget)
-    self.current = None  # id(tf.Variable) `update_step` is updating.
+    self._mask_small = self.xla and not _xla_small_wait(written, budget,
+                                                        config)
+    # ids of the kept tf.Variables (None under XLA), and of the one
+    # `update_step` is updating.
+    self.kept = None if self.xla else _kept_variables(inner, variables,
+                                                      written, budget)
+    self.current = None
     self.scope = None  # The stateless scope, once entered.
     self.originals = {}  # id(tf.Variable) -> [it, its value before the step]
     self.last_write = {}  # id(tf.Variable) -> its last write so far
