@@ -6,14 +6,13 @@ restores them on a non-finite step; with no large tensor it keeps the
 variables that fit and masks the others' writes after the verdict; under
 XLA it masks the writes of large tensors and defers small ones when there
 are many. Otherwise the step is TF 2.4's conditional, its large updates two
-at a time. Here every vetted Keras
-3 optimizer runs the same gradient sequence (with non-finite steps) through
-each way and through the plain conditional path, with small and large
-variables, in tf.function and under XLA; the bytes of every variable, slot,
-`iterations` and the loss scale must be equal after every step. Eagerly and
-under MirroredStrategy the plain conditional is used (`supported` says so)
-and gives the same trajectory. (What the budget bounds:
-test_step_memory.py.)"""
+at a time. Here every vetted Keras 3 optimizer runs the same gradient
+sequence (with non-finite steps) through each way and through the plain
+conditional path, with small and large variables, in tf.function and under
+XLA; the bytes of every variable, slot, `iterations` and the loss scale must
+be equal after every step. Eagerly and under MirroredStrategy the plain
+conditional is used (`supported` says so) and gives the same trajectory.
+(What the budget bounds: test_step_memory.py.)"""
 
 import contextlib
 from unittest import mock
