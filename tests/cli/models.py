@@ -41,14 +41,18 @@ def seq_model():
   ], name="seq")
 
 
-class _Net(keras.Model):
-  """The `sub` fixtures' subclassed model: an encoder and a list of heads."""
+class Net(keras.Model):
+  """The `sub` fixtures' subclassed model (the generator's, in Keras 3): an
+  encoder and a list of heads."""
 
   def __init__(self):
     super().__init__(name="net")
-    self.encoder = keras.layers.Dense(5, activation="relu", name="encoder")
-    self.heads = [keras.layers.Dense(3, activation="relu", name="head0"),
-                  keras.layers.Dense(1, name="head1")]
+    self.encoder = keras.layers.Dense(5, activation="relu", name="encoder",
+                                      dtype="mixed_float16")
+    self.heads = [
+        keras.layers.Dense(3, activation="relu", name="head0",
+                           dtype="mixed_float16"),
+        keras.layers.Dense(1, name="head1", dtype="mixed_float16")]
     self.out = keras.layers.Activation("linear", dtype="float32", name="out")
 
   def call(self, x):
@@ -60,7 +64,7 @@ class _Net(keras.Model):
 
 def sub_model():
   """The `sub` fixtures' model (ckpt_tf2X_sub_*), built."""
-  model = _Net()
+  model = Net()
   model(keras.ops.zeros((1, 4)))
   return model
 

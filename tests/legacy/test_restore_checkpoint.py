@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 from tests import testing
+from tests.cli.models import Net
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy import _layout
 from tf_mixed_precision_compat.legacy import _read_checkpoint
@@ -36,26 +37,6 @@ def _load(case):
           testing.fixture_path("legacy", case + ".json"))
   with open(path) as f:
     return json.load(f)
-
-
-class Net(keras.Model):
-  """Keras 3 twin of the TF 2.x subclassed model of the generator."""
-
-  def __init__(self):
-    super().__init__(name="net")
-    self.encoder = keras.layers.Dense(5, activation="relu", name="encoder",
-                                      dtype="mixed_float16")
-    self.heads = [
-        keras.layers.Dense(3, activation="relu", name="head0",
-                           dtype="mixed_float16"),
-        keras.layers.Dense(1, name="head1", dtype="mixed_float16")]
-    self.out = keras.layers.Activation("linear", dtype="float32", name="out")
-
-  def call(self, x):
-    x = self.encoder(x)
-    for head in self.heads:
-      x = head(x)
-    return self.out(x)
 
 
 def _model(record):
