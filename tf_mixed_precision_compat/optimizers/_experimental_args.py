@@ -205,17 +205,18 @@ class TF23LossScaleMixin:
         optimizer, dynamic=False, initial_scale=1.)
     self._tf23_loss_scale = resolved
     self._hold(resolved)
-    self._loss_scale_value = _loss_scale_value.LossScaleValue(resolved)
     tf.get_logger().warning(message)
 
   @property
   def loss_scale(self) -> Any:
-    """The `LossScale`; `loss_scale()` and the value itself are the scale.
+    """The `LossScale`, which is also the scale read now, as a tensor.
 
-    TF 2.3 code calls it or uses its methods; TF 2.4 code uses it as a
-    float32 scalar tensor (`float(opt.loss_scale)`, `opt.loss_scale * 2`).
+    TF 2.3 code calls it (`opt.loss_scale()`: the scale at the call) or uses
+    its methods; TF 2.4 code uses it as the float32 scalar tensor TF 2.4's
+    property read (`float(opt.loss_scale)`, `opt.loss_scale * 2`: the scale
+    when the property was read, also after later steps).
     """
-    return self._loss_scale_value
+    return _loss_scale_value.LossScaleValue(self._tf23_loss_scale)
 
   @property
   def dynamic(self) -> bool:

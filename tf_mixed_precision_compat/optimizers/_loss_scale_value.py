@@ -1,7 +1,9 @@
 """`loss_scale` of the experimental (TF 2.3) LossScaleOptimizer, both ways.
 
-`LossScaleValue` is the `LossScale` TF 2.3 code calls (`opt.loss_scale()`)
-and the float32 scale tensor TF 2.4 code reads (`float(opt.loss_scale)`).
+`LossScaleValue` is the `LossScale` TF 2.3 code calls (`opt.loss_scale()`,
+the scale at the call) and the float32 scale tensor TF 2.4 code reads
+(`float(opt.loss_scale)`: the scale when the property was read, as TF 2.4's
+property returned a tensor read then).
 
 Example:
 
@@ -33,17 +35,27 @@ def _tensor_method(name):
 class LossScaleValue:
   """The `LossScale` of an experimental LossScaleOptimizer, tensor-like.
 
-  Callable as the `LossScale`, with its attributes and `isinstance` class,
-  and the current scale tensor wherever TF 2.4 code used one (conversion,
-  arithmetic, `float()`, `K.get_value`, `Session.run` fetches).
+  Callable as the `LossScale` (the scale at the call), with its attributes
+  and `isinstance` class; and, wherever TF 2.4 code used a tensor
+  (conversion, arithmetic, `float()`, `K.get_value`, `Session.run` fetches),
+  the scale read when it was made: each read of the optimizer's
+  `loss_scale` makes one, as TF 2.4's property read the variable.
   """
 
   # `tf.is_tensor` (and so `K.get_value`) treat it as the scale tensor.
   is_tensor_like = True
 
   def __init__(self, loss_scale: Any) -> None:
-    """Wraps `loss_scale`, a TF 2.3 `LossScale`."""
+    """Wraps `loss_scale`, a TF 2.3 `LossScale`, and reads its scale now."""
     object.__setattr__(self, "_loss_scale", loss_scale)
+    try:
+      read: Any = tf.convert_to_tensor(loss_scale(), dtype=tf.float32)
+    except (ValueError, TypeError, RuntimeError, tf.errors.OpError) as e:
+      # Read where the scale cannot be (a graph its variable is not in):
+      # TF 2.3 code only wants the `LossScale` there, and got it; using the
+      # value as a tensor raises what the read raised, as TF 2.4's read did.
+      read = e
+    object.__setattr__(self, "_read", read)
 
   @property  # type: ignore[misc]
   def __class__(self):
@@ -74,8 +86,10 @@ class LossScaleValue:
                     "use its get_config() or float(loss_scale).")
 
   def tensor(self) -> tf.Tensor:
-    """The current loss scale as a float32 scalar tensor."""
-    return tf.convert_to_tensor(self._loss_scale(), dtype=tf.float32)
+    """The loss scale read when this value was made, a float32 tensor."""
+    if isinstance(self._read, Exception):
+      raise self._read
+    return self._read
 
   def __tf_tensor__(self, dtype: Optional[tf.DType] = None,
                     name: Optional[str] = None) -> tf.Tensor:
