@@ -181,6 +181,14 @@ class PolicyV1(Policy):
     """The `LossScale` `Model.compile` uses, or None."""
     return self._loss_scale
 
+  @property
+  def should_cast_variables(self) -> bool:
+    """Whether layers cast variables: variable and compute dtypes differ.
+
+    TF 2.3's experimental class had it (TF 2.4's dropped it).
+    """
+    return self.variable_dtype != self.compute_dtype
+
   def __repr__(self):
     return v1_repr(self)
 

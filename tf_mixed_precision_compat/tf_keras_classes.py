@@ -243,6 +243,11 @@ class PolicyV1(Policy):
     """The `LossScale` `Model.compile` uses, or None."""
     return self._loss_scale
 
+  @property
+  def should_cast_variables(self) -> bool:
+    """As `policy.PolicyV1.should_cast_variables` (TF 2.3's)."""
+    return self.variable_dtype != self.compute_dtype
+
   def __repr__(self):
     return policy_module.v1_repr(self)
 
