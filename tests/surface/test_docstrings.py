@@ -34,6 +34,7 @@ MODULES = [
     "optimizers._gated_apply",
     "optimizers._inner",
     "optimizers._keras2_config",
+    "optimizers._optimizer_v2_methods",
     "optimizers._step",
     "optimizers._experimental_args",
     "optimizers.loss_scale_optimizer",

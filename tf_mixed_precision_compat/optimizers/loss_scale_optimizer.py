@@ -28,6 +28,7 @@ from tf_mixed_precision_compat.endpoints import export
 from tf_mixed_precision_compat.loss_scale import dynamic_state
 from tf_mixed_precision_compat.optimizers import _delegation
 from tf_mixed_precision_compat.optimizers import _inner
+from tf_mixed_precision_compat.optimizers import _optimizer_v2_methods
 from tf_mixed_precision_compat.optimizers import _step
 from tf_mixed_precision_compat.optimizers import _experimental_args
 
@@ -133,6 +134,7 @@ def _scale_arguments(dynamic, initial_scale, dynamic_growth_steps):
         v1=("keras.mixed_precision.LossScaleOptimizer",))
 @serializable
 class LossScaleOptimizer(_delegation.InnerDelegation,
+                         _optimizer_v2_methods.OptimizerV2Methods,
                          keras.optimizers.LossScaleOptimizer):
   """An optimizer that applies loss scaling to prevent numeric underflow.
 
