@@ -55,7 +55,9 @@ class _Journal:
   def set_attr(self, obj, name, value):
     key = ("attr", id(obj), name)
     if key not in self._undo:
-      old = getattr(obj, name, _MISSING)
+      # A class's own entry: what it inherits stays inherited on undo.
+      old = (vars(obj).get(name, _MISSING) if isinstance(obj, type) else
+             getattr(obj, name, _MISSING))
       self._undo[key] = lambda: _restore_attr(obj, name, old)
     setattr(obj, name, value)
 

@@ -14,6 +14,8 @@ from tf_mixed_precision_compat import _private_api
 from tf_mixed_precision_compat import tf_keras_classes as classes
 from tf_mixed_precision_compat.hooks.tf_keras import h5
 from tf_mixed_precision_compat.hooks.tf_keras import restore
+from tf_mixed_precision_compat.hooks.tf_keras import tf24_members
+from tf_mixed_precision_compat.optimizers import _optimizer_v2_methods
 from tf_mixed_precision_compat.optimizers import _step
 
 _LSO_V3 = _private_api.tf_keras_loss_scale_optimizer_classes()[1]
@@ -27,7 +29,7 @@ def install(journal: Any, replace: Callable[[Any, Any], None]) -> None:
                     ("LossScaleOptimizerV1", classes.SerializedV1)):
     journal.set_item(custom_objects, name, cls)
   restore_tf22_dependencies(journal.set_attr)
-  restore_get_gradients(journal.set_attr)
+  restore_tf24_members(journal.set_attr)
   _patch_optimizer_restore(journal)
   _patch_loading(journal, replace)
   model = tf_keras.Model
@@ -44,6 +46,10 @@ def _patch_optimizer_restore(journal):
                            current)))
   journal.set_attr(current, "_create_or_restore_slot_variable",
                    restore.create_or_restore_slot_variable)
+  status = _private_api.checkpoint_load_status_class()
+  for name in ("assert_consumed", "assert_existing_objects_matched"):
+    journal.set_attr(status, name,
+                     restore.wrap_status_check(getattr(status, name)))
   # OptimizerV2's slots (TF 2.4's class) are checked at restore time too.
   v2 = tf_keras.optimizers.legacy.Optimizer
   journal.set_attr(v2, "_create_or_restore_slot_variable",
@@ -99,11 +105,19 @@ def restore_tf22_dependencies(journal_set_attr: Callable[..., None]) -> None:
                    property(_deferred_in_wrapped))
 
 
-def restore_get_gradients(journal_set_attr: Callable[..., None]) -> None:
-  """Gives the loss-scale optimizer of current optimizers `get_gradients`
-  (TF 2.3/2.4's had it, for graph-mode trainers; tf_keras's lacks it)."""
-  if not hasattr(_LSO_V3, "get_gradients"):
-    journal_set_attr(_LSO_V3, "get_gradients", _get_gradients)
+def restore_tf24_members(journal_set_attr: Callable[..., None]) -> None:
+  """Gives the loss-scale optimizer of current optimizers TF 2.4's members.
+
+  `get_gradients` (for graph-mode trainers), `tf24_members.MEMBERS` (slots,
+  weights, clipping, hyperparameters) and the `OptimizerV2` private methods
+  jobs call (`optimizers._optimizer_v2_methods`): TF 2.3/2.4's class had
+  them; tf_keras's `LossScaleOptimizerV3` does not define them.
+  """
+  members = dict(tf24_members.MEMBERS, get_gradients=_get_gradients,
+                 **_optimizer_v2_methods.METHODS)
+  for name, member in members.items():
+    if name not in vars(_LSO_V3):
+      journal_set_attr(_LSO_V3, name, member)
 
 
 def _get_gradients(self, loss, params):

@@ -4,6 +4,7 @@
 import functools
 import os
 import weakref
+from typing import Any
 
 import tensorflow as tf
 import tf_keras
@@ -30,7 +31,7 @@ def inner(optimizer):
   return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def _current_names(optimizer):
+def current_names(optimizer):
   """TF 2.x slot name -> the name `optimizer`'s tf_keras class uses."""
   name = next((k.__name__ for k in type(optimizer).__mro__
                if getattr(tf_keras.optimizers, k.__name__, None) is k),
@@ -51,7 +52,7 @@ def current_slots(optimizer, variable, tf2_name):
       return [optimizer.get_slot(variable, tf2_name)]
     except KeyError:
       return []
-  current = _current_names(optimizer).get(tf2_name)
+  current = current_names(optimizer).get(tf2_name)
   wanted = f"{current}/{variable.name}"
   found = [v for v in variables(optimizer) if v.name == wanted]
   if found:
@@ -65,7 +66,7 @@ def current_slots(optimizer, variable, tf2_name):
 def _find_slot(optimizer, variable, tf2_name):
   found = current_slots(optimizer, variable, tf2_name)
   if len(found) != 1:
-    wanted = f"{_current_names(optimizer)[tf2_name]}/{variable.name}"
+    wanted = f"{current_names(optimizer)[tf2_name]}/{variable.name}"
     raise ValueError(
         f"Restoring a TF 2.x checkpoint: optimizer '{optimizer.name}' has "
         f"{len(found)} slot variables named {wanted!r}, expected one.")
@@ -113,6 +114,7 @@ def wrap_lookup_dependency(original):
     if found is not None:
       return found
     if name == "iter":
+      _from_tf2x.add(self)
       return self.iterations
     if name == "learning_rate" and isinstance(self.learning_rate,
                                               tf.Variable):
@@ -128,13 +130,42 @@ def wrap_lookup_dependency(original):
   return _lookup_dependency
 
 
+# tf_keras current optimizers restored from a TF 2.x layout (whose `iter`
+# was looked up).
+_from_tf2x: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def derived_variables():
+  """What a TF 2.x restore into tf_keras's current optimizers derives.
+
+  A schedule's current-rate variable: TF 2.x had none (it evaluated the
+  schedule at each step), and tf_keras sets it from the restored iterations
+  at each step; no checkpoint value belongs to it.
+  """
+  found = (_private_api.tf_keras_current_learning_rate(o)
+           for o in list(_from_tf2x))
+  return [v for v in found if v is not None]
+
+
+def wrap_status_check(original):
+  """`CheckpointLoadStatus.assert_consumed` (or `..._matched`), counting
+  `derived_variables()` as matched, as TF 2.4 had no such variables."""
+
+  @functools.wraps(original)
+  def check(self, *args, **kwargs):
+    with _private_api.checkpoint_status_matches(self, derived_variables()):
+      return original(self, *args, **kwargs)
+
+  return check
+
+
 def create_or_restore_slot_variable(self, slot_variable_position, slot_name,
                                     variable, **unused_kwargs):
   """tf_keras `Optimizer._create_or_restore_slot_variable` for TF 2.x slots:
   the slot TF restores, or None once its restore waits for the build."""
   check_slot_value(self, slot_variable_position, slot_name, variable)
   optimizer = inner(self)
-  names = _current_names(optimizer)
+  names = current_names(optimizer)
   if slot_name not in names:
     raise ValueError(
         f"Restoring a TF 2.x checkpoint: its slot {slot_name!r} has no "
