@@ -163,6 +163,7 @@ def test_builds_where_tf2x_had_variables():
       "model = make()\n"
       "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
       "print(float(opt.loss_scale))\n"
+      "loss = opt.get_scaled_loss(loss)\n"
       "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
       "# resume\n"
       "tf.train.Checkpoint(model=m2, optimizer=m2.optimizer).restore(p)\n")
@@ -173,6 +174,7 @@ def test_builds_where_tf2x_had_variables():
       "opt = keras.optimizers.LossScaleOptimizer(inner)\n"
       "opt.build(model.trainable_variables)\n"
       "print(float(tf.convert_to_tensor(opt.dynamic_scale)))\n"
+      "loss = opt.scale_loss(loss)\n"
       "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
       "# resume\n"
       "if not m2.optimizer.built: m2.optimizer.build(m2.trainable_variables)"
@@ -323,6 +325,51 @@ def test_global_policy_loss_scale_through_a_name():
           "tf.keras.optimizers.Adam())") in code
 
 
+def test_a_policy_only_printed_loses_its_loss_scale_even_beside_compile():
+  # TF's r2.3 guide: this policy is built to show its loss scale, never set
+  # or compiled with, so its loss scale reaches no optimizer.
+  code = _rewritten(_header(
+      "new_policy = mp.Policy('mixed_float16', loss_scale=1024)",
+      "print(new_policy.loss_scale, new_policy.name)",
+      "model.compile('sgd', 'mse')"))
+  assert "new_policy = keras.mixed_precision.Policy('mixed_float16')\n" in code
+  assert "print(tf.compat.v1.mixed_precision.FixedLossScale(1024), " in code
+
+
+@pytest.mark.parametrize("use", ["mp.set_policy(new_policy)",
+                                 "layer = tf.keras.layers.Dense(1, "
+                                 "dtype=new_policy)", "configure(new_policy)"])
+def test_a_policy_handed_on_keeps_its_loss_scale_question(use):
+  (change,) = _manual(_header(
+      "new_policy = mp.Policy('mixed_float16', loss_scale=1024)", use,
+      "model.compile('sgd', 'mse')"))
+  assert "compile() used this scale" in change
+
+
+def test_a_run_time_policy_loss_scale_is_not_made_a_dynamic_loss_scale():
+  # Model Garden's NCF: the policy's loss scale is a flag's value, and the
+  # optimizer takes it through global_policy(); a second --write ran into
+  # the first one's `DynamicLossScale(FLAGS, default_for_fp16=...)`.
+  source = _header(
+      "policy = mp.Policy('mixed_float16', loss_scale=flags_core."
+      "get_loss_scale(FLAGS, default_for_fp16='dynamic'))",
+      "mp.set_policy(policy)",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), "
+      "loss_scale=mp.global_policy().loss_scale)")
+  changes = _manual(source)
+  assert "DynamicLossScale(FLAGS" not in _migrate(source)[0]
+  assert any("only known at run time (flags_core.get_loss_scale(" in c
+             for c in changes)
+
+
+def test_unknown_dynamic_loss_scale_argument_is_reported_not_a_crash():
+  (change,) = _manual(_header(
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), "
+      "loss_scale=tf.mixed_precision.experimental.DynamicLossScale("
+      "FLAGS, default_for_fp16='dynamic'))"))
+  assert "DynamicLossScale takes no argument 'default_for_fp16'" in change
+
+
 def test_unknown_policy_loss_scale_read_is_reported():
   (change,) = _manual(_header("def f(policy):", "  return policy.loss_scale"))
   assert "dynamic_scale" in change
@@ -383,12 +430,13 @@ def test_apply_gradients_tf2x_arguments():
   code = _rewritten(_header(
       "model = make_model()",
       "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "loss = opt.get_scaled_loss(loss)",
       "opt.apply_gradients(zip(grads, model.trainable_variables), 'apply',",
       "                    experimental_aggregate_gradients=True)"))
   assert "opt.apply_gradients(zip(grads, model.trainable_variables))" in code
   (change,) = _manual(_header(
       "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
-      "opt.build(v)",
+      "opt.build(v)", "loss = opt.get_scaled_loss(loss)",
       "opt.apply_gradients(zip(grads, v), "
       "experimental_aggregate_gradients=False)"))
   assert "aggregates across replicas itself" in change
@@ -423,8 +471,52 @@ def test_build_is_inserted_only_after_a_model_in_the_same_scope():
       "  def train(self):",
       "    optimizer = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), "
       "'dynamic')",
+      "    loss = optimizer.get_scaled_loss(loss)",
       "    optimizer.apply_gradients(zip(grads, self.trainable_variables))"))
   assert "not known to be a model's variables" in change
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_a_wrapper_that_scales_no_loss_is_not_made_one_that_unscales(scaled):
+  # An object-detection trainer: raw gradients, clipped, applied through a
+  # TF 2.3 wrapper, which only skipped non-finite steps; Keras 3's would
+  # divide them by 32768 and the job would stop learning.
+  lines = ("def train(model, clip):",
+           "  optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)",
+           "  optimizer = mp.LossScaleOptimizer(optimizer, loss_scale="
+           "'dynamic')",
+           "  @tf.function",
+           "  def step(x):",
+           "    with tf.GradientTape() as tape:",
+           "      loss = tf.reduce_mean(model(x))" + (
+               "\n      loss = optimizer.get_scaled_loss(loss)" if scaled
+               else ""),
+           "    grads = tape.gradient(loss, model.trainable_variables)",
+           "    grads, _ = tf.clip_by_global_norm(grads, clip)",
+           "    optimizer.apply_gradients(zip(grads, "
+           "model.trainable_variables))",
+           "    return optimizer.iterations")
+  code, findings = _migrate(_header(*lines))
+  lso = [f for f in findings
+         if f.api == "keras.mixed_precision.experimental.LossScaleOptimizer"]
+  if scaled:
+    assert lso[0].status == "rewrite"
+    assert "keras.optimizers.LossScaleOptimizer(optimizer)" in code
+  else:
+    assert lso[0].status == "manual"
+    assert "scales no loss in this file" in lso[0].change
+    assert "mp.LossScaleOptimizer(optimizer, loss_scale='dynamic')" in code
+
+
+@pytest.mark.parametrize("use", ["opt.minimize(loss, v)",
+                                 "model.compile(opt, 'mse')", "return opt",
+                                 "train(opt)"])
+def test_a_wrapper_scaling_elsewhere_is_rewritten(use):
+  code = _rewritten(_header(
+      "def f(model, loss, v):",
+      "  opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
+      "  " + use))
+  assert "keras.optimizers.LossScaleOptimizer(" in code
 
 
 def test_write_twice_changes_nothing(tmp_path):

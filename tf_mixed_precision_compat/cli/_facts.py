@@ -33,6 +33,9 @@ _MODEL_WORD = re.compile(r"model|sequential|net\b|network", re.IGNORECASE)
 _FINITE_CHECKS = ("is_finite", "is_inf", "is_nan", "reduce_all", "reduce_any",
                   "check_numerics")
 _DYNAMIC_ARG_ORDER = ("initial_loss_scale", "increment_period", "multiplier")
+# A policy's properties: reading them hands the policy to nothing.
+_POLICY_PROPERTIES = ("loss_scale", "name", "compute_dtype", "variable_dtype",
+                      "should_cast_variables")
 
 
 @dataclasses.dataclass
@@ -117,6 +120,11 @@ class Facts(cst.CSTVisitor):
     self._loads: dict[tuple[str, str], list[tuple[int, cst.Name]]] = {}
     self._applied: set[cst.CSTNode] = set()  # zip(X, ...) in apply_gradients
     self._finite_checks = 0  # depth inside is_finite(...), reduce_all(...)
+    self._property_reads: set[cst.Name] = set()  # `policy` of policy.name
+    # `x` of `x.attr` -> "attr"; a name used otherwise is handed on.
+    self._receivers: dict[cst.Name, str] = {}
+    # A bound value -> (scope, name, line).
+    self._binds: dict[cst.BaseExpression, tuple[str, str, int]] = {}
 
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
     line = self.get_metadata(PositionProvider, node).start.line
@@ -199,6 +207,12 @@ class Facts(cst.CSTVisitor):
       if family is not None:
         self.class_families.setdefault(self._functions[-1], family)
 
+  def visit_Attribute(self, node: cst.Attribute) -> None:
+    if isinstance(node.value, cst.Name):
+      self._receivers[node.value] = node.attr.value
+      if node.attr.value in _POLICY_PROPERTIES:
+        self._property_reads.add(node.value)
+
   def visit_Name(self, node: cst.Name) -> None:
     if self.get_metadata(ExpressionContextProvider, node,
                          None) == ExpressionContext.LOAD:
@@ -238,6 +252,7 @@ class Facts(cst.CSTVisitor):
       name = t.value if isinstance(t, cst.Name) else code(t)
       self.assigned.setdefault((self.scope, name),
                                Assignment(line, kind, node.value))
+      self._binds[node.value] = (self.scope, name, line)
       if wraps:
         self.lso_sites.append((name, line, self.scope))
 
@@ -383,6 +398,49 @@ class Facts(cst.CSTVisitor):
                for where in (scope, "<module>")) or any(
                    site == name and where in (scope, "<module>")
                    for site, _, where in self.lso_sites)
+
+  def _uses(self, value: cst.BaseExpression) -> Optional[list[cst.Name]]:
+    """The loads of the name `value` is bound to (None: not bound to one).
+
+    In its scope, and in functions that do not bind the name themselves
+    (closures of a local name, or a module's).
+    """
+    if value not in self._binds:
+      return None
+    scope, bound, line = self._binds[value]
+    if bound.startswith("self."):
+      return None  # An attribute: other methods, other files may use it.
+    inside = set(m.findall(value, m.Name()))  # `opt = LSO(opt)`'s `opt`
+    return [n for (where, name), loads in self._loads.items()
+            if name == bound and (where == scope or
+                                  (where, name) not in self.assigned)
+            for at, n in loads if at >= line and n not in inside]
+
+  def policy_only_read(self, call: cst.Call) -> bool:
+    """Whether the policy `call` makes is only read, never handed on.
+
+    True when it is bound to a name whose every use reads a property
+    (`policy.loss_scale`, `policy.name`, ...): then no `set_policy`, layer
+    or `compile()` ever sees it, and its loss scale reaches no optimizer.
+    """
+    uses = self._uses(call)
+    return uses is not None and all(n in self._property_reads for n in uses)
+
+  def scales_no_loss(self, call: cst.Call) -> bool:
+    """Whether the optimizer `call` makes is seen whole and scales no loss.
+
+    Bound to a local name that is only the receiver of methods and
+    attributes, none of them `get_scaled_loss`, `scale_loss` or `minimize`
+    (which scales its loss): not compiled, returned or handed on. Such a
+    TF 2.x wrapper only skipped non-finite steps; Keras 3's divides every
+    gradient by its scale.
+    """
+    uses = self._uses(call)
+    if not uses:
+      return False
+    methods = [self._receivers.get(n) for n in uses]
+    return None not in methods and not {
+        "get_scaled_loss", "scale_loss", "minimize"} & set(methods)
 
   def policy_source(self, node: cst.BaseExpression, scope: str
                     ) -> Optional[cst.BaseExpression]:

@@ -34,6 +34,25 @@ def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
       cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
 
 
+_RUN_TIME = (
+    "the loss scale is only known at run time ({value}): if it is "
+    "'dynamic', drop the argument; if a DynamicLossScale, pass its "
+    "initial_loss_scale and increment_period as initial_scale and "
+    "dynamic_growth_steps; if a number, ")
+
+
+_NEVER_SCALED = (
+    "this optimizer scales no loss in this file (no get_scaled_loss, "
+    "scale_loss, minimize or compile): TF 2.3/2.4 applied the gradients as "
+    "given and only skipped non-finite steps, where keras.optimizers."
+    "LossScaleOptimizer divides every gradient by its scale. Keep the inner "
+    "optimizer and skip non-finite steps yourself: `finite = tf.reduce_all("
+    "[tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])`"
+    ", then `tf.cond(finite, lambda: opt.apply_gradients(...), tf.no_op)` "
+    "(build the optimizer first: `opt.build(variables)`); or wrap it and "
+    "scale the loss: `tape.gradient(opt.scale_loss(loss), variables)`")
+
+
 def _is_string(node: Any, *values: str) -> bool:
   return isinstance(node, cst.SimpleString) and \
       node.evaluated_value in values
@@ -94,32 +113,39 @@ class LossScaleRewrites(RewriterBase):
                        ) -> tuple[Optional[list[cst.Arg]], str]:
     resolved = self._resolve_loss_scale(value)
     if resolved is None or isinstance(resolved, str):
-      return None, ("the loss scale is not known from this file (a variable "
-                    "or a policy's): if it is 'dynamic', drop the argument; "
-                    "if a DynamicLossScale, pass its initial_loss_scale and "
-                    "increment_period as initial_scale and "
-                    "dynamic_growth_steps; " + _FIXED)
+      return None, _RUN_TIME.format(value="a variable or a policy's") + _FIXED
     if _is_string(resolved, "dynamic"):
       return [], ""
-    if not (isinstance(resolved, cst.Call) and any(
-        n.endswith("DynamicLossScale") for n in self._names(resolved.func))):
+    if isinstance(resolved, (cst.Integer, cst.Float)) or m.matches(
+        resolved, m.Call(func=m.Name("FixedLossScale") |
+                         m.Attribute(attr=m.Name("FixedLossScale")))):
       return None, _FIXED
-    arguments = _facts.dynamic_arguments(resolved)
+    arguments = (_facts.dynamic_arguments(resolved)
+                 if self._is_dynamic_loss_scale(resolved) else None)
     if arguments is None:
-      return None, "DynamicLossScale arguments Keras 3 cannot express"
+      return None, _RUN_TIME.format(value=code(resolved)) + _FIXED
     out = []
     for key, arg in arguments.items():
       if key == "multiplier":
         if not m.matches(arg.value, m.Integer("2") | m.Float("2.0")):
           return None, "Keras 3's dynamic scale grows and shrinks by 2 only"
         continue
+      if key not in _DYNAMIC_ARGS:
+        return None, f"DynamicLossScale takes no argument {key!r}"
       out.append(_kwarg(_DYNAMIC_ARGS[key], arg.value))
     return out, ""
+
+  def _is_dynamic_loss_scale(self, node: cst.BaseExpression) -> bool:
+    """Whether `node` is a `DynamicLossScale(...)` call."""
+    return isinstance(node, cst.Call) and any(
+        n.endswith("DynamicLossScale") for n in self._names(node.func))
 
   def _lso(self, original: cst.Call, updated: cst.Call, name: str
            ) -> cst.BaseExpression:
     replacement, change = table.FUNCTIONS[name]
     args, why = self._lso_args(original, updated, name)
+    if args is not None and self.facts.scales_no_loss(original):
+      args, why = None, _NEVER_SCALED
     if args is None:
       self._add(original, name, replacement, f"not rewritten: {why}",
                 "manual")
@@ -143,7 +169,8 @@ class LossScaleRewrites(RewriterBase):
         arg.keyword.value == "loss_scale" if arg.keyword else i == 1)]
     keep = [new for i, new in enumerate(updated.args) if i not in dropped]
     if dropped:
-      why = self._policy_loss_scale_problem(held, float16)
+      why = (None if self.facts.policy_only_read(original) else
+             self._policy_loss_scale_problem(held, float16))
       if why is not None:
         self._add(original, name, replacement, why, "manual")
         return updated
@@ -214,7 +241,8 @@ class LossScaleRewrites(RewriterBase):
       new = _V1 + "DynamicLossScale()"
     elif isinstance(held, (cst.Integer, cst.Float)):
       new = f"{_V1}FixedLossScale({code(held)})"
-    elif isinstance(held, cst.Call) and _facts.dynamic_arguments(held):
+    elif (self._is_dynamic_loss_scale(held) and
+          _facts.dynamic_arguments(held) is not None):
       new = (_V1 + "DynamicLossScale(" + ", ".join(
           code(a.value) if a.keyword is None else
           f"{a.keyword.value}={code(a.value)}" for a in held.args) + ")")
