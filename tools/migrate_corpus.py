@@ -102,7 +102,9 @@ def table(rows: list[dict[str, Any]], markdown: bool) -> str:
   totals = {
       "files": len(present), "missing": len(rows) - len(present),
       "repos": len({r["repo"] for r in present}),
-      "errors": sum("error" in r for r in present),
+      # A failed first or second migration (the idempotency check).
+      "errors": sum("error" in r or str(r.get("idempotent", "")).startswith(
+          "error") for r in present),
       **{k: sum(r.get(k, 0) for r in present)
          for k in ("uses", "rewritten", "native", "manual")}}
   total_line = ", ".join(f"{k}: {v}" for k, v in totals.items())

@@ -40,3 +40,20 @@ def test_table_counts_uses_and_reports_missing_files(tmp_path, capsys):
   assert out.strip().endswith(
       "**Totals**: files: 1, missing: 1, repos: 1, errors: 0, uses: 2, "
       "rewritten: 1, native: 0, manual: 1")
+
+
+def test_a_failed_second_migration_counts_as_an_error(monkeypatch):
+  tool = _tool()
+  calls = []
+
+  def fails_the_second_time(source):
+    calls.append(source)
+    if len(calls) == 2:
+      raise KeyError("default_for_fp16")
+    return source + "# migrated\n", []
+
+  monkeypatch.setattr(tool, "migrate_source", fails_the_second_time)
+  row = tool.measure("x = 1\n", "job.py")
+  assert row["idempotent"] == "error: KeyError"
+  rows = [{"repo": "a/b", "file": "job.py", "kind": "fit", **row}]
+  assert ", errors: 1," in tool.table(rows, markdown=True)
