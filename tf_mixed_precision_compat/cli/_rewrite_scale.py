@@ -5,7 +5,7 @@ The TF 2.3/2.4 calls whose arguments change on the way to Keras 3.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, TypeGuard
 
 import libcst as cst
 from libcst import matchers as m
@@ -135,7 +135,7 @@ class LossScaleRewrites(RewriterBase):
       out.append(_kwarg(_DYNAMIC_ARGS[key], arg.value))
     return out, ""
 
-  def _is_dynamic_loss_scale(self, node: cst.BaseExpression) -> bool:
+  def _is_dynamic_loss_scale(self, node: Any) -> TypeGuard[cst.Call]:
     """Whether `node` is a `DynamicLossScale(...)` call."""
     return isinstance(node, cst.Call) and any(
         n.endswith("DynamicLossScale") for n in self._names(node.func))
