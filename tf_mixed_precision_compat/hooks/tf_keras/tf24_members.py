@@ -3,12 +3,14 @@
 tf_keras's current optimizer classes (TF 2.11's) dropped `OptimizerV2`
 members that TF 2.3/2.4 jobs call on their loss-scale optimizer, and so did
 tf_keras's `LossScaleOptimizerV3` that wraps them: `get_slot(var, "m")`,
-`get_slot_names()`, `weights` / `get_weights()` / `set_weights()` in TF
-2.4's layout (`[iterations] + slots`, each slot kind in turn), `clipnorm` /
-`clipvalue` / `global_clipnorm`, and hyperparameters read through the
-wrapper (`opt.momentum`). `MEMBERS` gives them back, with TF 2.x's slot
-names, as the Keras 3 target's class has them; `patches.install` adds those
-the class does not define itself, through `install()`'s journal.
+`weights` / `get_weights()` / `set_weights()` in TF 2.4's layout
+(`[iterations] + slots`, each slot kind in turn), `clipnorm` / `clipvalue` /
+`global_clipnorm`, and hyperparameters read through the wrapper
+(`opt.momentum`). `MEMBERS` gives them back, with TF 2.x's slot names, as
+the Keras 3 target's class has them; `patches.install` adds those the class
+does not define itself, through `install()`'s journal. Not `get_slot_names`:
+TF's checkpoint code takes an object having one for an `OptimizerV2` and
+would save each slot (already the wrapped optimizer's variable) twice.
 """
 
 import numpy as np
@@ -42,17 +44,11 @@ def get_slot(self, var, slot_name):
   current = _slot_names(inner).get(slot_name)
   found = restore.current_slots(inner, var, slot_name) if current else []
   if len(found) != 1:
+    made = [tf2 for tf2, current in _slot_names(inner).items()
+            if _slots_of_kind(inner, current)]
     raise KeyError(
-        f"No slot {slot_name!r} for variable {var.name!r}; slots: "
-        f"{get_slot_names(self)}.")
+        f"No slot {slot_name!r} for variable {var.name!r}; slots: {made}.")
   return found[0]
-
-
-def get_slot_names(self):
-  """The TF 2.x names of the slots the wrapped optimizer made."""
-  inner = _inner(self)
-  return [tf2 for tf2, current in _slot_names(inner).items()
-          if _slots_of_kind(inner, current)]
 
 
 def _layout(self):
@@ -105,7 +101,6 @@ def hyperparameter(self, name):
 
 MEMBERS = {
     "get_slot": get_slot,
-    "get_slot_names": get_slot_names,
     "weights": property(weights, doc=weights.__doc__),
     "get_weights": get_weights,
     "set_weights": set_weights,
