@@ -666,3 +666,22 @@ def test_settings_named_loss_scale_are_not_api_uses():
       "if runtime_config.loss_scale and params.runtime.loss_scale:",
       "  pass"))
   assert [f.api for f in findings if "loss_scale" in f.api] == []
+
+
+@pytest.mark.parametrize("start, exact", [
+    ("initial_scale=1024", True), ("initial_scale=2.0 ** 10", True),
+    ("initial_scale=2 * 3", False),
+    ("initial_scale=1000", False), ("initial_scale=0.5", False),
+    ("initial_scale=FLAGS.scale", None)])
+def test_a_dynamic_start_is_rewritten_only_when_it_unscales_the_same(
+    start, exact):
+  # TF 2.x multiplied gradients by the scale's reciprocal, Keras 3 divides
+  # them by the scale: the same bits only for powers of two.
+  code, findings = _migrate(_header(
+      f"opt = tf.keras.mixed_precision.LossScaleOptimizer("
+      f"tf.keras.optimizers.SGD(), {start})", "opt.minimize(loss, v)"))
+  (lso,) = [f for f in findings if f.api.endswith("LossScaleOptimizer")]
+  assert lso.status == ("rewrite" if exact else "manual")
+  if not exact:
+    assert ("is not a power of two" if exact is False else
+            "only known at run time") in lso.change

@@ -5,6 +5,7 @@ The TF 2.3/2.4 calls whose arguments change on the way to Keras 3.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, TypeGuard
 
 import libcst as cst
@@ -34,6 +35,12 @@ def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
       cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
 
 
+_NOT_POWER_OF_TWO = (
+    "the initial scale {start} {known}do Keras 3's division of the "
+    "gradients by the scale and TF 2.x's multiplication by its reciprocal "
+    "give the same bits; write keras.optimizers.LossScaleOptimizer(optimizer, "
+    "initial_scale=...) with such a scale (the results change a little "
+    "otherwise)")
 _RUN_TIME = (
     "the loss scale is only known at run time ({value}): if it is "
     "'dynamic', drop the argument; if a DynamicLossScale, pass its "
@@ -51,6 +58,21 @@ _NEVER_SCALED = (
     ", then `tf.cond(finite, lambda: opt.apply_gradients(...), tf.no_op)` "
     "(build the optimizer first: `opt.build(variables)`); or wrap it and "
     "scale the loss: `tape.gradient(opt.scale_loss(loss), variables)`")
+
+
+def _number(node: cst.BaseExpression) -> Optional[float]:
+  """The value of a number literal or of `a ** b`, `a * b` of them."""
+  if isinstance(node, (cst.Integer, cst.Float)):
+    return float(node.evaluated_value)
+  if isinstance(node, cst.BinaryOperation):
+    left, right = _number(node.left), _number(node.right)
+    if left is None or right is None:
+      return None
+    if isinstance(node.operator, cst.Power) and abs(right) <= 64:
+      return left ** right
+    if isinstance(node.operator, cst.Multiply):
+      return left * right
+  return None
 
 
 def _is_string(node: Any, *values: str) -> bool:
@@ -89,7 +111,25 @@ class LossScaleRewrites(RewriterBase):
       return None, _FIXED
     for key, (_, new) in named.items():
       out.append(_kwarg(key, new.value))
-    return out, ""
+    return self._exact_start(out)
+
+  @staticmethod
+  def _exact_start(args: list[cst.Arg]) -> tuple[Optional[list[cst.Arg]],
+                                                  str]:
+    """`(args, "")` if their initial scale unscales as TF 2.x did."""
+    start = next((a.value for a in args if a.keyword is not None and
+                  a.keyword.value == "initial_scale"), None)
+    if start is None:
+      return args, ""  # Keras 3's default, 2**15, as TF's.
+    value = _number(start)
+    if value is None:
+      return None, _NOT_POWER_OF_TWO.format(start=code(start), known=(
+          "is only known at run time: if it is a power of two, "))
+    if value >= 1 and math.frexp(value)[0] == 0.5:
+      return args, ""
+    return None, _NOT_POWER_OF_TWO.format(start=code(start), known=(
+        "is not a power of two: only with one (e.g. "
+        f"{2 ** round(math.log2(max(value, 1)))}), "))
 
   def _resolve_loss_scale(self, value: cst.BaseExpression
                           ) -> _facts.LossScale:
