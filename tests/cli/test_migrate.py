@@ -540,8 +540,10 @@ def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
   assert main(["migrate", str(done), str(todo)]) == 1
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == f"{done}: 7 uses: 7 to rewrite (--write), 0 native, " \
-      "0 manual"
+      "0 manual; runs without the package: yes, once rewritten"
   assert lines[1].startswith(f"{todo}: 2 uses: 0 to rewrite")
+  assert lines[1].endswith("2 manual; runs without the package: no: the "
+                           "MANUAL uses first")
   assert lines[2] == (f"  {todo}:2:1: [MANUAL] import "
                       "tf_mixed_precision_compat: kept until the uses marked "
                       "MANUAL are changed by hand")

@@ -88,12 +88,17 @@ def run(args: Any, out: Optional[TextIO] = None,
 
 
 def summary(path: str, findings: list[Any], write: bool) -> str:
-  """One line per file: how many uses, rewritten, needing manual work."""
+  """One line per file: how many uses, rewritten, needing manual work, and
+  whether (as far as migrate knows) the file then runs without the package.
+  """
   counts = {s: sum(f.status == s for f in findings)
             for s in ("rewrite", "native", "manual")}
   done = "rewritten" if write else "to rewrite (--write)"
+  alone = ("no: the MANUAL uses first" if counts["manual"] else
+           "yes" if write else "yes, once rewritten")
   return (f"{path}: {len(findings)} uses: {counts['rewrite']} {done}, "
-          f"{counts['native']} native, {counts['manual']} manual")
+          f"{counts['native']} native, {counts['manual']} manual; runs "
+          f"without the package: {alone}")
 
 
 def detail(path: str, finding: Any, write: bool, verbose: bool) -> str:
