@@ -62,22 +62,17 @@ OPTIMIZERS = {
             tf.compat.v1.train.MomentumOptimizer(0.1, 0.9))),
 }
 
-_KERAS_MEMBERS = {
-    "loss_scale": lambda o, v: o.loss_scale,
-    "dynamic": lambda o, v: o.dynamic,
-    "initial_scale": lambda o, v: o.initial_scale,
-    "dynamic_growth_steps": lambda o, v: o.dynamic_growth_steps,
-    "dynamic_counter": lambda o, v: o.dynamic_counter,
-    "inner_optimizer": lambda o, v: o.inner_optimizer,
-    "_optimizer": lambda o, v: o._optimizer,  # pylint: disable=protected-access
-    "iterations": lambda o, v: o.iterations,
-    "learning_rate": lambda o, v: o.learning_rate,
-    "lr": lambda o, v: o.lr,
-    "momentum": lambda o, v: o.momentum,
-    "clipnorm": lambda o, v: o.clipnorm,
-    "clipvalue": lambda o, v: o.clipvalue,
-    "global_clipnorm": lambda o, v: o.global_clipnorm,
-    "weights": lambda o, v: o.weights,
+
+def _attribute(name):
+  return lambda obj, *unused: getattr(obj, name)
+
+
+_KERAS_MEMBERS = {name: _attribute(name) for name in (
+    "loss_scale", "dynamic", "initial_scale", "dynamic_growth_steps",
+    "dynamic_counter", "inner_optimizer", "_optimizer", "iterations",
+    "learning_rate", "lr", "momentum", "clipnorm", "clipvalue",
+    "global_clipnorm", "weights")}
+_KERAS_MEMBERS.update({
     "get_weights()": lambda o, v: o.get_weights(),
     "variables()": lambda o, v: o.variables(),
     "get_slot(var, 'momentum')": lambda o, v: o.get_slot(v, "momentum"),
@@ -95,16 +90,16 @@ _KERAS_MEMBERS = {
     "_set_hyper('learning_rate', 0.5)": (
         lambda o, v: o._set_hyper("learning_rate", 0.5)),  # pylint: disable=protected-access
     "_create_hypers()": lambda o, v: o._create_hypers(),  # pylint: disable=protected-access
-}
+})
 _V1_OPTIMIZER_MEMBERS = {
-    "_loss_scale": lambda o, v: o._loss_scale,  # pylint: disable=protected-access
-    "_optimizer": lambda o, v: o._optimizer,  # pylint: disable=protected-access
+    "_loss_scale": _attribute("_loss_scale"),
+    "_optimizer": _attribute("_optimizer"),
     "get_slot(var, 'momentum')": lambda o, v: o.get_slot(v, "momentum"),
     "get_slot_names()": lambda o, v: o.get_slot_names(),
     "variables()": lambda o, v: o.variables(),
     "get_name()": lambda o, v: o.get_name(),
 }
-# name -> (releases, builder, the state change it takes).
+# name -> (releases that have it, builder).
 LOSS_SCALES = {
     "dynamic_loss_scale": (("23", "24"), lambda: (
         tf.mixed_precision.experimental.DynamicLossScale(
@@ -112,29 +107,21 @@ LOSS_SCALES = {
     "fixed_loss_scale": (("23", "24"), lambda: (
         tf.mixed_precision.experimental.FixedLossScale(16))),
 }
-_LOSS_SCALE_MEMBERS = {
-    "__call__()": lambda s: s(),
-    "initial_loss_scale": lambda s: s.initial_loss_scale,
-    "increment_period": lambda s: s.increment_period,
-    "multiplier": lambda s: s.multiplier,
-    "get_config()": lambda s: s.get_config(),
-    "_current_loss_scale": lambda s: s._current_loss_scale,  # pylint: disable=protected-access
-    "_num_good_steps": lambda s: s._num_good_steps,  # pylint: disable=protected-access
-}
+_LOSS_SCALE_MEMBERS = {name: _attribute(name) for name in (
+    "initial_loss_scale", "increment_period", "multiplier",
+    "_current_loss_scale", "_num_good_steps")}
+_LOSS_SCALE_MEMBERS.update({"__call__()": lambda s: s(),
+                            "get_config()": lambda s: s.get_config()})
 POLICIES = {
     "policy": (("24",), lambda: tf.keras.mixed_precision.Policy(
         "mixed_float16")),
     "policy_v1": (("23", "24"), lambda: (
         tf.keras.mixed_precision.experimental.Policy("mixed_float16"))),
 }
-_POLICY_MEMBERS = {
-    "name": lambda p: p.name,
-    "compute_dtype": lambda p: p.compute_dtype,
-    "variable_dtype": lambda p: p.variable_dtype,
-    "loss_scale": lambda p: p.loss_scale,
-    "should_cast_variables": lambda p: p.should_cast_variables,
-    "get_config()": lambda p: p.get_config(),
-}
+_POLICY_MEMBERS = {name: _attribute(name) for name in (
+    "name", "compute_dtype", "variable_dtype", "loss_scale",
+    "should_cast_variables")}
+_POLICY_MEMBERS["get_config()"] = lambda p: p.get_config()
 
 
 def cases():
