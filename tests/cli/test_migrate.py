@@ -163,7 +163,7 @@ def test_builds_where_tf2x_had_variables():
       "model = make()\n"
       "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner)\n"
       "print(float(opt.loss_scale))\n"
-      "loss = opt.get_scaled_loss(loss)\n"
+      "grads = opt.get_unscaled_gradients(grads)\n"
       "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
       "# resume\n"
       "tf.train.Checkpoint(model=m2, optimizer=m2.optimizer).restore(p)\n")
@@ -174,7 +174,7 @@ def test_builds_where_tf2x_had_variables():
       "opt = keras.optimizers.LossScaleOptimizer(inner)\n"
       "opt.build(model.trainable_variables)\n"
       "print(float(tf.convert_to_tensor(opt.dynamic_scale)))\n"
-      "loss = opt.scale_loss(loss)\n"
+      "grads = grads\n"
       "opt.apply_gradients(zip(grads, model.trainable_variables))\n\n"
       "# resume\n"
       "if not m2.optimizer.built: m2.optimizer.build(m2.trainable_variables)"
@@ -430,13 +430,13 @@ def test_apply_gradients_tf2x_arguments():
   code = _rewritten(_header(
       "model = make_model()",
       "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
-      "loss = opt.get_scaled_loss(loss)",
+      "grads = opt.get_unscaled_gradients(grads)",
       "opt.apply_gradients(zip(grads, model.trainable_variables), 'apply',",
       "                    experimental_aggregate_gradients=True)"))
   assert "opt.apply_gradients(zip(grads, model.trainable_variables))" in code
   (change,) = _manual(_header(
       "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
-      "opt.build(v)", "loss = opt.get_scaled_loss(loss)",
+      "opt.build(v)", "grads = opt.get_unscaled_gradients(grads)",
       "opt.apply_gradients(zip(grads, v), "
       "experimental_aggregate_gradients=False)"))
   assert "aggregates across replicas itself" in change
@@ -471,16 +471,18 @@ def test_build_is_inserted_only_after_a_model_in_the_same_scope():
       "  def train(self):",
       "    optimizer = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), "
       "'dynamic')",
-      "    loss = optimizer.get_scaled_loss(loss)",
+      "    grads = optimizer.get_unscaled_gradients(grads)",
       "    optimizer.apply_gradients(zip(grads, self.trainable_variables))"))
   assert "not known to be a model's variables" in change
 
 
-@pytest.mark.parametrize("scaled", [False, True])
-def test_a_wrapper_that_scales_no_loss_is_not_made_one_that_unscales(scaled):
+@pytest.mark.parametrize("scaling", ["", "scaled", "scaled and unscaled"])
+def test_a_wrapper_that_unscales_nothing_is_not_made_one_that_unscales(
+    scaling):
   # An object-detection trainer: raw gradients, clipped, applied through a
   # TF 2.3 wrapper, which only skipped non-finite steps; Keras 3's would
-  # divide them by 32768 and the job would stop learning.
+  # divide them by 32768 and the job would stop learning. (TF applied
+  # scaled gradients as they were too, if the job never unscaled them.)
   lines = ("def train(model, clip):",
            "  optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)",
            "  optimizer = mp.LossScaleOptimizer(optimizer, loss_scale="
@@ -489,9 +491,11 @@ def test_a_wrapper_that_scales_no_loss_is_not_made_one_that_unscales(scaled):
            "  def step(x):",
            "    with tf.GradientTape() as tape:",
            "      loss = tf.reduce_mean(model(x))" + (
-               "\n      loss = optimizer.get_scaled_loss(loss)" if scaled
+               "\n      loss = optimizer.get_scaled_loss(loss)" if scaling
                else ""),
-           "    grads = tape.gradient(loss, model.trainable_variables)",
+           "    grads = tape.gradient(loss, model.trainable_variables)" + (
+               "\n    grads = optimizer.get_unscaled_gradients(grads)"
+               if "unscaled" in scaling else ""),
            "    grads, _ = tf.clip_by_global_norm(grads, clip)",
            "    optimizer.apply_gradients(zip(grads, "
            "model.trainable_variables))",
@@ -499,12 +503,12 @@ def test_a_wrapper_that_scales_no_loss_is_not_made_one_that_unscales(scaled):
   code, findings = _migrate(_header(*lines))
   lso = [f for f in findings
          if f.api == "keras.mixed_precision.experimental.LossScaleOptimizer"]
-  if scaled:
+  if "unscaled" in scaling:
     assert lso[0].status == "rewrite"
     assert "keras.optimizers.LossScaleOptimizer(optimizer)" in code
   else:
     assert lso[0].status == "manual"
-    assert "scales no loss in this file" in lso[0].change
+    assert "unscales no gradient in this file" in lso[0].change
     assert "mp.LossScaleOptimizer(optimizer, loss_scale='dynamic')" in code
 
 

@@ -426,21 +426,20 @@ class Facts(cst.CSTVisitor):
     uses = self._uses(call)
     return uses is not None and all(n in self._property_reads for n in uses)
 
-  def scales_no_loss(self, call: cst.Call) -> bool:
-    """Whether the optimizer `call` makes is seen whole and scales no loss.
+  def unscales_nothing(self, call: cst.Call) -> bool:
+    """Whether the optimizer `call` makes is seen whole and unscales nothing.
 
     Bound to a local name that is only the receiver of methods and
-    attributes, none of them `get_scaled_loss`, `scale_loss` or `minimize`
-    (which scales its loss): not compiled, returned or handed on. Such a
-    TF 2.x wrapper only skipped non-finite steps; Keras 3's divides every
-    gradient by its scale.
+    attributes, `apply_gradients` among them and none of
+    `get_unscaled_gradients`, `get_gradients` or `minimize` (which unscale):
+    not compiled, returned or handed on. Such a TF 2.x wrapper applied the
+    gradients it got as they were; Keras 3's divides every gradient by its
+    scale.
     """
     uses = self._uses(call)
-    if not uses:
-      return False
-    methods = [self._receivers.get(n) for n in uses]
-    return None not in methods and not {
-        "get_scaled_loss", "scale_loss", "minimize"} & set(methods)
+    methods = {self._receivers.get(n) for n in uses or ()}
+    return "apply_gradients" in methods and None not in methods and not {
+        "get_unscaled_gradients", "get_gradients", "minimize"} & methods
 
   def policy_source(self, node: cst.BaseExpression, scope: str
                     ) -> Optional[cst.BaseExpression]:

@@ -49,15 +49,16 @@ _RUN_TIME = (
 
 
 _NEVER_SCALED = (
-    "this optimizer scales no loss in this file (no get_scaled_loss, "
-    "scale_loss, minimize or compile): TF 2.3/2.4 applied the gradients as "
-    "given and only skipped non-finite steps, where keras.optimizers."
-    "LossScaleOptimizer divides every gradient by its scale. Keep the inner "
-    "optimizer and skip non-finite steps yourself: `finite = tf.reduce_all("
-    "[tf.reduce_all(tf.math.is_finite(g)) for g in grads if g is not None])`"
-    ", then `tf.cond(finite, lambda: opt.apply_gradients(...), tf.no_op)` "
-    "(build the optimizer first: `opt.build(variables)`); or wrap it and "
-    "scale the loss: `tape.gradient(opt.scale_loss(loss), variables)`")
+    "this optimizer unscales no gradient in this file (no "
+    "get_unscaled_gradients, get_gradients, minimize or compile): TF 2.3/2.4 "
+    "applied the gradients as given (scaled ones too) and only skipped "
+    "non-finite steps, where keras.optimizers.LossScaleOptimizer divides "
+    "every gradient by its scale. Keep the inner optimizer and skip "
+    "non-finite steps yourself: `finite = tf.reduce_all([tf.reduce_all("
+    "tf.math.is_finite(g)) for g in grads if g is not None])`, then "
+    "`tf.cond(finite, lambda: opt.apply_gradients(...), tf.no_op)` (build "
+    "the optimizer first: `opt.build(variables)`); or wrap it and scale the "
+    "loss: `tape.gradient(opt.scale_loss(loss), variables)`")
 
 
 def _number(node: cst.BaseExpression) -> Optional[float]:
@@ -184,7 +185,7 @@ class LossScaleRewrites(RewriterBase):
            ) -> cst.BaseExpression:
     replacement, change = table.FUNCTIONS[name]
     args, why = self._lso_args(original, updated, name)
-    if args is not None and self.facts.scales_no_loss(original):
+    if args is not None and self.facts.unscales_nothing(original):
       args, why = None, _NEVER_SCALED
     if args is None:
       self._add(original, name, replacement, f"not rewritten: {why}",
