@@ -400,11 +400,8 @@ class Facts(cst.CSTVisitor):
                    for site, _, where in self.lso_sites)
 
   def _uses(self, value: cst.BaseExpression) -> Optional[list[cst.Name]]:
-    """The loads of the name `value` is bound to (None: not bound to one).
-
-    In its scope, and in functions that do not bind the name themselves
-    (closures of a local name, or a module's).
-    """
+    """The later loads of the name `value` is bound to (None: not bound to
+    one), closures and other functions that do not bind it included."""
     if value not in self._binds:
       return None
     scope, bound, line = self._binds[value]
@@ -417,24 +414,17 @@ class Facts(cst.CSTVisitor):
             for at, n in loads if at >= line and n not in inside]
 
   def policy_only_read(self, call: cst.Call) -> bool:
-    """Whether the policy `call` makes is only read, never handed on.
-
-    True when it is bound to a name whose every use reads a property
-    (`policy.loss_scale`, `policy.name`, ...): then no `set_policy`, layer
-    or `compile()` ever sees it, and its loss scale reaches no optimizer.
-    """
+    """Whether the policy `call` makes is only read (`policy.loss_scale`,
+    `policy.name`, ...): no `set_policy`, layer or `compile()` sees it."""
     uses = self._uses(call)
     return uses is not None and all(n in self._property_reads for n in uses)
 
   def unscales_nothing(self, call: cst.Call) -> bool:
-    """Whether the optimizer `call` makes is seen whole and unscales nothing.
+    """Whether the optimizer `call` makes is seen applying and unscaling
+    nothing: a local name only ever the receiver of methods, `apply_gradients`
+    among them, no `get_unscaled_gradients`, `get_gradients` or `minimize`.
 
-    Bound to a local name that is only the receiver of methods and
-    attributes, `apply_gradients` among them and none of
-    `get_unscaled_gradients`, `get_gradients` or `minimize` (which unscale):
-    not compiled, returned or handed on. Such a TF 2.x wrapper applied the
-    gradients it got as they were; Keras 3's divides every gradient by its
-    scale.
+    TF 2.x's wrapper applied such gradients as given; Keras 3's divides them.
     """
     uses = self._uses(call)
     methods = {self._receivers.get(n) for n in uses or ()}
