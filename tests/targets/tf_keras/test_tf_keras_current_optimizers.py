@@ -226,3 +226,50 @@ def test_slots_first_built_in_a_loop_of_a_function_are_restored():
       (found,) = [v for v in opt.inner_optimizer.variables
                   if v.name.endswith(f"/{_SLOT[slot]}/{var.name}")]
       np.testing.assert_array_equal(found.numpy(), value)
+
+
+@pytest.mark.parametrize("mode", ["eager", "function", "mirrored"])
+def test_tf24_members_of_the_current_optimizers_wrapper(mode, request):
+  # tf_keras's LossScaleOptimizerV3 lacks them; TF 2.4 jobs call them
+  # (hooks/tf_keras/tf24_members.py): slots by TF 2.x names, `weights` in
+  # TF 2.4's layout (every m, then every v), clipping, hyperparameters.
+  strategy = (request.getfixturevalue("mirrored_strategy")
+              if mode == "mirrored" else tf.distribute.get_strategy())
+  with strategy.scope():
+    var = tf.Variable([1.0, 2.0], name="w")
+    bias = tf.Variable([0.5], name="b")
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.Adam(0.1, beta_1=0.8, clipnorm=3.0))
+
+  def step():
+    opt.apply_gradients([(tf.constant([0.5, -1.0]), var),
+                         (tf.constant([2.0]), bias)])
+
+  if mode == "eager":
+    step()
+  elif mode == "function":
+    tf.function(step)()
+  else:
+    tf.function(lambda: strategy.run(step))()
+  assert opt.beta_1 == 0.8 and opt.clipnorm == 3.0
+  assert opt.clipvalue is None and opt.global_clipnorm is None
+  m, v = opt.get_slot(var, "m"), opt.get_slot(var, "v")
+  assert m.name.split(":")[0].endswith("m/w") and v.shape == var.shape
+  with pytest.raises(KeyError, match="No slot 'rms'"):
+    opt.get_slot(var, "rms")
+  assert not hasattr(opt, "get_slot_names")  # See tf24_members' docstring.
+  weights = opt.weights
+  assert weights[0] is opt.inner_optimizer.iterations
+  assert [w.name.split(":")[0].split("/")[-2:] for w in weights[1:]] == [
+      ["m", "w"], ["m", "b"], ["v", "w"], ["v", "b"]]
+  values = opt.get_weights()
+  assert int(values[0]) == 1
+  np.testing.assert_array_equal(values[1], m.numpy())
+  values[1] = values[1] + 1.0
+  opt.set_weights(values)
+  np.testing.assert_array_equal(m.numpy(), values[1])
+  with pytest.raises(ValueError, match="TF 2.4's layout"):
+    opt.set_weights(values[:-1])
+  # A checkpoint of it saves (TF takes `get_slot_names` for OptimizerV2's).
+  tf.train.Checkpoint(optimizer=opt, var=var, bias=bias).write(
+      os.path.join(request.getfixturevalue("tmp_path"), "ckpt"))
