@@ -691,3 +691,20 @@ def test_a_dynamic_start_is_rewritten_only_when_it_unscales_the_same(
   if not exact:
     assert ("is not a power of two" if exact is False else
             "only known at run time") in lso.change
+
+
+def test_tf2x_slot_creation_before_a_restore_is_keras3_build_once():
+  # The RetinaNet trainer's resume (tests/public_jobs/retinanet_trainer.py):
+  # slots made before load_weights fills them.
+  code = _rewritten(_header(
+      "class Trainer:",
+      "  def restore(self, model, path):",
+      "    self.optimizer = model.optimizer",
+      "    self.optimizer._create_all_weights(model.trainable_variables)",
+      "    return model.load_weights(path)"))
+  assert ("    self.optimizer.build(model.trainable_variables) if not "
+          "self.optimizer.built else None\n") in code
+  # Another optimizer kind's own method is left alone.
+  v1 = _header("opt = tf.compat.v1.train.AdamOptimizer()",
+               "opt._create_all_weights(v)")
+  assert "opt._create_all_weights(v)" in _migrate(v1)[0]

@@ -32,6 +32,18 @@ def _special(name: str) -> bool:
                          "experimental.Policy")))
 
 
+class _Substitute(cst.CSTTransformer):
+  """Replaces the placeholder names of a parsed template by expressions."""
+
+  def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
+    super().__init__()
+    self._values = values
+
+  def leave_Name(self, original: cst.Name, updated: cst.Name
+                 ) -> cst.BaseExpression:
+    return self._values.get(original.value, updated)
+
+
 def _is_old_lso(name: str) -> bool:
   return name in table.FUNCTIONS and name.endswith("LossScaleOptimizer") \
       and name.startswith("keras.")
@@ -158,11 +170,31 @@ class Migrator(LossScaleRewrites, BuildRewrites):
       return updated.func
     if attr == "apply_gradients" and len(original.args) > 1:
       return self._apply_extra_args(original, updated)
+    if attr == "_create_all_weights" and optimizer and len(
+        original.args) == 1 and m.matches(
+            func.value, m.Name() | m.Attribute(value=m.Name())) and \
+        self.facts.optimizer_family(func.value, self.scope) != "v1":
+      return self._create_all_weights(original, updated)
     new_func = updated.func
     if attr == "loss_scale" and not original.args and m.matches(
         new_func, m.Call(func=m.Attribute(attr=m.Name("convert_to_tensor")))):
       return new_func  # TF 2.3's `loss_scale()` call: the same tensor.
     return updated
+
+  def _create_all_weights(self, original: cst.Call, updated: cst.Call
+                          ) -> cst.BaseExpression:
+    """TF 2.x's `opt._create_all_weights(vars)`: Keras 3's `build`, once."""
+    receiver = updated.func.value  # type: ignore[attr-defined]
+    template = cst.parse_expression(
+        "OPT.build(VARS) if not OPT.built else None")
+    new = template.visit(_Substitute({"OPT": receiver,
+                                      "VARS": updated.args[0].value}))
+    self._add(original, "Optimizer._create_all_weights",
+              "build(var_list) if not built", "the same variables, made "
+              "for var_list before a restore fills them: Keras 3 builds an "
+              "optimizer once (a second build would make new ones)",
+              "rewrite")
+    return cst.ensure_type(new, cst.IfExp)
 
   def _apply_extra_args(self, original: cst.Call, updated: cst.Call
                         ) -> cst.BaseExpression:
