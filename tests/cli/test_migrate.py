@@ -708,3 +708,18 @@ def test_tf2x_slot_creation_before_a_restore_is_keras3_build_once():
   v1 = _header("opt = tf.compat.v1.train.AdamOptimizer()",
                "opt._create_all_weights(v)")
   assert "opt._create_all_weights(v)" in _migrate(v1)[0]
+
+
+def test_private_loss_scale_of_tf_own_v1_wrapper_is_kept():
+  # DeepSpeech's harness reads the graph rewrite's `_loss_scale`: migrate
+  # keeps TF's own tf.compat.v1 class, which still has it.
+  code, findings = _migrate(_header(
+      "def create_optimizer(lr):",
+      "  return tf.compat.v1.train.AdamOptimizer(lr)",
+      "opt = create_optimizer(0.1)",
+      "opt = tf.compat.v1.train.experimental."
+      "enable_mixed_precision_graph_rewrite(opt)",
+      "scale = opt._loss_scale()"))
+  (read,) = [f for f in findings if f.api == "LossScaleOptimizer._loss_scale"]
+  assert read.status == "native"
+  assert "scale = opt._loss_scale()" in code

@@ -123,7 +123,8 @@ class Facts(cst.CSTVisitor):
     self._property_reads: set[cst.Name] = set()  # `policy` of policy.name
     # `x` of `x.attr` -> "attr"; a name used otherwise is handed on.
     self._receivers: dict[cst.Name, str] = {}
-    # A bound value -> (scope, name, line).
+    self._rewritten: dict[cst.Call, cst.BaseExpression] = {}  # -> wrapped
+    # A bound value -> (scope, name, line) of its binding.
     self._binds: dict[cst.BaseExpression, tuple[str, str, int]] = {}
 
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
@@ -278,6 +279,8 @@ class Facts(cst.CSTVisitor):
           else node
     if not isinstance(node, cst.Call):
       return None
+    if node in self._rewritten:  # The graph rewrite: what it wraps.
+      return self.optimizer_family(self._rewritten[node], scope)
     return self.families.get(node) or self.class_families.get(
         last_name(node.func) or "")
 
@@ -295,6 +298,8 @@ class Facts(cst.CSTVisitor):
     callee = last_name(func)
     for function in self._functions:
       self._callees.setdefault(function, set()).add(callee or "")
+    if node.args and any(n in table.GRAPH_REWRITE for n in names):
+      self._rewritten[node] = node.args[0].value
     if any(n.startswith("keras.optimizers.") for n in names):
       self.families[node] = "keras"
     elif any(n.startswith(("tf.compat.v1.train.", "tf.train.")) and

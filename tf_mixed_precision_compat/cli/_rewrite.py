@@ -269,6 +269,10 @@ class Migrator(LossScaleRewrites, BuildRewrites):
     if kind != "optimizer":
       return updated
     api = "LossScaleOptimizer." + original.attr.value
+    if self.facts.optimizer_family(original.value, self.scope) == "v1":
+      self._add(original, api, "unchanged", "TF's own tf.compat.v1 "
+                "loss-scale optimizer, which migrate keeps, has it", "native")
+      return updated
     if original.attr.value == "_optimizer":
       self._add(original, api, "inner_optimizer", "the same wrapped "
                 "optimizer, public in Keras 3", "rewrite")
