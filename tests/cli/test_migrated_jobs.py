@@ -40,6 +40,9 @@ def _run(job_dir, name, out, with_package):
     ("tf23_graph_rewrite_keras.py",
      {"tf.train.experimental.enable_mixed_precision_graph_rewrite",
       "tf.train.experimental.disable_mixed_precision_graph_rewrite"}),
+    ("tf23_slots_then_restore.py",
+     {"Optimizer._create_all_weights", "keras.mixed_precision.experimental."
+      "Policy", "Policy.loss_scale", "LossScaleOptimizer.loss_scale"}),
     ("tf24_factory_loop.py",
      {"optimizer = LossScaleOptimizer(...)",
       "LossScaleOptimizer.dynamic_counter",
