@@ -723,3 +723,12 @@ def test_private_loss_scale_of_tf_own_v1_wrapper_is_kept():
   (read,) = [f for f in findings if f.api == "LossScaleOptimizer._loss_scale"]
   assert read.status == "native"
   assert "scale = opt._loss_scale()" in code
+
+
+def test_a_policy_handed_on_in_a_function_defined_before_keeps_its_question():
+  # The function runs after the policy exists: its use counts.
+  (change,) = _manual(_header(
+      "def setup():", "  mp.set_policy(new_policy)",
+      "new_policy = mp.Policy('mixed_float16', loss_scale=1024)",
+      "setup()", "model.compile('sgd', 'mse')"))
+  assert "compile() used this scale" in change

@@ -406,17 +406,17 @@ class Facts(cst.CSTVisitor):
 
   def _uses(self, value: cst.BaseExpression) -> Optional[list[cst.Name]]:
     """The later loads of the name `value` is bound to (None: not bound to
-    one), closures and other functions that do not bind it included."""
+    one), and the loads of functions not binding it, wherever defined."""
     if value not in self._binds:
       return None
     scope, bound, line = self._binds[value]
     if bound.startswith("self."):
       return None  # An attribute: other methods, other files may use it.
     inside = set(m.findall(value, m.Name()))  # `opt = LSO(opt)`'s `opt`
-    return [n for (where, name), loads in self._loads.items()
-            if name == bound and (where == scope or
-                                  (where, name) not in self.assigned)
-            for at, n in loads if at >= line and n not in inside]
+    return [n for (where, name), loads in self._loads.items() if name == bound
+            and (where == scope or (where, name) not in self.assigned)
+            for at, n in loads if (at >= line or where != scope) and
+            n not in inside]
 
   def policy_only_read(self, call: cst.Call) -> bool:
     """Whether the policy `call` makes is only read (`policy.loss_scale`,
