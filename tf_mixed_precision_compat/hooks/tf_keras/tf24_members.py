@@ -32,10 +32,29 @@ def _slot_names(inner):
   return restore.current_names(inner)
 
 
+def _kind_at(name, current):
+  """Where slot name `current` starts a path component of `name`, or None."""
+  if name.startswith(current + "/"):
+    return 0
+  found = name.find(f"/{current}/")
+  return None if found < 0 else found + 1
+
+
 def _slots_of_kind(inner, current):
-  """`inner`'s slot variables of tf_keras slot name `current`, in order."""
-  return [v for v in restore.variables(inner)
-          if v.name.startswith(current + "/") or f"/{current}/" in v.name]
+  """`inner`'s slot variables of tf_keras slot name `current`, in order.
+
+  A slot's kind is the slot name that comes first in its variable name
+  (`m/v/kernel` is an `m` slot of a layer named `v`; a name scope such as
+  `while/` may come before it).
+  """
+  names = list(_slot_names(inner).values())
+  out = []
+  for v in restore.variables(inner):
+    at = {c: _kind_at(v.name, c) for c in names}
+    found = [c for c in names if at[c] is not None]
+    if current in found and min(found, key=lambda c: at[c]) == current:
+      out.append(v)
+  return out
 
 
 def get_slot(self, var, slot_name):
