@@ -544,10 +544,10 @@ def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
   assert main(["migrate", str(done), str(todo)]) == 1
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == f"{done}: 7 uses: 7 to rewrite (--write), 0 native, " \
-      "0 manual; runs without the package: yes, once rewritten"
+      "0 manual, 0 deviations; runs without the package: yes, once rewritten"
   assert lines[1].startswith(f"{todo}: 2 uses: 0 to rewrite")
-  assert lines[1].endswith("2 manual; runs without the package: no: the "
-                           "MANUAL uses first")
+  assert lines[1].endswith("2 manual, 0 deviations; runs without the "
+                           "package: no: the MANUAL uses first")
   assert lines[2] == (f"  {todo}:2:1: [MANUAL] import "
                       "tf_mixed_precision_compat: kept until the uses marked "
                       "MANUAL are changed by hand")
@@ -732,3 +732,66 @@ def test_a_policy_handed_on_in_a_function_defined_before_keeps_its_question():
       "new_policy = mp.Policy('mixed_float16', loss_scale=1024)",
       "setup()", "model.compile('sgd', 'mse')"))
   assert "compile() used this scale" in change
+
+
+@pytest.mark.parametrize("call, written, mark", [
+    ("mp.LossScaleOptimizer(inner, 128)",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=128)",
+     "fixed loss scale 128 now dynamic"),
+    ("mp.LossScaleOptimizer(inner, loss_scale=mp.FixedLossScale(64))",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=64)",
+     "fixed loss scale 64 now dynamic"),
+    ("tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=False, "
+     "initial_scale=2 ** 10)",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=2 ** 10)",
+     "fixed loss scale 2 ** 10 now dynamic"),
+    ("mp.LossScaleOptimizer(inner, flags.loss_scale)",
+     "keras.optimizers.LossScaleOptimizer(inner)",
+     "run-time loss scale dropped (dynamic)"),
+    ("tf.keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=1000, "
+     "dynamic_growth_steps=10)",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=1000, "
+     "dynamic_growth_steps=10)", "gradients divided by the scale"),
+])
+def test_deviate_writes_the_closest_form_marked_and_reported(call, written,
+                                                             mark):
+  source = _header("inner = tf.keras.optimizers.SGD()", f"opt = {call}")
+  code, findings = _migrate(source)
+  # Without --deviate: nothing that changes results.
+  assert f"opt = {call}\n" in code
+  assert "deviation" not in {f.status for f in findings}
+  code, findings = _rewrite.migrate_source(source, deviate=True)
+  line = next(line for line in code.splitlines() if line.startswith("opt"))
+  assert line == f"opt = {written}  # migrate --deviate: {mark}"
+  deviations = [f for f in findings if f.status == "deviation"]
+  assert len(deviations) == 1 and deviations[0].line == 5
+  assert "manual" not in {f.status for f in findings}
+  assert "tf_mixed_precision_compat" not in code
+  again, findings = _rewrite.migrate_source(code, deviate=True)
+  assert again == code and "deviation" not in {f.status for f in findings}
+
+
+def test_deviate_keeps_an_existing_comment_and_leaves_what_it_cannot_say():
+  source = _header("opt = mp.LossScaleOptimizer(inner, 128)  # fp16",
+                   "bad = mp.LossScaleOptimizer(*args)")
+  code, findings = _rewrite.migrate_source(source, deviate=True)
+  assert "initial_scale=128)  # fp16; migrate --deviate: fixed loss " \
+      "scale 128 now dynamic" in code
+  assert "bad = mp.LossScaleOptimizer(*args)" in code
+  assert [f.status for f in findings if "LossScaleOptimizer" in f.api] == [
+      "deviation", "manual"]
+
+
+def test_report_counts_deviations(capsys, tmp_path):
+  path = tmp_path / "fixed.py"
+  path.write_text(_header("opt = mp.LossScaleOptimizer(inner, 128)"))
+  assert main(["migrate", str(path), "--deviate"]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == (f"{path}: 2 uses: 1 to rewrite (--write), 0 native, "
+                      "0 manual, 1 deviations; runs without the package: "
+                      "yes, once rewritten")
+  assert "[deviates (with --write)] keras.mixed_precision.experimental." \
+      "LossScaleOptimizer: the fixed loss scale 128 became" in lines[1]
+  assert "initial_scale" not in path.read_text()
+  assert main(["migrate", str(path), "--deviate", "--write"]) == 0
+  assert "# migrate --deviate: fixed loss scale 128" in path.read_text()

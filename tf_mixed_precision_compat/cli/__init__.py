@@ -126,6 +126,11 @@ def _migrate_parser(sub: Any) -> None:
                  help="every use with its replacement and what changes "
                  "(by default: a line per file and the manual ones)")
   p.add_argument("--json", action="store_true", help="machine-readable")
+  p.add_argument("--deviate", action="store_true",
+                 help="where no Keras 3 code keeps the behaviour, write the "
+                 "closest native form anyway: each such line is marked "
+                 "`# migrate --deviate: ...` and reported as a deviation "
+                 "(without it nothing that changes behaviour is written)")
 
 
 def parser() -> argparse.ArgumentParser:

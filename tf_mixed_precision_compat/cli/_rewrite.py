@@ -11,6 +11,7 @@ from typing import Any
 
 import libcst as cst
 from libcst import matchers as m
+from libcst.metadata import PositionProvider
 
 from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli import _facts
@@ -313,6 +314,7 @@ class Migrator(LossScaleRewrites, BuildRewrites):
             original, m.Call(func=m.Attribute(attr=m.Name("Checkpoint")))))
                              if s is not None]
     self._before = []
+    updated = self._mark(original, updated)
     after = [s for s in (self._build_after(name, scope) for name, at, scope
                          in self.facts.lso_sites if at == line)
              if s is not None]
@@ -322,6 +324,21 @@ class Migrator(LossScaleRewrites, BuildRewrites):
       before[0] = before[0].with_changes(leading_lines=updated.leading_lines)
       updated = updated.with_changes(leading_lines=())
     return cst.FlattenSentinel([*before, updated, *after])
+
+
+  def _mark(self, original: cst.SimpleStatementLine,
+            updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
+    """`updated` with the comments of the deviations written in it."""
+    span = self.get_metadata(PositionProvider, original)
+    marks = [self.marks.pop(line) for line in sorted(self.marks)
+             if span.start.line <= line <= span.end.line]
+    if not marks:
+      return updated
+    trailing = updated.trailing_whitespace
+    old = trailing.comment.value + "; " if trailing.comment else "# "
+    return updated.with_changes(trailing_whitespace=trailing.with_changes(
+        whitespace=cst.SimpleWhitespace("  "), comment=cst.Comment(
+            old + "migrate --deviate: " + "; ".join(marks))))
 
 
 def _imports_package(statement: cst.CSTNode) -> bool:
@@ -338,8 +355,12 @@ def _imports_package(statement: cst.CSTNode) -> bool:
   return False
 
 
-def migrate_source(source: str) -> tuple[str, list[Finding]]:
+def migrate_source(source: str, deviate: bool = False
+                   ) -> tuple[str, list[Finding]]:
   """`(new source, findings)`: `source` rewritten where a finding says so.
+
+  With `deviate`, uses no Keras 3 code keeps get their closest native form
+  too, each line marked by a `# migrate --deviate: ...` comment.
 
   Rewriting the new source again changes nothing. Raises
   libcst.ParserSyntaxError if `source` is not valid Python.
@@ -361,7 +382,7 @@ def migrate_source(source: str) -> tuple[str, list[Finding]]:
   wrapper = MetadataWrapper(cst.parse_module(source))
   facts = _facts.Facts()
   wrapper.visit(facts)
-  migrator = Migrator(facts)
+  migrator = Migrator(facts, deviate)
   new = wrapper.visit(migrator)
   context = CodemodContext()
   if migrator.needs_keras:

@@ -18,8 +18,9 @@ class Finding:
   """One API use: where, what, its replacement, and whether it was rewritten.
 
   `status` is "rewrite" (keeps behaviour; applied with --write), "native"
-  (Keras 3 has the name; left as is) or "manual" (no exact rewrite: the
-  change says what to do).
+  (Keras 3 has the name; left as is), "manual" (no exact rewrite: the
+  change says what to do) or "deviation" (with --deviate: the closest
+  native form written, the change says what differs).
   """
   line: int
   column: int
@@ -35,9 +36,11 @@ class RewriterBase(cst.CSTTransformer):
 
   METADATA_DEPENDENCIES = (QualifiedNameProvider, PositionProvider)
 
-  def __init__(self, facts: _facts.Facts) -> None:
+  def __init__(self, facts: _facts.Facts, deviate: bool = False) -> None:
     super().__init__()
     self.facts = facts
+    self.deviate = deviate
+    self.marks: dict[int, str] = {}  # line: what --deviate changed there
     self.findings: list[Finding] = []
     self.needs_keras = False
     self.needs_tf = False
@@ -58,6 +61,12 @@ class RewriterBase(cst.CSTTransformer):
     self.findings.append(Finding(*self._pos(node), api,
                                  replacement if replacement is not None
                                  else "(none)", change, status))
+
+  def _deviation(self, node: cst.CSTNode, api: str, replacement: str,
+                 change: str, mark: str) -> None:
+    """A --deviate rewrite: reported, and its line marked with `mark`."""
+    self._add(node, api, replacement, change, "deviation")
+    self.marks[self._pos(node)[0]] = mark
 
   def _drop_findings_in(self, node: cst.CSTNode) -> None:
     """Forgets findings inside an argument the rewrite removes."""

@@ -187,11 +187,17 @@ class LossScaleRewrites(RewriterBase):
     args, why = self._lso_args(original, updated, name)
     if args is not None and self.facts.unscales_nothing(original):
       args, why = None, _NEVER_SCALED
-    if args is None:
+    closest = (self._closest_lso(original, updated, name, why)
+               if args is None and self.deviate else None)
+    if closest is not None:
+      args, change, mark = closest
+      self._deviation(original, name, str(replacement), change, mark)
+    elif args is None:
       self._add(original, name, replacement, f"not rewritten: {why}",
                 "manual")
       return updated
-    self._add(original, name, replacement, change, "rewrite")
+    else:
+      self._add(original, name, replacement, change, "rewrite")
     self.needs_keras = True
     # The kept arguments keep their own spacing; the last loses its comma
     # only when arguments after it were dropped.
@@ -199,6 +205,53 @@ class LossScaleRewrites(RewriterBase):
       args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return updated.with_changes(
         func=cst.parse_expression(str(replacement)), args=args)
+
+  def _closest_lso(self, original: cst.Call, updated: cst.Call, name: str,
+                   why: str) -> Optional[tuple[list[cst.Arg], str, str]]:
+    """--deviate's Keras 3 arguments where none keep the behaviour.
+
+    `(args, change, mark)`: Keras 3's dynamic scale, from a fixed scale's
+    value when the source gives it; None where even that cannot be said.
+    """
+    keys = (["optimizer", "loss_scale"] if "experimental" in name else
+            ["inner_optimizer", "dynamic", "initial_scale",
+             "dynamic_growth_steps"])
+    named = {arg.keyword.value if arg.keyword else keys[i]: (arg, new)
+             for i, (arg, new) in enumerate(zip(original.args, updated.args))
+             if not arg.star and (arg.keyword or i < len(keys))}
+    if keys[0] not in named or why == _NEVER_SCALED:
+      return None
+    start = named.get("initial_scale", named.get("loss_scale"))
+    value = None if start is None else self._resolve_loss_scale(start[0].value)
+    if isinstance(value, cst.Call) and value.args and m.matches(
+        value.func, m.Name("FixedLossScale") |
+        m.Attribute(attr=m.Name("FixedLossScale"))):
+      value = value.args[0].value
+    if not isinstance(value, cst.BaseExpression):
+      value = None
+    number = None if value is None else _number(value)
+    args = [named[keys[0]][1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    if value is None or number is None or number < 1:
+      return args, ("the loss scale, known only at run time, dropped: Keras "
+                    "3's dynamic scale from 2**15 (a number there was a "
+                    "fixed scale)"), "run-time loss scale dropped (dynamic)"
+    args.insert(0, args.pop().with_changes(comma=cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(" "))))
+    args.append(_kwarg("initial_scale", value))
+    if "dynamic_growth_steps" in named:
+      args[-1] = args[-1].with_changes(comma=cst.Comma(
+          whitespace_after=cst.SimpleWhitespace(" ")))
+      args.append(_kwarg("dynamic_growth_steps",
+                         named["dynamic_growth_steps"][1].value))
+    if why == _FIXED:
+      return args, (f"the fixed loss scale {code(value)} became Keras 3's "
+                    "dynamic one from that value: an overflowing step is "
+                    "now skipped and halves it, and finite steps grow it "
+                    "(TF applied every step at the fixed scale)"), (
+                        f"fixed loss scale {code(value)} now dynamic")
+    return args, (f"Keras 3 divides the gradients by {code(value)} where TF "
+                  "multiplied them by its reciprocal: gradients may differ "
+                  "in their last bit"), "gradients divided by the scale"
 
   def _policy(self, original: cst.Call, updated: cst.Call, name: str
               ) -> cst.BaseExpression:

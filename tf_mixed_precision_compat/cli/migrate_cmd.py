@@ -16,8 +16,12 @@ from typing import Any, Optional, TextIO
 from tf_mixed_precision_compat.cli import _plan
 
 
-def migrate_file(path: str, write: bool) -> list[Any]:
-  """The findings in `path`; with `write`, the file rewritten in place."""
+def migrate_file(path: str, write: bool, deviate: bool = False) -> list[Any]:
+  """The findings in `path`; with `write`, the file rewritten in place.
+
+  `deviate` also writes the closest native form of uses no Keras 3 code
+  keeps (status "deviation", the line marked with a comment).
+  """
   try:
     # pylint: disable-next=g-import-not-at-top
     from tf_mixed_precision_compat.cli import _rewrite as rewrite
@@ -34,7 +38,7 @@ def migrate_file(path: str, write: bool) -> list[Any]:
     raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte "
                      f"{e.start}); migrate reads Python sources") from None
   try:
-    new, findings = rewrite.migrate_source(source)
+    new, findings = rewrite.migrate_source(source, deviate)
   except libcst.ParserSyntaxError as e:  # Its str() spans several lines.
     raise ValueError(f"{path}:{e.raw_line}:{e.raw_column + 1}: not valid "
                      f"Python: {e.message}") from None
@@ -69,7 +73,8 @@ def run(args: Any, out: Optional[TextIO] = None,
   report = {}
   for i, path in enumerate(args.files, 1):
     err.write(f"[{i}/{len(args.files)}] {path}\n")
-    report[path] = migrate_file(path, args.write)
+    report[path] = migrate_file(path, args.write,
+                                getattr(args, "deviate", False))
   manual = sum(f.status == "manual" for fs in report.values() for f in fs)
   if args.json:
     out.write(json.dumps({p: [dataclasses.asdict(f) for f in fs]
@@ -79,7 +84,7 @@ def run(args: Any, out: Optional[TextIO] = None,
   for path, findings in report.items():
     out.write(summary(path, findings, args.write) + "\n")
     for f in findings:
-      if verbose or f.status == "manual":
+      if verbose or f.status in ("manual", "deviation"):
         out.write(detail(path, f, args.write, verbose) + "\n")
   total = sum(len(fs) for fs in report.values())
   out.write(f"{total} uses, {manual} need manual work"
@@ -92,19 +97,22 @@ def summary(path: str, findings: list[Any], write: bool) -> str:
   whether (as far as migrate knows) the file then runs without the package.
   """
   counts = {s: sum(f.status == s for f in findings)
-            for s in ("rewrite", "native", "manual")}
+            for s in ("rewrite", "native", "manual", "deviation")}
   done = "rewritten" if write else "to rewrite (--write)"
   alone = ("no: the MANUAL uses first" if counts["manual"] else
            "yes" if write else "yes, once rewritten")
   return (f"{path}: {len(findings)} uses: {counts['rewrite']} {done}, "
-          f"{counts['native']} native, {counts['manual']} manual; runs "
-          f"without the package: {alone}")
+          f"{counts['native']} native, {counts['manual']} manual, "
+          f"{counts['deviation']} deviations; runs without the package: "
+          f"{alone}")
 
 
 def detail(path: str, finding: Any, write: bool, verbose: bool) -> str:
   """One finding: where, what, and (verbose) its replacement and change."""
   status = {"rewrite": "rewritten" if write else "rewrite (with --write)",
-            "native": "unchanged", "manual": "MANUAL"}[finding.status]
+            "native": "unchanged", "manual": "MANUAL",
+            "deviation": "DEVIATES" if write else "deviates (with --write)"
+            }[finding.status]
   head = f"  {path}:{finding.line}:{finding.column}: [{status}] {finding.api}"
   if not verbose:
     return f"{head}: {finding.change}"
