@@ -307,11 +307,10 @@ def global_policy() -> Policy:
 
 
 def _check_graph_rewrite(policy):
-  # The graph rewrite functions' flag, or the grappler option TF 2.21's own
-  # tf.compat.v1 rewrite switches on.
-  if (_private_api.graph_rewrite_enabled() or
-      tf.config.optimizer.get_experimental_options().get(
-          "auto_mixed_precision", False)):
+  # The graph rewrite functions' flag (TF 2.21's own tf.compat.v1 function
+  # sets it too). Not Grappler's option alone: jobs set it with a mixed
+  # policy, which TF 2.3/2.4 allowed.
+  if _private_api.graph_rewrite_enabled():
     raise ValueError(
         f'The global dtype policy cannot be set to "{policy.name}", because '
         "the mixed precision graph rewrite has already been enabled.\n"

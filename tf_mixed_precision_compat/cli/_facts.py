@@ -98,10 +98,8 @@ class Facts(cst.CSTVisitor):
     self._returning: set[str] = set()  # functions returning a value
     self._factory_results: list[tuple[tuple[str, int, str], str]] = []
     self._callees: dict[str, set[str]] = {}  # function -> what it calls
-    # (scope, name) -> first assignment in that scope.
-    self.assigned: dict[tuple[str, str], Assignment] = {}
-    # Attribute names bound on `self` (self.opt = ...) -> kind.
-    self.self_attrs: dict[str, str] = {}
+    self.assigned: dict[tuple[str, str], Assignment] = {}  # first in scope
+    self.self_attrs: dict[str, str] = {}  # `self.opt = ...`'s names -> kind
     self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
     self.lso_sites: list[tuple[str, int, str]] = []  # name, line, scope
     self.lso_names: set[tuple[str, str]] = set()  # (scope, name), any LSO
@@ -113,6 +111,7 @@ class Facts(cst.CSTVisitor):
     self.keras_wrapped: set[tuple[str, str]] = set()  # (scope, name)
     self.global_policies: list[cst.BaseExpression] = []  # set_policy args
     self.has_compile = False
+    self.called: set[str] = set()  # qualified names of what the file calls
     self.built_guards: set[str] = set()  # models with a migrate build guard
     self.built_after: set[str] = set()  # optimizers with `.build(` after them
     # get_unscaled_gradients calls -> (scope, line, the name they bind).
@@ -291,6 +290,7 @@ class Facts(cst.CSTVisitor):
   def visit_Call(self, node: cst.Call) -> None:
     func = node.func
     names = self.names(func)
+    self.called.update(names)
     if last_name(func) in _FINITE_CHECKS:
       self._finite_checks += 1
     if self._wraps_for_loss_scaling(node):

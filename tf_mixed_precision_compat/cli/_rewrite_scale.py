@@ -262,10 +262,11 @@ class LossScaleRewrites(RewriterBase):
     dropped = [i for i, arg in enumerate(original.args) if (
         arg.keyword.value == "loss_scale" if arg.keyword else i == 1)]
     keep = [new for i, new in enumerate(updated.args) if i not in dropped]
+    why = None
     if dropped:
       why = (None if self.facts.policy_only_read(original) else
              self._policy_loss_scale_problem(held, float16))
-      if why is not None:
+      if why is not None and not self.deviate:
         self._add(original, name, replacement, why, "manual")
         return updated
       for i in dropped:
@@ -273,7 +274,12 @@ class LossScaleRewrites(RewriterBase):
       change = ("same dtypes; its loss scale dropped (a policy holds none "
                 "now; Keras 3's compile gives a mixed_float16 model's "
                 "optimizer the same dynamic one)")
-    self._add(original, name, replacement, change, "rewrite")
+    if dropped and why is not None:
+      self._deviation(original, name, str(replacement), change + ", where "
+                      "TF used this one: " + why, "policy's loss scale "
+                      "dropped")
+    else:
+      self._add(original, name, replacement, change, "rewrite")
     self.needs_keras = True
     if keep:
       keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
