@@ -349,7 +349,6 @@ class Migrator(LossScaleRewrites, BuildRewrites):
       updated = updated.with_changes(leading_lines=())
     return cst.FlattenSentinel([*before, updated, *after])
 
-
   def _mark(self, original: cst.SimpleStatementLine,
             updated: cst.SimpleStatementLine) -> cst.SimpleStatementLine:
     """`updated` with the comments of the deviations written in it."""
