@@ -11,9 +11,13 @@ import shutil
 import subprocess
 import sys
 
+import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from tf_mixed_precision_compat.cli import _rewrite
+from tf_mixed_precision_compat.cli import _rewrite_grads
 from tf_mixed_precision_compat.cli import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -503,13 +507,13 @@ def test_a_wrapper_that_unscales_nothing_is_not_made_one_that_unscales(
   code, findings = _migrate(_header(*lines))
   lso = [f for f in findings
          if f.api == "keras.mixed_precision.experimental.LossScaleOptimizer"]
-  if "unscaled" in scaling:
-    assert lso[0].status == "rewrite"
-    assert "keras.optimizers.LossScaleOptimizer(optimizer)" in code
-  else:
-    assert lso[0].status == "manual"
-    assert "unscales no gradient in this file" in lso[0].change
-    assert "mp.LossScaleOptimizer(optimizer, loss_scale='dynamic')" in code
+  assert lso[0].status == "rewrite"
+  assert "keras.optimizers.LossScaleOptimizer(optimizer)" in code
+  # TF 2.x applied what it was given: so does the migrated apply.
+  assert ("optimizer.apply_gradients(_as_given(zip(grads, "
+          "model.trainable_variables), optimizer))") in code
+  assert ("applied as given" in lso[0].change) == ("unscaled" not in scaling)
+  assert _migrate(code)[0] == code
 
 
 @pytest.mark.parametrize("use", ["opt.minimize(loss, v)",
@@ -580,7 +584,7 @@ def test_optimizers_from_factories_are_built_or_reported():
   assert _migrate(code)[0] == code
 
 
-@pytest.mark.parametrize("then, rewritten", [
+@pytest.mark.parametrize("then, dropped", [
     ("opt.apply_gradients(zip(grads, v))", True),
     ("opt.apply_gradients(list(zip(grads, v)))", True),
     ("ok = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) "
@@ -590,16 +594,52 @@ def test_optimizers_from_factories_are_built_or_reported():
     ("accumulated = [a + g for a, g in zip(accumulated, grads)]", False),
 ])
 def test_unscale_is_dropped_only_when_apply_gradients_alone_reads_it(
-    then, rewritten):
+    then, dropped):
   code, findings = _migrate(_header(
       "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 'dynamic')",
       "grads = opt.get_unscaled_gradients(scaled)", then))
   (finding,) = [f for f in findings
                 if f.api.endswith("get_unscaled_gradients")]
-  assert (finding.status == "rewrite") == rewritten
-  assert ("get_unscaled_gradients" in code) != rewritten
-  if not rewritten:
-    assert "dynamic_scale" in finding.change
+  assert finding.status == "rewrite"
+  assert "get_unscaled_gradients" not in code
+  assert ("grads = scaled\n" in code) == dropped
+  assert ("def _times(" in code) != dropped
+  if not dropped:  # TF's products, and what is applied reaches the inner.
+    assert "grads = _unscaled(scaled, opt)\n" in code
+    assert ("opt.apply_gradients(_as_given(zip(grads, v), opt))" in code) == (
+        "apply_gradients" in then)
+  assert _migrate(code)[0] == code
+
+
+def _helpers():
+  namespace = {"tf": tf}
+  exec(_rewrite_grads.HELPER, namespace)  # pylint: disable=exec-used
+  return namespace
+
+
+def test_helpers_unscale_as_tf_and_apply_as_given_bit_for_bit():
+  helpers = _helpers()
+  inner = keras.optimizers.SGD(0.5)
+  opt = keras.optimizers.LossScaleOptimizer(inner, initial_scale=2.0 ** 10)
+  v = keras.Variable(np.zeros((3,), "float32"))
+  scaled = tf.constant([3e-30, 1.0, 7e30], tf.float32)
+  sparse = tf.IndexedSlices(scaled, tf.constant([0, 1, 2]), tf.constant([3]))
+  # Unbuilt: the initial scale, as the first step's variable will hold.
+  tf_unscaled = scaled * tf.cast(1.0 / tf.constant(2.0 ** 10), tf.float32)
+  (mine,) = helpers["_unscaled"]([scaled], opt)
+  np.testing.assert_array_equal(mine.numpy(), tf_unscaled.numpy())
+  (mine_sparse,) = helpers["_unscaled"]([sparse], opt)
+  assert isinstance(mine_sparse, tf.IndexedSlices)
+  np.testing.assert_array_equal(mine_sparse.values.numpy(),
+                                tf_unscaled.numpy())
+  assert helpers["_unscaled"]([None], opt) == [None]
+  opt.build([v])
+  opt.apply_gradients(helpers["_as_given"]([(tf_unscaled, v)], opt))
+  expected = np.zeros((3,), "float32") - np.float32(0.5) * tf_unscaled.numpy()
+  np.testing.assert_array_equal(v.numpy(), expected)
+  plain = keras.optimizers.SGD(0.5)  # Not a wrapper: times 1.
+  ((g, _),) = helpers["_as_given"]([(tf_unscaled, v)], plain)
+  np.testing.assert_array_equal(g.numpy(), tf_unscaled.numpy())
 
 
 def test_policy_loss_scale_known_at_run_time_only_is_reported():

@@ -43,6 +43,9 @@ def _run(job_dir, name, out, with_package):
     ("tf23_slots_then_restore.py",
      {"Optimizer._create_all_weights", "keras.mixed_precision.experimental."
       "Policy", "Policy.loss_scale", "LossScaleOptimizer.loss_scale"}),
+    ("tf23_never_scaled_clipped.py",
+     {"keras.mixed_precision.experimental.LossScaleOptimizer",
+      "LossScaleOptimizer.apply_gradients"}),
     ("tf24_factory_loop.py",
      {"optimizer = LossScaleOptimizer(...)",
       "LossScaleOptimizer.dynamic_counter",

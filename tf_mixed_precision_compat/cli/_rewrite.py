@@ -17,7 +17,9 @@ from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli import _facts
 from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import Finding
+from tf_mixed_precision_compat.cli._rewrite_base import Substitute
 from tf_mixed_precision_compat.cli._rewrite_build import BuildRewrites
+from tf_mixed_precision_compat.cli._rewrite_grads import GradientRewrites
 from tf_mixed_precision_compat.cli._rewrite_scale import LossScaleRewrites
 
 _PRIVATE_MODULES = ("tensorflow.python.keras.mixed_precision",
@@ -33,18 +35,6 @@ def _special(name: str) -> bool:
                          "experimental.Policy")))
 
 
-class _Substitute(cst.CSTTransformer):
-  """Replaces the placeholder names of a parsed template by expressions."""
-
-  def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
-    super().__init__()
-    self._values = values
-
-  def leave_Name(self, original: cst.Name, updated: cst.Name
-                 ) -> cst.BaseExpression:
-    return self._values.get(original.value, updated)
-
-
 _NEW_LSO = "keras.mixed_precision.LossScaleOptimizer"
 
 
@@ -53,8 +43,11 @@ def _is_old_lso(name: str) -> bool:
       and name.startswith("keras.")
 
 
-class Migrator(LossScaleRewrites, BuildRewrites):
+class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
   """Collects `Finding`s and rewrites the uses that keep behaviour."""
+
+  def visit_Module(self, node: cst.Module) -> None:
+    self.scan_rescaled(node)
 
   def visit_Call(self, node: cst.Call) -> None:
     self._call_funcs.add(node.func)
@@ -160,6 +153,8 @@ class Migrator(LossScaleRewrites, BuildRewrites):
           attr=cst.Name("scale_loss")))
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
       api = "LossScaleOptimizer.get_unscaled_gradients"
+      if code(func.value) in self.rescaled:
+        return self.unscale_as_tf(original, updated)
       if self.facts.unscaled_only_applied(original):
         self._add(original, api, "(the gradients as they are)",
                   table.METHODS[attr][1], "rewrite")
@@ -194,7 +189,12 @@ class Migrator(LossScaleRewrites, BuildRewrites):
                 "counter", "rewrite")
       return updated.func
     if attr == "apply_gradients" and len(original.args) > 1:
-      return self._apply_extra_args(original, updated)
+      updated = self._apply_extra_args(original, updated)  # type: ignore
+    if attr == "apply_gradients" and original.args and isinstance(
+        updated, cst.Call) and code(func.value) in self.rescaled:
+      return self.apply_as_given(original, updated)
+    if attr == "apply_gradients":
+      return updated
     if attr == "_create_all_weights" and optimizer and len(
         original.args) == 1 and m.matches(
             func.value, m.Name() | m.Attribute(value=m.Name())) and \
@@ -212,7 +212,7 @@ class Migrator(LossScaleRewrites, BuildRewrites):
     receiver = updated.func.value  # type: ignore[attr-defined]
     template = cst.parse_expression(
         "OPT.build(VARS) if not OPT.built else None")
-    new = template.visit(_Substitute({"OPT": receiver,
+    new = template.visit(Substitute({"OPT": receiver,
                                       "VARS": updated.args[0].value}))
     self._add(original, "Optimizer._create_all_weights",
               "build(var_list) if not built", "the same variables, made "
@@ -319,11 +319,18 @@ class Migrator(LossScaleRewrites, BuildRewrites):
             "kept until the uses marked MANUAL are changed by hand" if manual
             else "the package is no longer needed",
             "manual" if manual else "rewrite"))
-    if manual:
-      return updated
+    body: list[Any] = list(updated.body)
+    imports = [i for i, s in enumerate(body) if m.matches(
+        s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))]
+    at = imports[-1] + 1 if imports else 0
+    helpers = self.helper_statements()
+    if helpers and at < len(body) and not body[at].leading_lines:
+      body[at] = body[at].with_changes(  # Two blank lines after them too.
+          leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
+    body[at:at] = helpers
     # Statements only get added around others, never replace an import.
     return updated.with_changes(body=[
-        s for s in updated.body if not _imports_package(s)])
+        s for s in body if manual or not _imports_package(s)])
 
   def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
     self._before = []

@@ -41,6 +41,10 @@ class RewriterBase(cst.CSTTransformer):
     self.facts = facts
     self.deviate = deviate
     self.marks: dict[int, str] = {}  # line: what --deviate changed there
+    # Optimizers (as code) whose applies take what TF 2.x's wrapper applied,
+    # and the wrappers made for them that never unscale (_rewrite_grads).
+    self.rescaled: set[str] = set()
+    self.given_as_is: set[cst.Call] = set()
     self.findings: list[Finding] = []
     self.needs_keras = False
     self.needs_tf = False
@@ -87,3 +91,15 @@ class RewriterBase(cst.CSTTransformer):
   @property
   def scope(self) -> str:
     return self._scopes[-1]
+
+
+class Substitute(cst.CSTTransformer):
+  """Puts expressions in place of a template's upper-case names."""
+
+  def __init__(self, values: dict[str, cst.BaseExpression]) -> None:
+    super().__init__()
+    self._values = values
+
+  def leave_Name(self, original: cst.Name, updated: cst.Name
+                 ) -> cst.BaseExpression:
+    return self._values.get(original.value, updated)

@@ -185,7 +185,11 @@ class LossScaleRewrites(RewriterBase):
            ) -> cst.BaseExpression:
     replacement, change = table.FUNCTIONS[name]
     args, why = self._lso_args(original, updated, name)
-    if args is not None and self.facts.unscales_nothing(original):
+    if original in self.given_as_is:
+      change += ("; this file never unscales what it applies: its "
+                 "apply_gradients get the gradients times the scale, which "
+                 "Keras 3 divides out, so they are applied as given")
+    elif args is not None and self.facts.unscales_nothing(original):
       args, why = None, _NEVER_SCALED
     closest = (self._closest_lso(original, updated, name, why)
                if args is None and self.deviate else None)
