@@ -153,20 +153,11 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
           attr=cst.Name("scale_loss")))
     if attr == "get_unscaled_gradients" and len(original.args) == 1:
       api = "LossScaleOptimizer.get_unscaled_gradients"
-      if code(func.value) in self.rescaled:
+      if code(func.value) in self.rescaled:  # Its gradients go on.
         return self.unscale_as_tf(original, updated)
-      if self.facts.unscaled_only_applied(original):
-        self._add(original, api, "(the gradients as they are)",
-                  table.METHODS[attr][1], "rewrite")
-        return updated.args[0].value
-      self._add(original, api, None, "not rewritten: the unscaled gradients "
-                "go on to other code (clipping, accumulation, all-reduce, "
-                "logging) before apply_gradients, and Keras 3's "
-                "apply_gradients unscales by itself: divide them by the "
-                "optimizer's `dynamic_scale` here and multiply the processed "
-                "gradients by it again before apply_gradients, or clip with "
-                "the inner optimizer's `global_clipnorm`/`clipnorm`", "manual")
-      return updated
+      self._add(original, api, "(the gradients as they are)",
+                table.METHODS[attr][1], "rewrite")
+      return updated.args[0].value
     if attr == "get_gradients" and (
         optimizer or _facts.looks_like_optimizer(func.value)) and \
         self.facts.optimizer_family(func.value, self.scope) != "v1":
