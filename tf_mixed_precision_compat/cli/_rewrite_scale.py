@@ -81,20 +81,30 @@ def _is_string(node: Any, *values: str) -> bool:
       node.evaluated_value in values
 
 
+def _named_args(original: cst.Call, updated: cst.Call, name: str
+                ) -> tuple[list[str], Optional[dict]]:
+  """`(parameter order, {parameter: (arg, updated arg)})` of a
+  LossScaleOptimizer call; None for the dict if Keras 3 cannot say them."""
+  order = (["optimizer", "loss_scale"] if "experimental" in name else
+           ["inner_optimizer", "dynamic", "initial_scale",
+            "dynamic_growth_steps"])
+  named: dict = {}
+  for i, (arg, new) in enumerate(zip(original.args, updated.args)):
+    if arg.star or i >= len(order) and arg.keyword is None:
+      return order, None
+    named[arg.keyword.value if arg.keyword else order[i]] = (arg, new)
+  return order, named
+
+
 class LossScaleRewrites(RewriterBase):
   """LossScaleOptimizer and Policy calls, policies' loss scales, the rewrite."""
 
   def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
                 ) -> tuple[Optional[list[cst.Arg]], str]:
     """Keras 3 arguments of a LossScaleOptimizer call, or `(None, why not)`."""
-    order = (["optimizer", "loss_scale"] if "experimental" in name else
-             ["inner_optimizer", "dynamic", "initial_scale",
-              "dynamic_growth_steps"])
-    named: dict = {}
-    for i, (arg, new) in enumerate(zip(original.args, updated.args)):
-      if arg.star or i >= len(order) and arg.keyword is None:
-        return None, "arguments Keras 3 cannot express"
-      named[arg.keyword.value if arg.keyword else order[i]] = (arg, new)
+    order, named = _named_args(original, updated, name)
+    if named is None:
+      return None, "arguments Keras 3 cannot express"
     inner = named.pop(order[0], None)
     if inner is None:
       return None, "no inner optimizer given"
@@ -217,13 +227,8 @@ class LossScaleRewrites(RewriterBase):
     `(args, change, mark)`: Keras 3's dynamic scale, from a fixed scale's
     value when the source gives it; None where even that cannot be said.
     """
-    keys = (["optimizer", "loss_scale"] if "experimental" in name else
-            ["inner_optimizer", "dynamic", "initial_scale",
-             "dynamic_growth_steps"])
-    named = {arg.keyword.value if arg.keyword else keys[i]: (arg, new)
-             for i, (arg, new) in enumerate(zip(original.args, updated.args))
-             if not arg.star and (arg.keyword or i < len(keys))}
-    if keys[0] not in named or why == _NEVER_SCALED:
+    keys, named = _named_args(original, updated, name)
+    if named is None or keys[0] not in named or why == _NEVER_SCALED:
       return None
     start = named.get("initial_scale", named.get("loss_scale"))
     value = None if start is None else self._resolve_loss_scale(start[0].value)

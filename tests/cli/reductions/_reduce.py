@@ -102,16 +102,15 @@ class Log:
     self.steps = []
     self._last = _values(model.weights)
 
-  def step(self, loss, opt, scale=None, counter=None):
-    """Records one step; `scale`/`counter` override what `opt` says."""
+  def step(self, loss, opt):
+    """Records one step: its loss, and `opt`'s state after it."""
     now = _values(self.model.weights)
     skipped = all(np.array_equal(a, b) for a, b in zip(self._last, now))
     self._last = now
-    read_scale, read_counter = scale_state(opt)
+    scale, counter = scale_state(opt)
     self.steps.append({
         "loss": _number(loss), "skipped": bool(skipped),
-        "loss_scale": read_scale if scale is None else _number(scale),
-        "counter": read_counter if counter is None else int(counter),
+        "loss_scale": scale, "counter": counter,
         "iterations": iterations(opt)})
 
   def save(self):
