@@ -835,3 +835,22 @@ def test_report_counts_deviations(capsys, tmp_path):
   assert "initial_scale" not in path.read_text()
   assert main(["migrate", str(path), "--deviate", "--write"]) == 0
   assert "# migrate --deviate: fixed loss scale 128" in path.read_text()
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_build_from_the_tapes_variables_when_applies_name_none(compiled):
+  # NCF's loop: `apply_gradients(grads)` of pairs made elsewhere; every
+  # gradient of the file is taken against the model's variables.
+  code = _migrate(_header(
+      "model = tf.keras.Sequential([tf.keras.layers.Dense(1)])",
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), 'dynamic')",
+      *(["model.compile(opt, 'mse')"] if compiled else []),
+      "def step(x):",
+      "  with tf.GradientTape() as tape:",
+      "    loss = opt.get_scaled_loss(model(x))",
+      "  grads = tape.gradient(loss, model.trainable_variables)",
+      "  pairs = list(zip(grads, model.trainable_variables))",
+      "  opt.apply_gradients(pairs)"))[0]
+  # Built, the scale is a variable a tf.function reads; fit() builds a
+  # compiled model's optimizer itself.
+  assert ("opt.build(model.trainable_variables)\n" in code) != compiled

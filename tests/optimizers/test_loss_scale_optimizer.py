@@ -299,20 +299,57 @@ class TestScaling:
                          "called in a replica context."):
         opt.apply_gradients([(tf.constant(1.), var)])
 
-  def test_aggregate_false_with_replicas_refused(self, mirrored_strategy):
+  @pytest.mark.parametrize("use_function", [False, True])
+  def test_aggregate_false_applies_each_replicas_gradients_unsummed(
+      self, mirrored_strategy, use_function):
+    # TF 2.4's OptimizerV2 skipped its sum: the job all-reduced itself.
     with mirrored_strategy.scope():
-      var = tf.Variable(1.)
-      opt = LossScaleOptimizer(keras.optimizers.SGD())
-      opt.build([var])
-    with pytest.raises(ValueError, match="experimental_aggregate_gradients"):
+      var = tf.Variable([1., 2.])
+      opt = LossScaleOptimizer(keras.optimizers.SGD(1.), initial_scale=2)
+
+    def step():
       mirrored_strategy.run(lambda: opt.apply_gradients(
-          [(tf.constant(1.), var)], experimental_aggregate_gradients=False))
-    # One replica: nothing to aggregate, accepted.
-    var2 = tf.Variable(1.)
-    opt2 = LossScaleOptimizer(keras.optimizers.SGD(1.), initial_scale=1)
-    opt2.apply_gradients([(tf.constant(1.), var2)],
-                         experimental_aggregate_gradients=False)
-    assert var2.numpy() == 0.
+          [(tf.constant([1., 1.]), var)],
+          experimental_aggregate_gradients=False))
+
+    (tf.function(step) if use_function else step)()
+    for copy in mirrored_strategy.experimental_local_results(var):
+      np.testing.assert_array_equal(copy.numpy(), [0., 1.])  # Not [-1, 0].
+    assert int(opt.iterations.numpy()) == 1 and float(opt.loss_scale) == 2.
+    # Summed (the default), the replicas' gradients add up.
+    step_sum = lambda: mirrored_strategy.run(  # noqa: E731
+        lambda: opt.apply_gradients([(tf.constant([1., 1.]), var)]))
+    (tf.function(step_sum) if use_function else step_sum)()
+    np.testing.assert_array_equal(var.numpy(), [-2., -1.])
+
+  @pytest.mark.parametrize("use_function", [False, True])
+  def test_restore_before_the_first_step_fills_every_replicas_slots(
+      self, mirrored_strategy, use_function, tmp_path):
+    # The job's own resume: a fresh optimizer, the checkpoint restored, then
+    # the first step builds the slots. Each replica's copy gets the saved
+    # moment (built in a replica, only the first one's did).
+    def make():
+      with mirrored_strategy.scope():
+        var = tf.Variable([1., 2.])
+        opt = LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+      step = lambda: mirrored_strategy.run(  # noqa: E731
+          lambda: opt.apply_gradients([(tf.constant([1., 1.]), var)]))
+      return var, opt, (tf.function(step) if use_function else step)
+
+    var, opt, step = make()
+    step()
+    step()
+    path = tf.train.Checkpoint(v=var, optimizer=opt).save(str(tmp_path / "c"))
+    step()
+    var2, opt2, step2 = make()
+    tf.train.Checkpoint(v=var2, optimizer=opt2).restore(path)
+    step2()
+    (momentum,) = [v for v in opt2.variables if "momentum" in v.path]
+    expected = [v for v in opt.variables if "momentum" in v.path][0].numpy()
+    for copy in mirrored_strategy.experimental_local_results(momentum.value):
+      np.testing.assert_array_equal(copy.numpy(), expected)
+    for copy in mirrored_strategy.experimental_local_results(var2):
+      np.testing.assert_array_equal(copy.numpy(), var.numpy())
 
   @pytest.mark.parametrize("replica", [0, 1])
   @pytest.mark.parametrize("use_function", [False, True])

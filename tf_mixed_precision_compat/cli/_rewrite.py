@@ -19,6 +19,7 @@ from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import Finding
 from tf_mixed_precision_compat.cli._rewrite_base import Substitute
 from tf_mixed_precision_compat.cli._rewrite_build import BuildRewrites
+from tf_mixed_precision_compat.cli._rewrite_fixed import FixedScaleRewrites
 from tf_mixed_precision_compat.cli._rewrite_grads import GradientRewrites
 from tf_mixed_precision_compat.cli._rewrite_scale import LossScaleRewrites
 
@@ -43,11 +44,14 @@ def _is_old_lso(name: str) -> bool:
       and name.startswith("keras.")
 
 
-class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
+class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
+               FixedScaleRewrites):
   """Collects `Finding`s and rewrites the uses that keep behaviour."""
 
   def visit_Module(self, node: cst.Module) -> None:
     self.scan_rescaled(node)
+    self.scan_fixed(node)
+    self.scan_tape_sources(node)
 
   def visit_Call(self, node: cst.Call) -> None:
     self._call_funcs.add(node.func)
@@ -87,6 +91,9 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
         return self._policy(original, updated, name)
       if _special(name):
         return self._layer_policy(original, updated, name)
+    checked = self.is_loss_scaled_form(original, updated)
+    if checked is not None:
+      return checked
     return self._method_call(original, updated)
 
   def leave_Attribute(self, original: cst.Attribute,
@@ -146,6 +153,8 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
       return updated
     attr = func.attr.value
     optimizer = self.facts.kind_of(func.value, self.scope) == "optimizer"
+    if attr == "get_scaled_loss" and len(original.args) == 1 and self.fixed:
+      return self.scaled_loss_form(original, updated)
     if attr == "get_scaled_loss" and len(original.args) == 1:
       self._add(original, "LossScaleOptimizer.get_scaled_loss",
                 "scale_loss", table.METHODS[attr][1], "rewrite")
@@ -275,6 +284,10 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
               "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
               "rewrite")
     self.needs_tf = True
+    if self.fixed:  # Plain optimizers with a fixed scale among them.
+      return cst.ensure_type(cst.parse_expression(
+          "tf.convert_to_tensor(_loss_scale(OPT), tf.float32)").visit(
+              Substitute({"OPT": updated.value})), cst.Call)
     return cst.Call(func=cst.parse_expression("tf.convert_to_tensor"),
                     args=[cst.Arg(value=renamed)])
 
@@ -314,7 +327,7 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
     imports = [i for i, s in enumerate(body) if m.matches(
         s, m.SimpleStatementLine(body=[m.Import() | m.ImportFrom()]))]
     at = imports[-1] + 1 if imports else 0
-    helpers = self.helper_statements()
+    helpers = self.helper_statements() + self.fixed_helper_statements()
     if helpers and at < len(body) and not body[at].leading_lines:
       body[at] = body[at].with_changes(  # Two blank lines after them too.
           leading_lines=[cst.EmptyLine(), cst.EmptyLine()])
@@ -337,8 +350,11 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites):
                              if s is not None]
     self._before = []
     updated = self._mark(original, updated)
+    # A fixed scale's plain optimizer has no scale variable to build.
+    plain = any(self.fixed.get(call, ("",))[0] == "fixed"  # type: ignore
+                for call in m.findall(original, m.Call()))
     after = [s for s in (self._build_after(name, scope) for name, at, scope
-                         in self.facts.lso_sites if at == line)
+                         in self.facts.lso_sites if at == line and not plain)
              if s is not None]
     if not before and not after:
       return updated

@@ -45,9 +45,14 @@ class RewriterBase(cst.CSTTransformer):
     # and the wrappers made for them that never unscale (_rewrite_grads).
     self.rescaled: set[str] = set()
     self.given_as_is: set[cst.Call] = set()
+    # LossScaleOptimizer calls written in plain code (_rewrite_fixed):
+    # -> ("fixed" | "run time", the argument giving the scale).
+    self.fixed: dict[cst.Call, tuple[str, cst.Arg]] = {}
+    self.not_plain: dict[cst.Call, str] = {}  # the others: why not
     self.findings: list[Finding] = []
     self.needs_keras = False
     self.needs_tf = False
+    self.needs_helper = False  # the exact forms' helper functions
     self._scopes: list[str] = ["<module>"]
     self._call_funcs: set[cst.CSTNode] = set()
     self._before: list[cst.BaseStatement] = []  # for the current statement

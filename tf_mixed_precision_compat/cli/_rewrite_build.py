@@ -11,6 +11,7 @@ from typing import Any, Optional
 import libcst as cst
 from libcst import matchers as m
 
+from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import Finding
 from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
 
@@ -21,8 +22,21 @@ _BUILT = (
     "the first step")
 
 
+_TAPE_GRADIENT = m.Call(func=m.Attribute(attr=m.Name("gradient")),
+                        args=[m.Arg(), m.Arg()])
+
+
 class BuildRewrites(RewriterBase):
   """Builds after loss-scale optimizers and before checkpoints of them."""
+
+  tape_sources: set[str] = set()
+
+  def scan_tape_sources(self, module: cst.Module) -> None:
+    """What the file's tapes differentiate against (`tape.gradient(l, X)`'s
+    X): where its optimizers' gradients come from."""
+    self.tape_sources = {
+        code(call.args[1].value)  # type: ignore[attr-defined]
+        for call in m.findall(module, _TAPE_GRADIENT)}
 
   def _build_attribute(self, name: str, scope: str
                        ) -> Optional[cst.BaseStatement]:
@@ -73,6 +87,8 @@ class BuildRewrites(RewriterBase):
       return self._build_attribute(name, scope)
     var_list = self.facts.apply_vars.get(name)
     found = self.facts.lookup(scope, name)
+    if var_list is None and found is not None:
+      var_list = self._tape_model_variables(scope, found.line)
     if var_list is None or found is None:
       return None
     root, _, attr = var_list.partition(".")
@@ -87,6 +103,18 @@ class BuildRewrites(RewriterBase):
           f"{var_list} is not known to be a model's variables here")
       return None
     return self._build_inserted(name, line, var_list)
+
+  def _tape_model_variables(self, scope: str, line: int) -> Optional[str]:
+    """`M.trainable_variables` if every tape of the file differentiates
+    against it and `M` is a model; None otherwise (no guess, no note)."""
+    if len(self.tape_sources) != 1 or self.facts.has_compile:
+      return None  # fit() builds a compiled model's optimizer itself.
+    (var_list,) = self.tape_sources
+    root, _, attr = var_list.partition(".")
+    if attr in ("trainable_variables", "trainable_weights") and \
+        self.facts.is_model(root, scope, line):
+      return var_list
+    return None
 
   def _build_for_checkpoint(self, call: Any, line: int
                             ) -> Optional[cst.BaseStatement]:

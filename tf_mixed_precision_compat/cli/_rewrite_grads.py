@@ -24,7 +24,7 @@ from tf_mixed_precision_compat.cli._rewrite_base import Substitute
 HELPER = '''
 
 def _times(grad, factor):
-  # migrate: a gradient times a power of two, as TF 2.x's wrapper
+  # migrate: a gradient times a factor in its dtype, as TF 2.x's wrapper
   # multiplied it (IndexedSlices stay sparse).
   if grad is None:
     return None
@@ -62,8 +62,6 @@ _WRAPPED = m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())
 
 class GradientRewrites(RewriterBase):
   """get_unscaled_gradients whose result goes on, and the applies after."""
-
-  needs_helper = False
 
   def scan_rescaled(self, module: cst.Module) -> None:
     """Notes the optimizers whose unscaled gradients go on to other code,
@@ -118,6 +116,9 @@ class GradientRewrites(RewriterBase):
     if not self.needs_helper:
       return []
     two = [cst.EmptyLine(), cst.EmptyLine()]
-    body: list[cst.BaseStatement] = list(cst.parse_module(HELPER).body)
+    # Where a fixed scale became plain code, that scale is unscaled too.
+    text = HELPER.replace("1 / _scale(", "1 / _loss_scale(") if self.fixed \
+        else HELPER
+    body: list[cst.BaseStatement] = list(cst.parse_module(text).body)
     body[0] = body[0].with_changes(leading_lines=two)
     return body

@@ -193,6 +193,8 @@ class LossScaleRewrites(RewriterBase):
 
   def _lso(self, original: cst.Call, updated: cst.Call, name: str
            ) -> cst.BaseExpression:
+    if original in self.fixed:
+      return self.fixed_form(original, updated, name)  # type: ignore
     replacement, change = table.FUNCTIONS[name]
     args, why = self._lso_args(original, updated, name)
     if original in self.given_as_is:
@@ -207,6 +209,10 @@ class LossScaleRewrites(RewriterBase):
       args, change, mark = closest
       self._deviation(original, name, str(replacement), change, mark)
     elif args is None:
+      if original in self.not_plain:
+        why += ("; migrate writes that plain code itself only where the "
+                "file holds the whole custom loop, and here "
+                + self.not_plain[original])
       self._add(original, name, replacement, f"not rewritten: {why}",
                 "manual")
       return updated

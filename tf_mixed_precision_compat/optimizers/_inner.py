@@ -146,13 +146,16 @@ class Keras3Inner(InnerOptimizer):
     return _keras2_config.hyperparameter_names(self.optimizer)
 
   def check_aggregation(self, experimental_aggregate_gradients):
-    """Refuses unaggregated gradients under several replicas."""
+    """Refuses unaggregated gradients where this Keras cannot skip the sum."""
     if (not experimental_aggregate_gradients and
-        tf.distribute.get_strategy().num_replicas_in_sync > 1):
+        tf.distribute.get_strategy().num_replicas_in_sync > 1 and
+        None in _private_api.keras_clip_and_all_reduce_methods(
+            type(self.optimizer))):
       raise ValueError(
           "experimental_aggregate_gradients=False is not supported with "
-          "Keras 3 inner optimizers under several replicas: they always sum "
-          "gradients across replicas. Pass unaggregated gradients instead.")
+          "this Keras version's optimizers under several replicas: they "
+          "always sum gradients across replicas. Pass unaggregated "
+          "gradients instead.")
 
   def apply_in_replica(self, pairs, name, experimental_aggregate_gradients):
     # TF 2.4 handed `name` on positionally, to a subclass's second argument
@@ -175,7 +178,9 @@ class Keras3Inner(InnerOptimizer):
 
     return [ordered().op]
 
-  def clip_after_sum(self, distribution):
+  def clip_after_sum(self, distribution, aggregate=True):
+    if not aggregate:
+      return _not_summed(self.optimizer, distribution)
     return _clip_after_sum(self.optimizer, distribution)
 
   def set_iterations(self, value):
@@ -287,8 +292,9 @@ class OptimizerV2Inner(InnerOptimizer):
     # are created then) and assigns them on creation, as TF 2.4 did.
     return _private_api.optimizer_slot_restorer(self.optimizer)
 
-  def clip_after_sum(self, distribution):
-    del distribution  # OptimizerV2 sums the replicas' gradients, then clips.
+  def clip_after_sum(self, distribution, aggregate=True):
+    # OptimizerV2 sums the replicas' gradients (if `aggregate`), then clips.
+    del distribution, aggregate
     return contextlib.nullcontext()
 
   def set_iterations(self, value):
@@ -370,6 +376,23 @@ def _in_session_graph():
 
 
 _warned_clip_order: list[bool] = []
+
+
+@contextlib.contextmanager
+def _not_summed(inner, distribution):
+  """Makes a Keras 3 `inner` apply each replica's gradients as given.
+
+  TF 2.4's `experimental_aggregate_gradients=False`: the job summed them
+  itself; each replica clips and applies its own. `check_aggregation` has
+  made sure this Keras has the step to shadow.
+  """
+  if distribution.num_replicas_in_sync == 1:
+    yield  # Keras 3's sum of one replica is its gradients.
+    return
+  clip, _ = _private_api.keras_clip_and_all_reduce_methods(type(inner))
+  with _private_api.keras_clip_and_all_reduce_shadowed(
+      inner, lambda grads: clip(inner, grads), list):
+    yield
 
 
 @contextlib.contextmanager

@@ -164,7 +164,8 @@ def apply_or_skip(distribution, inner, should_apply, grads, variables, name,
                                   name, experimental_aggregate_gradients)
 
   def build_apply():
-    with inner.clip_after_sum(distribution):
+    with inner.clip_after_sum(distribution,
+                              experimental_aggregate_gradients):
       applied = distribution.extended.call_for_each_replica(
           in_replica, args=(grads, _Holder(variables)))
       return graph_ops(distribution, applied)

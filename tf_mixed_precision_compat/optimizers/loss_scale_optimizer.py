@@ -300,6 +300,11 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     self.built = True
 
   @tf.autograph.experimental.do_not_convert
+  def _build_lifted(self, variables):
+    with tf.init_scope():
+      if not self.built:  # Another replica's merge_call may have built it.
+        self.build(variables)
+
   def apply_gradients(self, grads_and_vars: Iterable[tuple[Any, Any]],
                       name: Optional[str] = None,
                       experimental_aggregate_gradients: bool = True) -> Any:
@@ -340,8 +345,10 @@ class LossScaleOptimizer(_delegation.InnerDelegation,
     if not self.built:
       # Lifted out of any tf.function, as TF 2.4 made its slots: Keras 3
       # otherwise fails to build on a first distributed tf.function step.
-      with tf.init_scope():
-        self.build(variables)
+      # In the cross-replica context, so that a checkpoint restored before
+      # fills every replica's copy of each slot, not the first one's only.
+      tf.distribute.get_replica_context().merge_call(
+          lambda _: self._build_lifted(variables))
     train_op = tf.distribute.get_replica_context().merge_call(
         _step.update_and_apply,
         args=(self._loss_scale if self.dynamic else None, self._adapter,

@@ -66,6 +66,9 @@ def scale_state(opt):
   Reads TF 2.3's `LossScale`, TF 2.4's tensor, Keras 3's
   `LossScaleOptimizer` (its `dynamic_scale`) and `tf.compat.v1`'s wrapper.
   """
+  fixed = getattr(sys.modules["__main__"], "_FIXED_LOSS_SCALES", {})
+  if id(opt) in fixed:  # A fixed scale `migrate` wrote in plain code.
+    return fixed[id(opt)], None
   scale = getattr(opt, "loss_scale", None)
   if scale is None:
     scale = getattr(opt, "_loss_scale", None)  # tf.compat.v1's wrapper.
