@@ -92,6 +92,12 @@ METHODS: dict[str, tuple[Optional[str], str]] = {
 }
 
 
+def is_tf2_lso(name: str) -> bool:
+  """Whether `name` is one of TF 2.3/2.4's Keras LossScaleOptimizer classes."""
+  return name in FUNCTIONS and name.startswith("keras.") and name.endswith(
+      "LossScaleOptimizer")
+
+
 def normalise(name: str) -> str:
   """`tensorflow.keras.x` -> `keras.x`; `tensorflow.x` -> `tf.x`.
 

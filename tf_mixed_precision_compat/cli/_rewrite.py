@@ -39,11 +39,6 @@ def _special(name: str) -> bool:
 _NEW_LSO = "keras.mixed_precision.LossScaleOptimizer"
 
 
-def _is_old_lso(name: str) -> bool:
-  return name in table.FUNCTIONS and name.endswith("LossScaleOptimizer") \
-      and name.startswith("keras.")
-
-
 class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
                FixedScaleRewrites):
   """Collects `Finding`s and rewrites the uses that keep behaviour."""
@@ -101,7 +96,7 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
     for name in self._names(original):
       if name in table.NATIVE:
         self._add(original, name, "unchanged", "Keras 3 has it", "native")
-      elif _is_old_lso(name) and original not in self._call_funcs:
+      elif table.is_tf2_lso(name) and original not in self._call_funcs:
         return self._replace_name(original, updated, name)
       elif name in table.FUNCTIONS and not _special(name):
         return self._replace_name(original, updated, name)
@@ -110,8 +105,8 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
   def leave_Name(self, original: cst.Name, updated: cst.Name
                  ) -> cst.BaseExpression:
     for name in self._names(original):
-      if (name in table.FUNCTIONS and not _special(name) or _is_old_lso(name)
-          and original not in self._call_funcs):
+      if (name in table.FUNCTIONS and not _special(name) or
+          table.is_tf2_lso(name) and original not in self._call_funcs):
         return self._replace_name(original, updated, name)
     return updated
 
@@ -121,7 +116,7 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
     if replacement is None:
       self._add(original, name, None, change, "manual")
       return updated
-    if _is_old_lso(name):  # A class reference (isinstance, a type check).
+    if table.is_tf2_lso(name):  # A class reference (isinstance, a type check).
       change = "the same check: Keras 3's class is the optimizer's type"
       if "experimental" in name and _NEW_LSO in self.facts.called:
         self._add(original, name, replacement, "not rewritten: TF 2.4's "

@@ -26,17 +26,19 @@ from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
 from tf_mixed_precision_compat.cli._rewrite_base import Substitute
+from tf_mixed_precision_compat.cli._rewrite_grads import UNSCALED
+from tf_mixed_precision_compat.cli._rewrite_scale import named_args
 
 FIXED_HELPER = '''
 
-_FIXED_LOSS_SCALES = {}
+_FIXED_LOSS_SCALES = {}  # id -> (optimizer, scale): held, so ids stay its
 
 
 def _fixed_loss_scale(optimizer, scale):
   # migrate: TF 2.x's fixed loss scale in plain code: the optimizer itself
   # (TF's wrapper applied every step through it, non-finite ones too), its
   # scale noted for _scaled_loss and _unscaled.
-  _FIXED_LOSS_SCALES[id(optimizer)] = float(scale)
+  _FIXED_LOSS_SCALES[id(optimizer)] = (optimizer, float(scale))
   return optimizer
 
 
@@ -44,7 +46,7 @@ def _loss_scale(optimizer):
   # migrate: the scale TF 2.x's wrapper had, as a float32 tensor where
   # fixed.
   if id(optimizer) in _FIXED_LOSS_SCALES:
-    return tf.constant(_FIXED_LOSS_SCALES[id(optimizer)], tf.float32)
+    return tf.constant(_FIXED_LOSS_SCALES[id(optimizer)][1], tf.float32)
   return _scale(optimizer)
 
 
@@ -81,7 +83,6 @@ _WRAPPER_ONLY = ("dynamic", "dynamic_counter", "initial_scale",
                  "_loss_scale")
 _USES = m.Call(func=m.Attribute(attr=m.Name("get_scaled_loss") |
                                 m.Name("get_unscaled_gradients")))
-_UNSCALED = m.Call(func=m.Attribute(attr=m.Name("get_unscaled_gradients")))
 _NOT_IN_A_LOOP = m.Call(func=m.Attribute(attr=m.Name("minimize") |
                                          m.Name("get_gradients")))
 
@@ -102,8 +103,7 @@ class FixedScaleRewrites(RewriterBase):
     module.visit(sites)
     for call, function in sites.function.items():
       names = self._names(call.func)
-      if not any(n in table.FUNCTIONS and n.startswith("keras.") and
-                 n.endswith("LossScaleOptimizer") for n in names):
+      if not any(table.is_tf2_lso(n) for n in names):
         continue
       scope = "<module>" if function is None else \
           f"{function.name.value}@{self._pos(function)[0]}"
@@ -120,7 +120,7 @@ class FixedScaleRewrites(RewriterBase):
         self.fixed[call] = kind
     if self.fixed:
       self.rescaled |= {code(c.func.value)  # type: ignore[attr-defined]
-                        for c in m.findall(module, _UNSCALED)}
+                        for c in m.findall(module, UNSCALED)}
 
   def _file_not_plain(self, module: cst.Module) -> Optional[str]:
     """Why no wrapper of this file can take the plain form, or None."""
@@ -140,18 +140,14 @@ class FixedScaleRewrites(RewriterBase):
 
   def _fixed_kind(self, call: cst.Call, names: list[str], scope: str
                   ) -> Optional[tuple[str, cst.Arg]]:
-    experimental = any("experimental" in n for n in names)
-    order = (["optimizer", "loss_scale"] if experimental else
-             ["inner_optimizer", "dynamic", "initial_scale"])
-    named: dict[str, cst.Arg] = {}
-    for i, arg in enumerate(call.args):
-      key = arg.keyword.value if arg.keyword else (
-          order[i] if i < len(order) else "")
-      if arg.star or key not in order:
-        return None
-      named[key] = arg
-    if order[0] not in named:
+    name = next(n for n in names if table.is_tf2_lso(n))
+    experimental = "experimental" in name
+    order, args = named_args(call, call, name)
+    if args is None or order[0] not in args or not set(args) <= {
+        "optimizer", "loss_scale", "inner_optimizer", "dynamic",
+        "initial_scale"}:
       return None
+    named = {key: arg for key, (arg, _) in args.items()}
     if not experimental:
       dynamic = named.get("dynamic")
       if dynamic is None or not m.matches(dynamic.value, m.Name("False")) \
@@ -231,8 +227,7 @@ class FixedScaleRewrites(RewriterBase):
                                          m.Arg(keyword=None)])):
       return None
     kind = original.args[1].value
-    if not any(n in table.FUNCTIONS and n.startswith("keras.") and
-               n.endswith("LossScaleOptimizer") for n in self._names(kind)):
+    if not any(table.is_tf2_lso(n) for n in self._names(kind)):
       return None
     self._drop_findings_in(kind)
     self.needs_is_loss_scaled = True

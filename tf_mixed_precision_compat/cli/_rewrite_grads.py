@@ -56,7 +56,7 @@ def _as_given(grads_and_vars, optimizer):
 '''
 _UNSCALE = "_unscaled(GRADS, OPT)"
 _AS_GIVEN = "_as_given(GV, OPT)"
-_UNSCALED = m.Call(func=m.Attribute(attr=m.Name("get_unscaled_gradients")))
+UNSCALED = m.Call(func=m.Attribute(attr=m.Name("get_unscaled_gradients")))
 _WRAPPED = m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Call())
 
 
@@ -67,13 +67,12 @@ class GradientRewrites(RewriterBase):
     """Notes the optimizers whose unscaled gradients go on to other code,
     and the wrappers that never unscale what they apply."""
     self.rescaled = {
-        code(call.func.value) for call in m.findall(module, _UNSCALED)
+        code(call.func.value) for call in m.findall(module, UNSCALED)
         if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
         and len(call.args) == 1 and not self.facts.unscaled_only_applied(call)}
     for assign in m.findall(module, _WRAPPED):
       call = assign.value  # type: ignore[attr-defined]
-      if any(n in table.FUNCTIONS and n.startswith("keras.") and
-             n.endswith("LossScaleOptimizer")  # TF 2.x's, not Keras 3's
+      if any(table.is_tf2_lso(n)  # TF 2.x's, not Keras 3's
              for n in self._names(call.func)) and \
           self.facts.unscales_nothing(call):
         self.given_as_is.add(call)

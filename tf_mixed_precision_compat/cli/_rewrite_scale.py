@@ -81,7 +81,7 @@ def _is_string(node: Any, *values: str) -> bool:
       node.evaluated_value in values
 
 
-def _named_args(original: cst.Call, updated: cst.Call, name: str
+def named_args(original: cst.Call, updated: cst.Call, name: str
                 ) -> tuple[list[str], Optional[dict]]:
   """`(parameter order, {parameter: (arg, updated arg)})` of a
   LossScaleOptimizer call; None for the dict if Keras 3 cannot say them."""
@@ -102,7 +102,7 @@ class LossScaleRewrites(RewriterBase):
   def _lso_args(self, original: cst.Call, updated: cst.Call, name: str
                 ) -> tuple[Optional[list[cst.Arg]], str]:
     """Keras 3 arguments of a LossScaleOptimizer call, or `(None, why not)`."""
-    order, named = _named_args(original, updated, name)
+    order, named = named_args(original, updated, name)
     if named is None:
       return None, "arguments Keras 3 cannot express"
     inner = named.pop(order[0], None)
@@ -233,7 +233,7 @@ class LossScaleRewrites(RewriterBase):
     `(args, change, mark)`: Keras 3's dynamic scale, from a fixed scale's
     value when the source gives it; None where even that cannot be said.
     """
-    keys, named = _named_args(original, updated, name)
+    keys, named = named_args(original, updated, name)
     if named is None or keys[0] not in named or why == _NEVER_SCALED:
       return None
     start = named.get("initial_scale", named.get("loss_scale"))

@@ -68,7 +68,7 @@ def scale_state(opt):
   """
   fixed = getattr(sys.modules["__main__"], "_FIXED_LOSS_SCALES", {})
   if id(opt) in fixed:  # A fixed scale `migrate` wrote in plain code.
-    return fixed[id(opt)], None
+    return fixed[id(opt)][1], None
   scale = getattr(opt, "loss_scale", None)
   if scale is None:
     scale = getattr(opt, "_loss_scale", None)  # tf.compat.v1's wrapper.
