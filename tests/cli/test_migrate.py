@@ -86,11 +86,11 @@ def test_rewrites_keep_comments_and_layout():
 
 
 @pytest.mark.parametrize("line", [
-    "opt = mp.LossScaleOptimizer(inner, loss_scale=128)",
+    "opt = mp.LossScaleOptimizer(inner, loss_scale=1000)",
     "opt = mp.LossScaleOptimizer(inner, tf.mixed_precision.experimental."
     "DynamicLossScale(multiplier=4))",
     "opt = tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=False, "
-    "initial_scale=8)",
+    "initial_scale=12)",
     "opt = tf.train.experimental.enable_mixed_precision_graph_rewrite(inner)",
     "print(thing.loss_scale)",
 ])
@@ -544,7 +544,7 @@ def test_write_twice_changes_nothing(tmp_path):
 def test_report_is_a_line_per_file_and_the_manual_uses(capsys, tmp_path):
   done, todo = tmp_path / "done.py", tmp_path / "todo.py"
   shutil.copy(os.path.join(EXAMPLES, "tf23_custom_loop.py"), done)
-  todo.write_text(_header("opt = mp.LossScaleOptimizer(inner, 128)"))
+  todo.write_text(_header("opt = mp.LossScaleOptimizer(inner, 1000)"))
   assert main(["migrate", str(done), str(todo)]) == 1
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == f"{done}: 7 uses: 7 to rewrite (--write), 0 native, " \
@@ -775,19 +775,17 @@ def test_a_policy_handed_on_in_a_function_defined_before_keeps_its_question():
 
 
 @pytest.mark.parametrize("call, written, mark", [
-    ("mp.LossScaleOptimizer(inner, 128)",
-     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=128)",
-     "fixed loss scale 128 now dynamic"),
-    ("mp.LossScaleOptimizer(inner, loss_scale=mp.FixedLossScale(64))",
-     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=64)",
-     "fixed loss scale 64 now dynamic"),
+    # Fixed scales other than powers of two: the factor would change bits.
+    ("mp.LossScaleOptimizer(inner, 1000)",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=1000)",
+     "fixed loss scale 1000 now dynamic"),
+    ("mp.LossScaleOptimizer(inner, loss_scale=mp.FixedLossScale(96))",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=96)",
+     "fixed loss scale 96 now dynamic"),
     ("tf.keras.mixed_precision.LossScaleOptimizer(inner, dynamic=False, "
-     "initial_scale=2 ** 10)",
-     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=2 ** 10)",
-     "fixed loss scale 2 ** 10 now dynamic"),
-    ("mp.LossScaleOptimizer(inner, flags.loss_scale)",
-     "keras.optimizers.LossScaleOptimizer(inner)",
-     "run-time loss scale dropped (dynamic)"),
+     "initial_scale=1e3)",
+     "keras.optimizers.LossScaleOptimizer(inner, initial_scale=1e3)",
+     "fixed loss scale 1e3 now dynamic"),
     ("tf.keras.mixed_precision.LossScaleOptimizer(inner, initial_scale=1000, "
      "dynamic_growth_steps=10)",
      "keras.optimizers.LossScaleOptimizer(inner, initial_scale=1000, "
@@ -812,11 +810,11 @@ def test_deviate_writes_the_closest_form_marked_and_reported(call, written,
 
 
 def test_deviate_keeps_an_existing_comment_and_leaves_what_it_cannot_say():
-  source = _header("opt = mp.LossScaleOptimizer(inner, 128)  # fp16",
+  source = _header("opt = mp.LossScaleOptimizer(inner, 1000)  # fp16",
                    "bad = mp.LossScaleOptimizer(*args)")
   code, findings = _rewrite.migrate_source(source, deviate=True)
-  assert "initial_scale=128)  # fp16; migrate --deviate: fixed loss " \
-      "scale 128 now dynamic" in code
+  assert "initial_scale=1000)  # fp16; migrate --deviate: fixed loss " \
+      "scale 1000 now dynamic" in code
   assert "bad = mp.LossScaleOptimizer(*args)" in code
   assert [f.status for f in findings if "LossScaleOptimizer" in f.api] == [
       "deviation", "manual"]
@@ -824,17 +822,17 @@ def test_deviate_keeps_an_existing_comment_and_leaves_what_it_cannot_say():
 
 def test_report_counts_deviations(capsys, tmp_path):
   path = tmp_path / "fixed.py"
-  path.write_text(_header("opt = mp.LossScaleOptimizer(inner, 128)"))
+  path.write_text(_header("opt = mp.LossScaleOptimizer(inner, 1000)"))
   assert main(["migrate", str(path), "--deviate"]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == (f"{path}: 2 uses: 1 to rewrite (--write), 0 native, "
                       "0 manual, 1 deviations; runs without the package: "
                       "yes, once rewritten")
   assert "[deviates (with --write)] keras.mixed_precision.experimental." \
-      "LossScaleOptimizer: the fixed loss scale 128 became" in lines[1]
+      "LossScaleOptimizer: the fixed loss scale 1000 became" in lines[1]
   assert "initial_scale" not in path.read_text()
   assert main(["migrate", str(path), "--deviate", "--write"]) == 0
-  assert "# migrate --deviate: fixed loss scale 128" in path.read_text()
+  assert "# migrate --deviate: fixed loss scale 1000" in path.read_text()
 
 
 @pytest.mark.parametrize("compiled", [False, True])

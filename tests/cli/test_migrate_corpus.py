@@ -27,7 +27,7 @@ def test_table_counts_uses_and_reports_missing_files(tmp_path, capsys):
       "import tensorflow as tf\n"
       "from tensorflow.keras.mixed_precision import experimental as mp\n"
       "mp.set_policy('mixed_float16')\n"
-      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 128)\n")
+      "opt = mp.LossScaleOptimizer(tf.keras.optimizers.SGD(), 1000)\n")
   manifest = tmp_path / "manifest.json"
   manifest.write_text(json.dumps([
       {"repo": "a/b", "path": "train.py", "kind": "custom-loop"},

@@ -44,8 +44,6 @@ pytestmark = pytest.mark.skipif(
 # Reductions `migrate` leaves MANUAL: a text of the reason its report gives.
 # Strict: a reduction that becomes native must leave this table.
 MANUAL = {
-    # A fixed scale in a factory: the loops scaling with it are elsewhere.
-    "model_garden_base_task": "returns it to its callers",
     "model_garden_bert_training_utils": "is no instance of the experimental",
     # Their policies' loss scales are a flag's or a parameter's, which a
     # compile() elsewhere could read.

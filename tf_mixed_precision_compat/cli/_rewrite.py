@@ -20,6 +20,7 @@ from tf_mixed_precision_compat.cli._rewrite_base import Finding
 from tf_mixed_precision_compat.cli._rewrite_base import Substitute
 from tf_mixed_precision_compat.cli._rewrite_build import BuildRewrites
 from tf_mixed_precision_compat.cli._rewrite_fixed import FixedScaleRewrites
+from tf_mixed_precision_compat.cli._rewrite_fixed import NEW_LSO as _NEW_LSO
 from tf_mixed_precision_compat.cli._rewrite_grads import GradientRewrites
 from tf_mixed_precision_compat.cli._rewrite_scale import LossScaleRewrites
 
@@ -36,7 +37,6 @@ def _special(name: str) -> bool:
                          "experimental.Policy")))
 
 
-_NEW_LSO = "keras.mixed_precision.LossScaleOptimizer"
 
 
 class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
@@ -148,8 +148,6 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
       return updated
     attr = func.attr.value
     optimizer = self.facts.kind_of(func.value, self.scope) == "optimizer"
-    if attr == "get_scaled_loss" and len(original.args) == 1 and self.fixed:
-      return self.scaled_loss_form(original, updated)
     if attr == "get_scaled_loss" and len(original.args) == 1:
       self._add(original, "LossScaleOptimizer.get_scaled_loss",
                 "scale_loss", table.METHODS[attr][1], "rewrite")
@@ -279,9 +277,10 @@ class Migrator(LossScaleRewrites, BuildRewrites, GradientRewrites,
               "tf.convert_to_tensor(<optimizer>.dynamic_scale)", change,
               "rewrite")
     self.needs_tf = True
-    if self.fixed:  # Plain optimizers with a fixed scale among them.
+    if self.fixed:  # Optimizers with a fixed loss_scale_factor among them.
+      self.needs_helper = True
       return cst.ensure_type(cst.parse_expression(
-          "tf.convert_to_tensor(_loss_scale(OPT), tf.float32)").visit(
+          "tf.convert_to_tensor(_scale(OPT), tf.float32)").visit(
               Substitute({"OPT": updated.value})), cst.Call)
     return cst.Call(func=cst.parse_expression("tf.convert_to_tensor"),
                     args=[cst.Arg(value=renamed)])
@@ -421,7 +420,9 @@ def migrate_source(source: str, deviate: bool = False
     AddImportsVisitor.add_needed_import(context, "keras")
   if migrator.needs_tf:
     AddImportsVisitor.add_needed_import(context, "tensorflow", asname="tf")
-  if migrator.needs_keras or migrator.needs_tf:
+  if migrator.needs_math:
+    AddImportsVisitor.add_needed_import(context, "math")
+  if migrator.needs_keras or migrator.needs_tf or migrator.needs_math:
     new = AddImportsVisitor(context).transform_module(new)
   new = _remove_unused_experimental(new, context)
   return new.code, sorted(migrator.findings,

@@ -1,22 +1,24 @@
-"""`migrate`'s plain-code form of TF 2.x's fixed loss scales in custom loops.
+"""`migrate`'s Keras 3 form of TF 2.x's fixed and run-time loss scales.
 
 TF 2.3/2.4's fixed wrapper multiplied the loss by its scale, the gradients
 by the scale's reciprocal, and applied every step through the inner
-optimizer. Keras 3 has no fixed scale, but a custom loop says exactly that
-in plain code: the migrated file keeps the inner optimizer, notes its scale
-(`_fixed_loss_scale`), and its scaled losses and unscaled gradients become
-the same products (`_scaled_loss`, `_unscaled`). A scale known only at run
-time ("dynamic" or a number, from a flag or a config) goes through
-`_loss_scale_optimizer`, which builds either form.
+optimizer. Keras 3 says that with the inner optimizer's own
+`loss_scale_factor`: `scale_loss` multiplies by it, `apply` divides by it
+and applies every step (`fit` too). Dividing by a power of two is
+multiplying by its reciprocal, bit for bit, so only such scales take it. The
+migrated file keeps the inner optimizer with the factor set
+(`_fixed_loss_scale`); a scale known only at run time ("dynamic" or a
+number, from a flag or a config) goes through `_loss_scale_optimizer`,
+which builds either and checks the number. The optimizer crosses files as
+it is, so every `isinstance` check of TF 2.x's class becomes
+`_is_loss_scaled`, true for both.
 
-Taken only where the file shows the whole loop: it scales or unscales
-through the wrapper, nothing in it compiles a model or calls `minimize` or
-`get_gradients` (Keras would scale nothing there), the wrapper is not
-returned to other code, and no wrapper-only attribute is read.
+Not taken where the file reads a wrapper-only attribute of it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import libcst as cst
@@ -26,43 +28,39 @@ from tf_mixed_precision_compat.cli import _api_table as table
 from tf_mixed_precision_compat.cli._facts import code
 from tf_mixed_precision_compat.cli._rewrite_base import RewriterBase
 from tf_mixed_precision_compat.cli._rewrite_base import Substitute
-from tf_mixed_precision_compat.cli._rewrite_grads import UNSCALED
 from tf_mixed_precision_compat.cli._rewrite_scale import named_args
 
 FIXED_HELPER = '''
 
-_FIXED_LOSS_SCALES = {}  # id -> (optimizer, scale): held, so ids stay its
+class _FixedScale(float):
+  # migrate: a loss_scale_factor Keras 3's apply can divide IndexedSlices
+  # by (its `g / factor` takes dense gradients only); they stay sparse.
+  def __rtruediv__(self, grad):
+    if isinstance(grad, tf.IndexedSlices):
+      return tf.IndexedSlices(grad.values / float(self), grad.indices,
+                              grad.dense_shape)
+    return float.__rtruediv__(self, grad)
 
 
 def _fixed_loss_scale(optimizer, scale):
-  # migrate: TF 2.x's fixed loss scale in plain code: the optimizer itself
-  # (TF's wrapper applied every step through it, non-finite ones too), its
-  # scale noted for _scaled_loss and _unscaled.
-  _FIXED_LOSS_SCALES[id(optimizer)] = (optimizer, float(scale))
+  # migrate: TF 2.x's fixed loss scale as Keras 3's loss_scale_factor:
+  # scale_loss multiplies by it, apply divides by it and applies every
+  # step, non-finite ones too, as TF's wrapper did. Only a power of two
+  # divides as TF multiplied by its reciprocal, bit for bit.
+  if not scale >= 1 or math.frexp(scale)[0] != 0.5:
+    raise ValueError("loss_scale must be a power of two, at least 1 (as "
+                     "TF's was), for Keras 3's loss_scale_factor to keep "
+                     f"TF 2.x's steps bit for bit, got: {scale!r}")
+  optimizer.loss_scale_factor = _FixedScale(scale)
   return optimizer
-
-
-def _loss_scale(optimizer):
-  # migrate: the scale TF 2.x's wrapper had, as a float32 tensor where
-  # fixed.
-  if id(optimizer) in _FIXED_LOSS_SCALES:
-    return tf.constant(_FIXED_LOSS_SCALES[id(optimizer)][1], tf.float32)
-  return _scale(optimizer)
-
-
-def _scaled_loss(loss, optimizer):
-  # migrate: TF 2.x's get_scaled_loss: the loss (or what a callable
-  # returns) times the scale, in the loss's dtype.
-  if callable(loss):
-    return lambda: _scaled_loss(loss(), optimizer)
-  return loss * tf.cast(_loss_scale(optimizer), loss.dtype)
 '''
 IS_LOSS_SCALED_HELPER = '''
 
 def _is_loss_scaled(optimizer):
-  # migrate: what isinstance(optimizer, LossScaleOptimizer) said in TF 2.x.
+  # migrate: what isinstance(optimizer, LossScaleOptimizer) said in TF 2.x:
+  # Keras 3's wrapper, or an optimizer with a fixed loss_scale_factor.
   return isinstance(optimizer, LOSS_SCALE_OPTIMIZER) or (
-      id(optimizer) in _FIXED_LOSS_SCALES)
+      getattr(optimizer, "loss_scale_factor", None) is not None)
 '''
 RUN_TIME_HELPER = '''
 
@@ -76,25 +74,36 @@ def _loss_scale_optimizer(optimizer, loss_scale):
   raise ValueError("loss_scale must be 'dynamic' or a number (the values "
                    f"migrate wrote this for), got: {loss_scale!r}")
 '''
+NEW_LSO = "keras.mixed_precision.LossScaleOptimizer"
 # Reading these of a fixed wrapper means code written for the wrapper
-# object, which the plain form does not keep.
+# object, which the inner optimizer does not have.
 _WRAPPER_ONLY = ("dynamic", "dynamic_counter", "initial_scale",
                  "dynamic_growth_steps", "inner_optimizer", "_optimizer",
                  "_loss_scale")
-_USES = m.Call(func=m.Attribute(attr=m.Name("get_scaled_loss") |
-                                m.Name("get_unscaled_gradients")))
-_NOT_IN_A_LOOP = m.Call(func=m.Attribute(attr=m.Name("minimize") |
-                                         m.Name("get_gradients")))
+
+
+def not_a_power_of_two(value: cst.BaseExpression) -> bool:
+  """Whether `value` is a number literal that is no power of two.
+
+  Other values are checked where they are known, by `_fixed_loss_scale`.
+  """
+  try:
+    number = float(code(value))
+  except ValueError:
+    return False
+  return not (number >= 1 and math.frexp(number)[0] == 0.5)
 
 
 class FixedScaleRewrites(RewriterBase):
-  """Fixed and run-time loss scales of custom loops, in plain code."""
+  """Fixed and run-time loss scales as Keras 3's `loss_scale_factor`."""
 
+  needs_fixed = False
   needs_run_time = False
   needs_is_loss_scaled = False
+  needs_math = False
 
   def scan_fixed(self, module: cst.Module) -> None:
-    """Notes the wrappers that take the plain form: the file's own loop.
+    """Notes the wrappers that take the factor form.
 
     The others' reasons go to `not_plain`, for their MANUAL findings.
     """
@@ -110,32 +119,28 @@ class FixedScaleRewrites(RewriterBase):
       kind = self._fixed_kind(call, names, scope)
       if kind is None:
         continue
-      if why_not is None and sites.returned(call):
-        owner = function.name.value if function is not None else "it"
-        self.not_plain[call] = (f"{owner} returns it to its callers, whose "
-                                "loops are not in this file")
+      if kind[0] == "fixed" and not_a_power_of_two(kind[1].value):
+        self.not_plain[call] = (
+            f"{code(kind[1].value)} is not a power of two of at least 1, "
+            "and Keras 3's "
+            "loss_scale_factor divides the gradients by it where TF "
+            "multiplied them by its reciprocal (the last bits differ); keep "
+            "the inner optimizer without a factor and write the products "
+            "yourself: `tape.gradient(loss * S, vars)`, each gradient times "
+            "`1 / S`, then `apply_gradients`")
       elif why_not is not None:
         self.not_plain[call] = why_not
       else:
         self.fixed[call] = kind
-    if self.fixed:
-      self.rescaled |= {code(c.func.value)  # type: ignore[attr-defined]
-                        for c in m.findall(module, UNSCALED)}
 
   def _file_not_plain(self, module: cst.Module) -> Optional[str]:
-    """Why no wrapper of this file can take the plain form, or None."""
-    if self.facts.has_compile:
-      return "the file compiles a model, and fit() would scale nothing"
-    if m.findall(module, _NOT_IN_A_LOOP):
-      return "minimize() or get_gradients() scale inside the wrapper"
-    if not m.findall(module, _USES):
-      return ("no loop of this file scales a loss or unscales gradients "
-              "through it")
+    """Why no wrapper of this file can take the factor form, or None."""
     reads = [a.attr.value for a in m.findall(module, m.Attribute())
              if isinstance(a, cst.Attribute)]
     read = next((r for r in reads if r in _WRAPPER_ONLY), None)
     if read is not None:
-      return f"the file reads the wrapper's `{read}`"
+      return (f"the file reads the wrapper's `{read}`, which the inner "
+              "optimizer with a loss_scale_factor does not have")
     return None
 
   def _fixed_kind(self, call: cst.Call, names: list[str], scope: str
@@ -188,64 +193,56 @@ class FixedScaleRewrites(RewriterBase):
     if original.args[0].keyword is not None:
       inner = next(a.value for a in updated.args if a.keyword and
                    a.keyword.value in ("optimizer", "inner_optimizer"))
-    self.needs_helper = self.needs_tf = self.needs_keras = True
+    self.needs_fixed = self.needs_math = self.needs_tf = True
     if kind == "fixed":
       self._add(original, name, "_fixed_loss_scale(optimizer, scale)",
-                f"TF 2.x's fixed loss scale {code(value)} in plain code: "
-                "the inner optimizer, which TF's wrapper applied every step "
-                "through, and the job's scaled loss and unscaled gradients "
-                "as the same products (_scaled_loss, _unscaled)", "rewrite")
+                f"TF 2.x's fixed loss scale {code(value)} as Keras 3's "
+                "loss_scale_factor of the inner optimizer: scale_loss "
+                "multiplies by it, apply divides by it (a power of two: TF's "
+                "reciprocal, bit for bit) and applies every step, as TF's "
+                "wrapper did", "rewrite")
       template = "_fixed_loss_scale(OPT, SCALE)"
     else:
-      self.needs_run_time = True
+      self.needs_run_time = self.needs_keras = True
       self._add(original, name, "_loss_scale_optimizer(optimizer, scale)",
                 f"the loss scale {code(value)}, known at run time, builds "
                 "what TF 2.3 built: 'dynamic' Keras 3's LossScaleOptimizer, "
-                "a number TF's fixed scale in plain code (_fixed_loss_scale); "
-                "anything else raises", "rewrite")
+                "a power of two TF's fixed scale as loss_scale_factor "
+                "(_fixed_loss_scale); anything else raises", "rewrite")
       template = "_loss_scale_optimizer(OPT, SCALE)"
     return cst.ensure_type(cst.parse_expression(template).visit(
         Substitute({"OPT": inner, "SCALE": value})), cst.Call)
 
-  def scaled_loss_form(self, original: cst.Call, updated: cst.Call
-                       ) -> cst.BaseExpression:
-    """`opt.get_scaled_loss(loss)` where a wrapper took the plain form."""
-    self._add(original, "LossScaleOptimizer.get_scaled_loss",
-              "_scaled_loss(loss, opt)", "the same product: the loss times "
-              "the scale (fixed, or Keras 3's dynamic one), in its dtype",
-              "rewrite")
-    template = cst.parse_expression("_scaled_loss(LOSS, OPT)")
-    return cst.ensure_type(template.visit(Substitute({
-        "LOSS": updated.args[0].value,
-        "OPT": updated.func.value})), cst.Call)  # type: ignore[attr-defined]
-
   def is_loss_scaled_form(self, original: cst.Call, updated: cst.Call
                           ) -> Optional[cst.BaseExpression]:
-    """`isinstance(opt, LossScaleOptimizer)` where a wrapper is plain code."""
-    if not self.fixed or not m.matches(original, m.Call(
+    """`isinstance(opt, LossScaleOptimizer)`: fixed scales are TF's too."""
+    if not m.matches(original, m.Call(
         func=m.Name("isinstance"), args=[m.Arg(keyword=None),
                                          m.Arg(keyword=None)])):
       return None
     kind = original.args[1].value
-    if not any(table.is_tf2_lso(n) for n in self._names(kind)):
-      return None
+    names = [n for n in self._names(kind) if table.is_tf2_lso(n)]
+    if not names or "experimental" in names[0] and (
+        NEW_LSO in self.facts.called):
+      return None  # TF 2.4's class is no instance of the experimental one.
     self._drop_findings_in(kind)
-    self.needs_is_loss_scaled = True
+    self.needs_is_loss_scaled = self.needs_keras = True
     self._add(original, "isinstance(x, LossScaleOptimizer)",
               "_is_loss_scaled(x)", "the same answer: True for Keras 3's "
-              "wrapper and for an optimizer with a fixed scale noted, as "
-              "for TF 2.x's wrappers", "rewrite")
+              "wrapper and for an optimizer with a fixed loss_scale_factor "
+              "(migrate's form of TF 2.x's fixed wrapper, from this file or "
+              "another), as for TF 2.x's wrappers", "rewrite")
     return cst.Call(func=cst.Name("_is_loss_scaled"),
                     args=[updated.args[0].with_changes(
                         comma=cst.MaybeSentinel.DEFAULT)])
 
   def fixed_helper_statements(self) -> list[cst.BaseStatement]:
-    """The plain-code helpers, once, after `_rewrite_grads`' ones."""
-    if not self.fixed or not self.needs_helper:
-      return []
-    text = FIXED_HELPER + (
+    """The factor form's helpers, once, after `_rewrite_grads`' ones."""
+    text = (FIXED_HELPER if self.needs_fixed else "") + (
         IS_LOSS_SCALED_HELPER if self.needs_is_loss_scaled else "") + (
             RUN_TIME_HELPER if self.needs_run_time else "")
+    if not text:
+      return []
     body: list[cst.BaseStatement] = list(cst.parse_module(text.replace(
         "LOSS_SCALE_OPTIMIZER", "keras.optimizers.LossScaleOptimizer")).body)
     body[0] = body[0].with_changes(leading_lines=[cst.EmptyLine()] * 2)
@@ -253,14 +250,12 @@ class FixedScaleRewrites(RewriterBase):
 
 
 class _Sites(cst.CSTVisitor):
-  """Each call's innermost function, and what each function returns."""
+  """Each call's innermost function."""
 
   def __init__(self) -> None:
     super().__init__()
     self._stack: list[Optional[cst.FunctionDef]] = [None]
     self.function: dict[cst.Call, Optional[cst.FunctionDef]] = {}
-    self.returns: dict[Optional[cst.FunctionDef], list[cst.CSTNode]] = {}
-    self.bound: dict[cst.Call, set[str]] = {}  # -> the names it is bound to
 
   def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
     self._stack.append(node)
@@ -270,21 +265,3 @@ class _Sites(cst.CSTVisitor):
 
   def visit_Call(self, node: cst.Call) -> None:
     self.function[node] = self._stack[-1]
-
-  def visit_Return(self, node: cst.Return) -> None:
-    if node.value is not None:
-      self.returns.setdefault(self._stack[-1], []).append(node.value)
-
-  def visit_Assign(self, node: cst.Assign) -> None:
-    if isinstance(node.value, cst.Call):
-      self.bound[node.value] = {code(t.target) for t in node.targets}
-
-  def returned(self, call: cst.Call) -> bool:
-    """Whether `call`'s function hands what it makes back to its caller."""
-    names = self.bound.get(call, set())
-    for value in self.returns.get(self.function.get(call), []):
-      inside = m.findall(value, m.Call() | m.Name() | m.Attribute())
-      if any(n is call or code(n) in names for n in inside) or \
-          code(value) in names:
-        return True
-    return False

@@ -36,8 +36,10 @@ def _times(grad, factor):
 
 
 def _scale(optimizer):
-  # migrate: a Keras 3 LossScaleOptimizer's scale (its initial one until
-  # its first step builds it); 1 for any other optimizer.
+  # migrate: a fixed loss_scale_factor, a Keras 3 LossScaleOptimizer's
+  # scale (its initial one until its first step builds it); else 1.
+  if getattr(optimizer, "loss_scale_factor", None) is not None:
+    return optimizer.loss_scale_factor
   if getattr(optimizer, "initial_scale", None) is None:
     return 1
   return optimizer.dynamic_scale if optimizer.built else optimizer.initial_scale
@@ -115,9 +117,6 @@ class GradientRewrites(RewriterBase):
     if not self.needs_helper:
       return []
     two = [cst.EmptyLine(), cst.EmptyLine()]
-    # Where a fixed scale became plain code, that scale is unscaled too.
-    text = HELPER.replace("1 / _scale(", "1 / _loss_scale(") if self.fixed \
-        else HELPER
-    body: list[cst.BaseStatement] = list(cst.parse_module(text).body)
+    body: list[cst.BaseStatement] = list(cst.parse_module(HELPER).body)
     body[0] = body[0].with_changes(leading_lines=two)
     return body

@@ -23,11 +23,10 @@ _NO_LOSS_SCALE = (
     "Keras 3 policies hold no loss scale; the loss scale is the "
     "optimizer's (keras.optimizers.LossScaleOptimizer, dynamic only)")
 _FIXED = (
-    "a fixed loss scale has no Keras 3 counterpart (Keras 3's "
-    "LossScaleOptimizer is dynamic only, and a fixed TF scale applied "
-    "non-finite steps): multiply the loss by the scale and divide the "
-    "gradients by it yourself, or move to dynamic scaling (behaviour "
-    "changes)")
+    "Keras 3's form of a fixed loss scale is the inner optimizer's "
+    "loss_scale_factor (scale_loss multiplies by it, apply divides by it and "
+    "applies every step, as TF's fixed wrapper did), exact for a power of "
+    "two: `optimizer.loss_scale_factor = S` and use the inner optimizer")
 
 
 def _kwarg(key: str, value: cst.BaseExpression) -> cst.Arg:
@@ -210,8 +209,7 @@ class LossScaleRewrites(RewriterBase):
       self._deviation(original, name, str(replacement), change, mark)
     elif args is None:
       if original in self.not_plain:
-        why += ("; migrate writes that plain code itself only where the "
-                "file holds the whole custom loop, and here "
+        why += ("; not written here: "
                 + self.not_plain[original])
       self._add(original, name, replacement, f"not rewritten: {why}",
                 "manual")
