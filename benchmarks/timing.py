@@ -337,6 +337,9 @@ def probe_memory(name, mode, settings, device, source="rss"):
   if name == "tf_keras":
     # tf_keras as a job using it would: the legacy Keras behind tf.keras.
     env["TF_USE_LEGACY_KERAS"] = "1"
+  if source == "allocator" and device == "cpu":
+    # Set here, the probe need not restart itself to turn it on.
+    env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
   proc = subprocess.run(
       [sys.executable, _PROBE, "--contender", name, "--mode", mode,
        "--vars", str(num_vars), "--width", str(width), "--steps", str(steps),

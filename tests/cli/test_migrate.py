@@ -649,6 +649,34 @@ def test_policy_loss_scale_known_at_run_time_only_is_reported():
   assert "only known at run time" in change
 
 
+_FLAG_POLICY = (
+    "def init_tf(flags):",
+    "  mp.set_policy(mp.Policy('mixed_float16', loss_scale=flags.loss_scale))")
+
+
+@pytest.mark.parametrize("run", ["if __name__ == '__main__':\n  init_tf(F)",
+                                 "for step in range(3):\n  init_tf(F)"])
+def test_a_programs_run_time_policy_scale_nothing_compiles_is_dropped(run):
+  # NVIDIA's DLRM: a flag's scale on the global policy of a custom-loop job;
+  # only compile() read a policy's loss scale, and nothing here compiles.
+  code, findings = _migrate(_header(*_FLAG_POLICY, run))
+  (policy,) = [f for f in findings if f.api.endswith(".Policy")]
+  assert policy.status == "rewrite"
+  assert "this file compiles nothing" in policy.change
+  assert "keras.mixed_precision.Policy('mixed_float16')" in code
+  assert "loss_scale" not in code
+
+
+@pytest.mark.parametrize("tail", [
+    (),  # A library: its callers' files may compile.
+    ("if __name__ == '__main__':", "  init_tf(F)",
+     "  model.compile('sgd', 'mse')"),  # A program that compiles.
+])
+def test_a_run_time_policy_scale_compile_may_read_stays_manual(tail):
+  (change,) = _manual(_header(*_FLAG_POLICY, *tail))
+  assert "only known at run time" in change
+
+
 def test_compat_v2_names_and_imports_inside_functions():
   code = _rewritten(
       "import tensorflow.compat.v2 as tf2\n"

@@ -99,6 +99,10 @@ class Facts(cst.CSTVisitor):
     self._factory_results: list[tuple[tuple[str, int, str], str]] = []
     self._callees: dict[str, set[str]] = {}  # function -> what it calls
     self.assigned: dict[tuple[str, str], Assignment] = {}  # first in scope
+    self.params: set[tuple[str, str]] = set()  # (scope, name) of parameters
+    # A program (a `__main__` guard or a top-level loop), not a library
+    # whose functions other files call.
+    self.is_program = False
     self.self_attrs: dict[str, str] = {}  # `self.opt = ...`'s names -> kind
     self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
     self.lso_sites: list[tuple[str, int, str]] = []  # name, line, scope
@@ -134,6 +138,7 @@ class Facts(cst.CSTVisitor):
                   *node.params.posonly_params):
       self.assigned.setdefault((self.scope, param.name.value),
                                Assignment(line, "other"))
+      self.params.add((self.scope, param.name.value))
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     self._scopes.pop()
@@ -335,6 +340,13 @@ class Facts(cst.CSTVisitor):
         node.args[0].value, cst.Name):
       # What a Keras loss-scale optimizer wraps is a Keras optimizer.
       self.keras_wrapped.add((self.scope, node.args[0].value.value))
+
+  def visit_Module(self, node: cst.Module) -> None:
+    main_guard = m.If(test=m.Comparison(
+        left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
+            operator=m.Equal(), comparator=m.SimpleString())]))
+    self.is_program = any(m.matches(s, main_guard | m.For() | m.While())
+                          for s in node.body)
 
   def visit_If(self, node: cst.If) -> None:
     # `if not M.optimizer.built: ...`, inserted by an earlier --write.

@@ -286,7 +286,9 @@ class LossScaleRewrites(RewriterBase):
         self._drop_findings_in(original.args[i])
       change = ("same dtypes; its loss scale dropped (a policy holds none "
                 "now; Keras 3's compile gives a mixed_float16 model's "
-                "optimizer the same dynamic one)")
+                "optimizer the same dynamic one)" if self.facts.has_compile
+                else "same dtypes; its loss scale dropped: only compile() "
+                "read a policy's loss scale, and this file compiles nothing")
     if dropped and why is not None:
       self._deviation(original, name, str(replacement), change + ", where "
                       "TF used this one: " + why, "policy's loss scale "
@@ -305,7 +307,12 @@ class LossScaleRewrites(RewriterBase):
     if not (held == "default" or isinstance(held, (
         cst.SimpleString, cst.Integer, cst.Float, cst.Call)) or isinstance(
             held, cst.Name) and held.value == "None"):
-      # A helper's parameter or a flag: a compile() in another file may
+      if not self.facts.has_compile and (
+          self.facts.is_program or not self._from_parameter(held)):
+        # A flag or a setting of a job that compiles nothing: as with a
+        # number written here, no compile() reads the policy's scale.
+        return None
+      # A library helper's parameter: a compile() in its callers' files may
       # read it, and a number there was a fixed scale Keras 3 cannot give.
       return (_NO_LOSS_SCALE + ". This one is only known at run time: if "
               "it is 'dynamic' (or None for a policy other than "
@@ -335,6 +342,11 @@ class LossScaleRewrites(RewriterBase):
               "dynamic_growth_steps=...) carrying its initial_loss_scale "
               "and increment_period")
     return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
+
+  def _from_parameter(self, value: cst.BaseExpression) -> bool:
+    """Whether `value` reads a parameter of the function it is in."""
+    return any((self.scope, n.value) in self.facts.params
+               for n in m.findall(value, m.Name()) if isinstance(n, cst.Name))
 
   def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
                    ) -> cst.BaseExpression:
