@@ -343,9 +343,9 @@ class LossScaleRewrites(RewriterBase):
               "and increment_period")
     return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
 
-  def _from_parameter(self, value: cst.BaseExpression) -> bool:
+  def _from_parameter(self, value: _facts.LossScale) -> bool:
     """Whether `value` reads a parameter of the function it is in."""
-    return any((self.scope, n.value) in self.facts.params
+    return isinstance(value, cst.BaseExpression) and any((self.scope, n.value) in self.facts.params
                for n in m.findall(value, m.Name()) if isinstance(n, cst.Name))
 
   def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
