@@ -17,8 +17,9 @@ Usage:
   python benchmarks/bench_loss_scaling.py [--quick] [--out results.json]
   python benchmarks/bench_loss_scaling.py --only memory [--device gpu]
 
-`--quick` uses fewer repetitions and smaller sizes (reported in the output)
-and finishes in under two minutes on two cores. `--out` writes everything,
+`--quick` uses fewer repetitions and smaller sizes, and measures every mode
+and workload once rather than every pairing (reported in the output); it
+finishes in a few minutes on two cores. `--out` writes everything,
 the markdown report included (`report`), as JSON.
 """
 
@@ -104,20 +105,29 @@ def _settings(parser, args):
   return settings
 
 
+# Each workload's modes in a full run.
+_MODES = {"wide": ("function", "jit", "mirrored"),
+          "many": ("eager", "function", "jit", "mirrored"),
+          "scaling": ("function", "jit", "mirrored"),
+          "fit": ("function", "jit", "mirrored")}
+
+
 def _plan(settings, wanted, modes, log):
   """The cells in the table's order, as (mode, function of the strategy and
   the log)."""
+  each = lambda workload: modes(*settings.modes_of(workload,
+                                                   _MODES[workload]))
   plan = []
   if wanted("wide"):
-    for mode in modes("function", "jit", "mirrored"):
+    for mode in each("wide"):
       plan.append((mode, functools.partial(
           timing.run_cell, "wide", mode, *settings.wide, settings)))
   if wanted("many"):
-    for mode in modes("eager", "function", "jit", "mirrored"):
+    for mode in each("many"):
       plan.append((mode, functools.partial(
           timing.run_cell, "many", mode, *settings.many, settings)))
   if wanted("scaling"):
-    for mode in modes("function", "jit", "mirrored"):
+    for mode in each("scaling"):
       for num_vars, width in settings.scaling:
         limit = {"jit": settings.jit_max_vars,
                  "mirrored": settings.mirrored_max_vars}.get(mode)
@@ -128,7 +138,7 @@ def _plan(settings, wanted, modes, log):
         plan.append((mode, functools.partial(
             timing.run_cell, "scaling", mode, num_vars, width, settings)))
   if wanted("fit"):
-    for mode in modes("function", "jit", "mirrored"):
+    for mode in each("fit"):
       plan.append((mode, functools.partial(timing.run_fit_cell, mode,
                                            settings)))
   if wanted("v1"):

@@ -52,13 +52,17 @@ class Settings:
     if quick:
       self.wide = (10, 64)
       self.many = (16, 16)
-      self.scaling = ((2, 16), (8, 16))
+      self.scaling = ((8, 16),)
       self.reps, self.cell_s, self.warmup = 3, 0., 0
       self.instances, self.instances_max_vars = 1, None
       self.jit_max_vars = None
       self.mirrored_max_vars = None
       self.fit_reps, self.fit_steps, self.fit_units = 2, 3, 32
       self.memory = (4, 256, 2)
+      # Every mode once ("many" runs them all) and every workload in
+      # tf.function, rather than every pairing.
+      self.modes = {"wide": ("function",), "scaling": ("function",),
+                    "fit": ("function", "mirrored")}
     else:
       self.wide = (10, 1000)
       self.many = (400, 32)
@@ -76,6 +80,11 @@ class Settings:
       self.fit_reps, self.fit_steps, self.fit_units = 15, 20, 1024
       # Variables, width, steps: 768 MiB of Adam state.
       self.memory = (16, 2048, 5)
+      self.modes = {}  # Workload -> its modes, where not every one.
+
+  def modes_of(self, workload, modes):
+    """Those of `modes` this run measures `workload` in."""
+    return [m for m in modes if m in self.modes.get(workload, modes)]
 
   def instances_for(self, num_vars):
     """Instances of each contender built for a cell of `num_vars`."""

@@ -84,6 +84,23 @@ def last_name(node: cst.BaseExpression) -> Optional[str]:
   return None
 
 
+def _is_keras_lso(names: list[str]) -> bool:
+  return any(n.startswith("keras.") and n.endswith("LossScaleOptimizer")
+             for n in names)
+
+
+_MAIN_GUARD = m.If(test=m.Comparison(
+    left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
+        operator=m.Equal(), comparator=m.SimpleString())]))
+
+
+def _is_program(module: cst.Module) -> bool:
+  """A program (a `__main__` guard or a top-level loop), not a library whose
+  functions other files call."""
+  return any(m.matches(s, _MAIN_GUARD | m.For() | m.While())
+             for s in module.body)
+
+
 class Facts(cst.CSTVisitor):
   """The facts of one module; `Migrator` reads them while it rewrites."""
 
@@ -100,9 +117,7 @@ class Facts(cst.CSTVisitor):
     self._callees: dict[str, set[str]] = {}  # function -> what it calls
     self.assigned: dict[tuple[str, str], Assignment] = {}  # first in scope
     self.params: set[tuple[str, str]] = set()  # (scope, name) of parameters
-    # A program (a `__main__` guard or a top-level loop), not a library
-    # whose functions other files call.
-    self.is_program = False
+    self.is_program = False  # Not a library other files call (_is_program).
     self.self_attrs: dict[str, str] = {}  # `self.opt = ...`'s names -> kind
     self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
     self.lso_sites: list[tuple[str, int, str]] = []  # name, line, scope
@@ -145,6 +160,7 @@ class Facts(cst.CSTVisitor):
     self._functions.pop()
 
   def leave_Module(self, original_node: cst.Module) -> None:
+    self.is_program = _is_program(original_node)
     # Optimizers from this file's factories (functions that wrap one for
     # loss scaling, e.g. `configure_optimizer`, or call one that does) are
     # sites like direct ones.
@@ -190,11 +206,6 @@ class Facts(cst.CSTVisitor):
       return "model"
     return "other"
 
-  @staticmethod
-  def _is_keras_lso(names: list[str]) -> bool:
-    return any(n.startswith("keras.") and n.endswith("LossScaleOptimizer")
-               for n in names)
-
   def visit_ClassDef(self, node: cst.ClassDef) -> None:
     for base in node.bases:
       names = self.names(base.value)
@@ -238,7 +249,7 @@ class Facts(cst.CSTVisitor):
           self.scope, line,
           bound.value if isinstance(bound, cst.Name) else None)
     kind = self._kind(node.value)
-    if isinstance(node.value, cst.Call) and self._is_keras_lso(
+    if isinstance(node.value, cst.Call) and _is_keras_lso(
         self.names(node.value.func)):
       self.lso_names.update((self.scope, code(t.target))
                             for t in node.targets)
@@ -336,17 +347,10 @@ class Facts(cst.CSTVisitor):
         pairs = pairs.args[0].value  # type: ignore[attr-defined]
       if m.matches(pairs, zipped):
         self._applied.add(pairs.args[0].value)  # type: ignore[attr-defined]
-    if self._is_keras_lso(names) and node.args and isinstance(
+    if _is_keras_lso(names) and node.args and isinstance(
         node.args[0].value, cst.Name):
       # What a Keras loss-scale optimizer wraps is a Keras optimizer.
       self.keras_wrapped.add((self.scope, node.args[0].value.value))
-
-  def visit_Module(self, node: cst.Module) -> None:
-    main_guard = m.If(test=m.Comparison(
-        left=m.Name("__name__"), comparisons=[m.ComparisonTarget(
-            operator=m.Equal(), comparator=m.SimpleString())]))
-    self.is_program = any(m.matches(s, main_guard | m.For() | m.While())
-                          for s in node.body)
 
   def visit_If(self, node: cst.If) -> None:
     # `if not M.optimizer.built: ...`, inserted by an earlier --write.

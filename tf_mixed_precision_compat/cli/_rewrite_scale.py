@@ -345,8 +345,9 @@ class LossScaleRewrites(RewriterBase):
 
   def _from_parameter(self, value: _facts.LossScale) -> bool:
     """Whether `value` reads a parameter of the function it is in."""
-    return isinstance(value, cst.BaseExpression) and any((self.scope, n.value) in self.facts.params
-               for n in m.findall(value, m.Name()) if isinstance(n, cst.Name))
+    return isinstance(value, cst.BaseExpression) and any(
+        (self.scope, n.value) in self.facts.params
+        for n in m.findall(value, m.Name()) if isinstance(n, cst.Name))
 
   def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
                    ) -> cst.BaseExpression:
