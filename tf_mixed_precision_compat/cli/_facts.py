@@ -116,7 +116,6 @@ class Facts(cst.CSTVisitor):
     self._factory_results: list[tuple[tuple[str, int, str], str]] = []
     self._callees: dict[str, set[str]] = {}  # function -> what it calls
     self.assigned: dict[tuple[str, str], Assignment] = {}  # first in scope
-    self.params: set[tuple[str, str]] = set()  # (scope, name) of parameters
     self.is_program = False  # Not a library other files call (_is_program).
     self.self_attrs: dict[str, str] = {}  # `self.opt = ...`'s names -> kind
     self.apply_vars: dict[str, str] = {}  # optimizer name -> its var list
@@ -153,7 +152,6 @@ class Facts(cst.CSTVisitor):
                   *node.params.posonly_params):
       self.assigned.setdefault((self.scope, param.name.value),
                                Assignment(line, "other"))
-      self.params.add((self.scope, param.name.value))
 
   def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
     self._scopes.pop()

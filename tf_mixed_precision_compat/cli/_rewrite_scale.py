@@ -307,13 +307,13 @@ class LossScaleRewrites(RewriterBase):
     if not (held == "default" or isinstance(held, (
         cst.SimpleString, cst.Integer, cst.Float, cst.Call)) or isinstance(
             held, cst.Name) and held.value == "None"):
-      if not self.facts.has_compile and (
-          self.facts.is_program or not self._from_parameter(held)):
-        # A flag or a setting of a job that compiles nothing: as with a
+      if self.facts.is_program and not self.facts.has_compile:
+        # A flag or a setting of a program that compiles nothing: as with a
         # number written here, no compile() reads the policy's scale.
         return None
-      # A library helper's parameter: a compile() in its callers' files may
-      # read it, and a number there was a fixed scale Keras 3 cannot give.
+      # In a library (a global policy's scale too), a compile() in its
+      # callers' files may read it, and a number there was a fixed scale
+      # Keras 3 cannot give.
       return (_NO_LOSS_SCALE + ". This one is only known at run time: if "
               "it is 'dynamic' (or None for a policy other than "
               "mixed_float16), drop the argument; if it is None for "
@@ -342,12 +342,6 @@ class LossScaleRewrites(RewriterBase):
               "dynamic_growth_steps=...) carrying its initial_loss_scale "
               "and increment_period")
     return _NO_LOSS_SCALE + ". compile() used this scale: " + _FIXED
-
-  def _from_parameter(self, value: _facts.LossScale) -> bool:
-    """Whether `value` reads a parameter of the function it is in."""
-    return isinstance(value, cst.BaseExpression) and any(
-        (self.scope, n.value) in self.facts.params
-        for n in m.findall(value, m.Name()) if isinstance(n, cst.Name))
 
   def _policy_read(self, original: cst.Attribute, updated: cst.Attribute
                    ) -> cst.BaseExpression:
