@@ -7,6 +7,7 @@ original job recorded; a conversion that cannot be exact writes nothing.
 
 import json
 import os
+import shutil
 
 import keras
 import numpy as np
@@ -101,6 +102,22 @@ def test_demo_keeps_checkpoint_number_and_writes_extra_files(capsys,
   for a, b in zip(fresh.weights, reloaded.weights):
     np.testing.assert_array_equal(a.numpy(), b.numpy())
   assert sorted(os.listdir(tmp_path)) == ["m.keras", "new", "w.weights.h5"]
+
+
+def test_the_jobs_next_save_is_numbered_as_the_old_jobs_was(tmp_path):
+  # The old job saved twice (as ckpt-40): its next manager.save() after a
+  # restore writes ckpt-3; so does the migrated job's after restoring NEW.
+  old = testing.fixture_path("legacy", "demo_tf23")
+  new = str(tmp_path / "new")
+  assert main(["convert", old, new, "--model",
+               "tests.cli.models:demo_model"]) == 0
+  for directory, expected in ((old, "ckpt-3"), (new, "ckpt-3")):
+    ckpt = tf.train.Checkpoint()
+    ckpt.restore(tf.train.latest_checkpoint(directory)).expect_partial()
+    manager = tf.train.CheckpointManager(ckpt, str(tmp_path / "next"),
+                                         max_to_keep=None)
+    assert manager.save().endswith(expected), directory
+    shutil.rmtree(tmp_path / "next")
 
 
 @pytest.mark.parametrize("case, model_fn, words", [

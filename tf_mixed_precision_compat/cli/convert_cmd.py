@@ -295,6 +295,13 @@ def written(restored: Restored) -> str:
   return f"{where} (their paths in the old checkpoint)"
 
 
+def _save_counter(prefix: str) -> Optional[int]:
+  """How many saves a `tf.train.Checkpoint` root counted, if it was one."""
+  reader = tf.train.load_checkpoint(prefix)
+  key = "save_counter/.ATTRIBUTES/VARIABLE_VALUE"
+  return int(reader.get_tensor(key)) if reader.has_tensor(key) else None
+
+
 def _write(directory: str, restored: Restored, opt: Any,
            prefix: Optional[str]) -> str:
   """Writes NEW, numbered as the old checkpoint `prefix` (`ckpt-40`) was."""
@@ -304,6 +311,11 @@ def _write(directory: str, restored: Restored, opt: Any,
   # Nested as _verify.py reads it back.
   ckpt = tf.train.Checkpoint(**_verify.tree(
       objects.items(), tf.__internal__.tracking.AutoTrackable))
+  saves = None if prefix is None else _save_counter(prefix)
+  if saves:
+    # save() counts itself: NEW then holds the old count, and the job's next
+    # manager.save() is numbered as the old job's would have been.
+    ckpt.save_counter.assign(saves - 1)
   manager = tf.train.CheckpointManager(ckpt, directory, max_to_keep=1)
   number = re.search(r"-(\d+)$", prefix or "")
   return manager.save(checkpoint_number=int(number.group(1)) if number
