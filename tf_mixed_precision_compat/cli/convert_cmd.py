@@ -28,6 +28,7 @@ from tf_mixed_precision_compat.cli import _sources
 from tf_mixed_precision_compat.cli import _verify
 from tf_mixed_precision_compat.cli import inspect_cmd
 from tf_mixed_precision_compat.legacy import _match
+from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.legacy import _read_h5
 
 # A fixed loss scale as Keras 3's dynamic LossScaleOptimizer: it never grows
@@ -298,7 +299,7 @@ def written(restored: Restored) -> str:
 def _save_counter(prefix: str) -> Optional[int]:
   """How many saves a `tf.train.Checkpoint` root counted, if it was one."""
   reader = tf.train.load_checkpoint(prefix)
-  key = "save_counter/.ATTRIBUTES/VARIABLE_VALUE"
+  key = "save_counter" + _read_checkpoint.VALUE_SUFFIX
   return int(reader.get_tensor(key)) if reader.has_tensor(key) else None
 
 
