@@ -20,6 +20,7 @@ from tests import testing
 from tests.cli.models import Net
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy import _layout
+from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers.loss_scale_optimizer import (
     LossScaleOptimizer)
@@ -319,6 +320,41 @@ class MismatchTest(parameterized.TestCase):
     model = keras.Sequential([
         keras.Input((4,)), keras.layers.Dense(6, name="logits"),
         keras.layers.Dense(1, name="hidden")])
+    with self.assertRaisesRegex(legacy.RestoreError, "differ in structure"):
+      legacy.restore_checkpoint(_location(case, record), model,
+                                _optimizer(record))
+
+  def test_shifted_automatic_names_still_restore(self):
+    # A process that built other Dense layers first names these dense_1,
+    # dense_2, dense_3 where the old job had dense, dense_1, dense_2: the
+    # automatic names say nothing about the arrangement, the order does.
+    record = _load("demo")
+    shifted = json.loads(record["model_json"])
+    for n, layer in enumerate(shifted["config"]["layers"][1:4]):
+      layer["config"]["name"] = f"dense_{n + 1}"
+    model = legacy.model_from_json(json.dumps(shifted))
+    self.assertEqual([l.name for l in model.layers[:3]],
+                     ["dense_1", "dense_2", "dense_3"])
+    opt = _optimizer(record)
+    legacy.restore_checkpoint(_location("demo", record), model, opt)
+    for old, new in (("dense", "dense_1"), ("dense_1", "dense_2"),
+                     ("dense_2", "dense_3")):
+      np.testing.assert_array_equal(
+          _layer(model, new).kernel.numpy(),
+          np.asarray(record["weights"][f"{old}/kernel"], np.float32))
+
+  def test_user_names_on_automatic_ones_are_detected(self):
+    # "dense_1" is automatic for a Dense, but "head" was a user's name: the
+    # old head's weights would land in another layer than the model's head.
+    case = next(c for c in CASES if c.startswith("ckpt_tf22_seq"))
+    record = _load(case)
+    model = keras.Sequential([
+        keras.Input((4,)), keras.layers.Dense(6, name="hidden_renamed"),
+        keras.layers.Dense(1, name="hidden")])
+    self.assertFalse(_match.is_automatic_name("hidden", model.layers[1]))
+    self.assertTrue(_match.is_automatic_name("dense_12", model.layers[1]))
+    self.assertTrue(_match.is_automatic_name(
+        "batch_normalization", keras.layers.BatchNormalization()))
     with self.assertRaisesRegex(legacy.RestoreError, "differ in structure"):
       legacy.restore_checkpoint(_location(case, record), model,
                                 _optimizer(record))

@@ -11,6 +11,7 @@ import numpy as np
 
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.legacy import _layout
+from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.optimizers import _keras2_config
 
@@ -33,9 +34,8 @@ def _slot_classes() -> dict:
 
 
 def _default_name(class_name: str) -> str:
-  """Keras 3's default name of an optimizer: its class's, in snake case."""
-  name = re.sub("(.)([A-Z][a-z]+)", r"\1_\2", class_name)  # RMSprop: rm_sprop
-  return re.sub("([a-z])([A-Z])", r"\1_\2", name).lower()  # AdamW: adam_w
+  """Keras 3's default name of an optimizer (RMSprop: rm_sprop)."""
+  return _match.snake_case(class_name)
 
 
 _SLOT_CLASSES = _slot_classes()

@@ -214,9 +214,37 @@ def plan_restore(reader, graph, source, models, optimizers, ignored_nodes=(),
   return plan
 
 
+def snake_case(class_name, keras2=False):
+  """The stem Keras 3 (or 2) gives an object's automatic names: Keras 2
+  also split before capitals followed by digits."""
+  lower = "a-z0-9" if keras2 else "a-z"
+  words = re.sub(f"(.)([A-Z][{lower}]+)", r"\1_\2", class_name)
+  snake = re.sub("([a-z])([A-Z])", r"\1_\2", words).lower()
+  return "private" + snake if keras2 and snake.startswith("_") else snake
+
+
+def is_automatic_name(name, layer):
+  """Whether `name` is one Keras 2 or 3 would make up for a layer like
+  `layer`: such names shift with what a process built before."""
+  return any(
+      re.fullmatch(re.escape(snake_case(type(layer).__name__, k2)) +
+                   r"(_\d+)?", name) for k2 in (False, True))
+
+
+def _swapped(recorded, layer, layers_by_name):
+  """Whether a weight of the old job's layer `recorded` reaches `layer`
+  while the model has its own layer `recorded`: another arrangement, unless
+  both names are only Keras's automatic ones."""
+  if not recorded or layer is None or recorded == layer.name:
+    return False
+  other = layers_by_name.get(recorded)
+  return other is not None and not (is_automatic_name(recorded, other) and
+                                    is_automatic_name(layer.name, layer))
+
+
 def _plan_model(plan, model, model_node, optimizer_vars):
   """Binds the model's weights, following each variable's paths."""
-  layers_by_name = {layer.name for layer in
+  layers_by_name = {layer.name: layer for layer in
                     _private_api.keras_nested_layers(model)}
   graph = plan.graph
   for node_id, paths in sorted(
@@ -239,8 +267,7 @@ def _plan_model(plan, model, model_node, optimizer_vars):
       continue
     target, layer = next(iter(found.values()))
     recorded_layer = full_name.split("/")[-2] if "/" in full_name else None
-    if (recorded_layer and layer is not None and
-        recorded_layer != layer.name and recorded_layer in layers_by_name):
+    if _swapped(recorded_layer, layer, layers_by_name):
       plan.problems.append(_problems.Problem(
           _problems.STRUCTURE, key, layer.name, found=recorded_layer))
       continue
