@@ -19,6 +19,7 @@ from tests import testing
 from tests.cli import models
 from tf_mixed_precision_compat import legacy
 from tf_mixed_precision_compat.cli import _sources
+from tf_mixed_precision_compat.cli import _verify
 from tf_mixed_precision_compat.cli import convert_cmd
 from tf_mixed_precision_compat.cli import main
 
@@ -26,6 +27,8 @@ CASES = {  # fixture (one per TF version) -> (model function, inner class)
     "ckpt_tf22_func_adam_dynamic": ("func_model", "Adam"),
     "ckpt_tf23_seq_adam_dynamic": ("seq_model", "Adam"),
     "ckpt_tf24_func_adam_dynamic": ("func_model", "Adam"),
+    # Layers held in a Python list of a subclassed model.
+    "ckpt_tf23_sub_sgd_dynamic": ("sub_model", ("SGD", {"momentum": 0.9})),
 }
 
 
@@ -35,14 +38,15 @@ def _record(name):
 
 
 def _restore_natively(directory, model_fn, inner):
-  """What a Keras 3 job's own resume code gets from `directory`."""
+  """What a Keras 3 job's own resume code gets from `directory`, restored
+  as docs/migration.md says: the optimizer built first."""
   model = getattr(models, model_fn)()
-  opt = keras.optimizers.LossScaleOptimizer(getattr(keras.optimizers,
-                                                    inner)())
-  status = tf.train.Checkpoint(model=model, optimizer=opt).restore(
-      tf.train.latest_checkpoint(directory))
+  name, kwargs = inner if isinstance(inner, tuple) else (inner, {})
+  opt = keras.optimizers.LossScaleOptimizer(
+      getattr(keras.optimizers, name)(**kwargs))
   opt.build(model.trainable_variables)
-  status.assert_consumed()
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      tf.train.latest_checkpoint(directory)).assert_consumed()
   return model, opt
 
 
@@ -67,13 +71,30 @@ def test_converted_checkpoint_restores_natively(capsys, tmp_path, case):
     layer, weight = key.split("/")
     np.testing.assert_array_equal(
         getattr(model.get_layer(layer), weight).numpy(), value, err_msg=key)
+  for key, slots in record["slots"].items():
+    layer, weight = key.split("/")
+    variable = getattr(model.get_layer(layer), weight)
+    for tf_name, value in slots.items():
+      np.testing.assert_array_equal(
+          _slot(opt, variable, SLOTS[tf_name]).numpy(), value,
+          err_msg=f"{key} {tf_name}")
+
+
+SLOTS = {"momentum": "momentum", "m": "momentum", "v": "velocity"}
+
+
+def _slot(opt, variable, name):
+  """Keras 3's slot `name` of `variable`, by the name Keras 3 gives it."""
+  want = f"{variable.path.replace('/', '_')}_{name}"
+  found = [v for v in opt.inner_optimizer.variables if v.name == want]
+  assert len(found) == 1, (want, [v.name for v in
+                                  opt.inner_optimizer.variables])
+  return found[0]
 
 
 def test_subclassed_model_is_found_by_a_trial_match():
   # Its layers are named by attribute, not `layer-N`: the one node that
-  # restores into --model's model completely is the model's. (Keras 3's own
-  # tf.train.Checkpoint does not track layers held in a list, so this
-  # fixture's model does not read back natively: convert refuses it.)
+  # restores into --model's model completely is the model's.
   layout = _sources.find_optimizer(
       testing.fixture_path("legacy", "ckpt_tf23_sub_sgd_dynamic"))
   paths = _sources._paths(layout.graph)  # pylint: disable=protected-access
@@ -429,3 +450,63 @@ def test_layout_usage_errors(capsys, tmp_path):
                "--fixed-loss-scale", "128"]) == 2
   assert "dynamic loss scale" in capsys.readouterr().err
   assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["convert", "inspect"])
+@pytest.mark.parametrize("where, source", [
+    ("at import", "raise RuntimeError('no data dir\\n/data/train missing')\n"
+     "def make():\n  pass\n"),
+    ("in the call", "def make():\n  return {}['layers']\n"),
+])
+def test_a_builder_that_raises_is_named_as_its_failure(
+    capsys, tmp_path, command, where, source):
+  del where
+  builder = tmp_path / "builder.py"
+  builder.write_text(source)
+  old = testing.fixture_path("legacy", "demo_tf23")
+  paths = [old, str(tmp_path / "new")] if command == "convert" else [old]
+  code = main([command, *paths, "--model", f"{builder}:make"])
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert code == 1
+  assert err.startswith(f"refused: --model {builder}:make raised ")
+  assert f"at {builder}:" in err  # Where in the user's code.
+  assert ("RuntimeError" in err and err.endswith("/data/train missing")) or (
+      "KeyError" in err and err.endswith("'layers'"))
+  assert "bug in tf_mixed_precision_compat" not in err
+  assert sorted(os.listdir(tmp_path)) == ["builder.py"]
+
+
+def test_a_missing_builder_module_is_a_usage_error(capsys):
+  assert main(["inspect", testing.fixture_path("legacy", "demo_tf23"),
+               "--model", "tests.cli.no_such_module:make"]) == 2
+  assert "cannot import 'tests.cli.no_such_module'" in capsys.readouterr().err
+
+
+def test_failed_read_back_names_the_values_that_differ():
+  model = models.demo_model()
+  got = {f"weight/{i}": v for i, v in enumerate(model.weights)}
+  expected = {key: v.numpy() for key, v in got.items()}
+  expected["weight/1"] = expected["weight/1"].copy()
+  expected["weight/1"].ravel()[3] += 1.0
+  expected["optimizer/0"] = np.zeros(())
+  lines = _verify.differences(got, expected)
+  assert len(lines) == 2
+  assert lines[0].startswith("optimizer/0 (optimizer/0): not read back")
+  bias = model.weights[1]
+  assert lines[1] == (
+      f"{bias.path} (weight/1): element 3 is {bias.numpy().ravel()[3]!r}, "
+      f"written {expected['weight/1'].ravel()[3]!r}")
+  assert _verify.differences(got, {k: v.numpy() for k, v in got.items()}) \
+      == []
+
+
+def test_a_read_back_crash_shows_its_error_not_the_log():
+  output = ("I0000 oneDNN custom operations are on.\n"
+            "Traceback (most recent call last):\n"
+            '  File "/x/_verify.py", line 9, in <module>\n'
+            "    main()\n"
+            '  File "/job/builder.py", line 3, in make\n'
+            "    raise ValueError('bad')\n"
+            "ValueError: bad\n")
+  assert convert_cmd._last_error(output) == (  # pylint: disable=protected-access
+      'File "/job/builder.py", line 3, in make\nValueError: bad')

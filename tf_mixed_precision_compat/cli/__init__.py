@@ -177,9 +177,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except SystemExit as e:  # argparse: --help is 0, bad usage 2.
     return int(e.code or 0)
   # pylint: disable-next=g-import-not-at-top
-  from tf_mixed_precision_compat.cli._plan import UsageError
+  from tf_mixed_precision_compat.cli._plan import BuilderFailed, UsageError
   try:
     return _dispatch(args)
+  except BuilderFailed as e:
+    print(f"refused: {e}", file=sys.stderr)
+    return REFUSED
   except UsageError as e:
     print(f"error: {e}", file=sys.stderr)
     return USAGE

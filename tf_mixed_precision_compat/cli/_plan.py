@@ -12,7 +12,8 @@ import inspect
 import json
 import os
 import sys
-from typing import Any, Optional
+import traceback
+from typing import Any, Callable, Optional
 
 import keras
 
@@ -30,6 +31,24 @@ _HYPERS = ("learning_rate", "momentum", "beta_1", "beta_2", "rho")
 
 class UsageError(ValueError):
   """A command-line argument cannot be used (exit code 2)."""
+
+
+class BuilderFailed(Exception):
+  """The user's `--model` code raised (exit code 1): its failure, not ours."""
+
+
+def _run_builder(spec: str, call: Callable[[], Any]) -> Any:
+  """`call()`, the user's code raising as `BuilderFailed` with its last line
+  and where it raised."""
+  try:
+    return call()
+  except Exception as e:  # pylint: disable=broad-except
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    lines = str(e).strip().splitlines()
+    raise BuilderFailed(
+        f"--model {spec} raised {type(e).__name__}{where}"
+        + (f": {lines[-1]}" if lines else "")) from e
 
 
 def load_function(spec: str) -> Any:
@@ -52,14 +71,21 @@ def load_function(spec: str) -> Any:
       raise UsageError(f"--model: no such file {module_name!r}")
     module = importlib.util.module_from_spec(loader)
     sys.modules[name] = module
-    loader.loader.exec_module(module)  # type: ignore[union-attr]
+    _run_builder(spec, lambda: loader.loader.exec_module(module))  # type: ignore[union-attr]
   else:
     if os.getcwd() not in sys.path:
       sys.path.insert(0, os.getcwd())
     try:
-      module = importlib.import_module(module_name)
-    except ImportError as e:
-      raise UsageError(f"--model: cannot import {module_name!r}: {e}") from e
+      module = _run_builder(spec,
+                            lambda: importlib.import_module(module_name))
+    except BuilderFailed as e:
+      missing = getattr(e.__cause__, "name", None) or ""
+      if (isinstance(e.__cause__, ModuleNotFoundError) and
+          (module_name + ".").startswith(missing + ".")):
+        # The module itself (or its package) is not there: a wrong --model.
+        raise UsageError(f"--model: cannot import {module_name!r}: "
+                         f"{e.__cause__}") from None
+      raise
   fn = getattr(module, function, None)
   if not callable(fn):
     raise UsageError(f"--model: {module_name!r} has no function {function!r}")
@@ -70,7 +96,7 @@ def build_model(spec: str, policy: Optional[str] = None) -> Any:
   """Calls the `--model` function and builds what it returns."""
   if policy:
     keras.mixed_precision.set_global_policy(policy)
-  model = load_function(spec)()
+  model = _run_builder(spec, load_function(spec))
   if not isinstance(model, keras.Model):
     raise UsageError(f"--model {spec} returned {type(model).__name__}, not a "
                      "Keras 3 model (keras.Model)")

@@ -84,8 +84,10 @@ def _restore(spec):
              (tuple(spec["optimizer_path"]), opt)]
   ckpt = tf.train.Checkpoint(**tree(entries + list(extra.items()),
                                     tf.__internal__.tracking.AutoTrackable))
-  status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
+  # The restore docs/migration.md prescribes: the optimizer built first, so
+  # every slot exists when the checkpoint's values arrive.
   opt.build(model.trainable_variables)
+  status = ckpt.restore(tf.train.latest_checkpoint(spec["directory"]))
   status.assert_consumed()
   return model, opt, extra
 
@@ -108,6 +110,31 @@ def _keras_file(spec):
   return values(model, model.optimizer, {}, "keras:")
 
 
+def differences(got, expected, limit=3):
+  """Lines naming the first `limit` values of `got` (variables) that are
+  not `expected`'s (arrays by the same key), and the first element off."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  lines = []
+  for key in sorted(set(got) | set(expected), key=str):
+    name = getattr(got.get(key), "path", None) or key
+    if key not in expected or key not in got:
+      side = "read back" if key in expected else "written"
+      lines.append(f"{name} ({key}): not {side}")
+    else:
+      value = np.asarray(got[key].numpy())
+      want = np.asarray(expected[key])
+      if value.shape != want.shape:
+        lines.append(f"{name} ({key}): shape {value.shape}, written "
+                     f"{want.shape}")
+      elif not np.array_equal(value, want):
+        at = int(np.flatnonzero(value.ravel() != want.ravel())[0])
+        lines.append(f"{name} ({key}): element {at} is "
+                     f"{value.ravel()[at]!r}, written {want.ravel()[at]!r}")
+    if len(lines) == limit:
+      break
+  return lines
+
+
 def main(spec_path):
   """Restores and compares; returns the exit code."""
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -115,14 +142,13 @@ def main(spec_path):
     spec = json.load(f)
   keras_file = _keras_file(spec)
   model, opt, extra = _restore(spec)
-  expected = np.load(spec["expected"])
-  got = {**keras_file, **values(model, opt, extra)}
+  saved = np.load(spec["expected"])
   # The `.keras` file's values are checked against the same numbers.
-  wrong = [key for key, value in got.items()
-           if key.replace("keras:", "") not in expected.files or
-           not np.array_equal(np.asarray(value.numpy()),
-                              expected[key.replace("keras:", "")])]
-  wrong += [key for key in expected.files if key not in got]
+  expected = {key: saved[key] for key in saved.files}
+  expected.update({f"keras:{key}": expected[key] for key in list(expected)
+                   if f"keras:{key}" in keras_file})
+  got = {**keras_file, **values(model, opt, extra)}
+  wrong = differences(got, expected, limit=len(got) + len(expected))
   print(json.dumps({"wrong": wrong, "iterations": int(
                         opt.inner_optimizer.iterations.numpy()),
                     "loss_scale": float(opt.dynamic_scale.numpy()),

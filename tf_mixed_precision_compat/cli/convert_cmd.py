@@ -346,10 +346,35 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
       [sys.executable, script, os.path.join(work, "spec.json")],
       capture_output=True, text=True, check=False)
   lines = result.stdout.strip().splitlines()
-  if result.returncode != 0 or not lines:
-    raise Refused("Reading the converted checkpoint back without the "
-                  "package failed:\n" + (result.stdout + result.stderr)[-2000:])
-  return json.loads(lines[-1])
+  try:
+    seen = json.loads(lines[-1]) if lines else None
+  except ValueError:
+    seen = None
+  if result.returncode == 0 and seen is not None:
+    return seen
+  if seen is not None and seen.get("wrong"):
+    raise Refused(
+        "Reading the converted checkpoint back without the package gave "
+        f"other values for {len(seen['wrong'])} of them, first:\n  - " +
+        "\n  - ".join(seen["wrong"][:3]))
+  raise Refused("Reading the converted checkpoint back without the "
+                "package failed:\n" + _last_error(result.stderr or
+                                                    result.stdout))
+
+
+def _last_error(output: str) -> str:
+  """The exception line of a traceback in `output` (else its tail), not the
+  log lines TensorFlow printed before it."""
+  lines = [line for line in output.strip().splitlines() if line.strip()]
+  start = max((i for i, line in enumerate(lines)
+               if line.startswith("Traceback (most recent call last)")),
+              default=None)
+  if start is None:
+    return "\n".join(lines[-20:])
+  tail = lines[start:]
+  frames = [line.strip() for line in tail if line.startswith("  File ")]
+  error = [line for line in tail[1:] if not line.startswith(" ")]
+  return "\n".join(([frames[-1]] if frames else []) + error)[-2000:]
 
 
 def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
@@ -391,8 +416,9 @@ def convert(args: Any, err: TextIO) -> dict:
   for note in restored.notes:
     err.write(f"      note: {note}\n")
   opt = native_optimizer(restored)
-  work = tempfile.mkdtemp(prefix=".convert-", dir=os.path.dirname(
-      os.path.abspath(args.new)))
+  parent = os.path.dirname(os.path.abspath(args.new))
+  os.makedirs(parent, exist_ok=True)  # As `mkdir -p` would.
+  work = tempfile.mkdtemp(prefix=".convert-", dir=parent)
   try:
     _progress(3, "writing the native checkpoint", err)
     staged = os.path.join(work, "ckpt")
