@@ -92,18 +92,76 @@ def load_function(spec: str) -> Any:
   return fn
 
 
-def build_model(spec: str, policy: Optional[str] = None) -> Any:
-  """Calls the `--model` function and builds what it returns."""
+def build_job(spec: str, policy: Optional[str] = None) -> tuple[Any, Any]:
+  """Calls the `--model` function: `(model, its optimizer or None)`.
+
+  The function returns the built model, or `(model, optimizer)` when the
+  checkpoint cannot say all of the optimizer (a learning-rate schedule).
+  """
   if policy:
     keras.mixed_precision.set_global_policy(policy)
-  model = _run_builder(spec, load_function(spec))
+  built = _run_builder(spec, load_function(spec))
+  model, optimizer = built if isinstance(built, tuple) and len(built) == 2 \
+      else (built, None)
   if not isinstance(model, keras.Model):
     raise UsageError(f"--model {spec} returned {type(model).__name__}, not a "
-                     "Keras 3 model (keras.Model)")
+                     "Keras 3 model (keras.Model) or (model, optimizer)")
   if not model.built:
     raise UsageError(f"--model {spec} returned a model that is not built: "
                      "give its Input, or call it once on data, in FUNCTION")
-  return model
+  if optimizer is not None and not isinstance(optimizer,
+                                              keras.optimizers.Optimizer):
+    raise UsageError(f"--model {spec} returned (model, "
+                     f"{type(optimizer).__name__}): the second must be a "
+                     "Keras 3 optimizer (keras.optimizers.Optimizer)")
+  return model, optimizer
+
+
+def build_model(spec: str, policy: Optional[str] = None) -> Any:
+  """The model the `--model` function returns, built."""
+  return build_job(spec, policy)[0]
+
+
+def given_inner(optimizer: Any) -> Any:
+  """The inner optimizer of a builder's optimizer (itself if plain)."""
+  if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+    return optimizer.inner_optimizer
+  return optimizer
+
+
+def job_optimizer(info: Optional[_ckpt.OptimizerInfo], args: Any,
+                  given: Any) -> tuple[tuple[str, dict, str], Any]:
+  """`((class, kwargs, why), inner optimizer)` to restore the old one into:
+  the builder's own, else one made from the checkpoint and the flags."""
+  if given is None:
+    choice = optimizer_choice(info, args.optimizer, args.optimizer_args)
+    return choice, make_inner(*choice[:2])
+  if args.optimizer or args.optimizer_args:
+    raise UsageError("--optimizer, --optimizer-args: --model's function "
+                     "returns the job's optimizer, which is used as it is")
+  inner = given_inner(given)
+  return (type(inner).__name__, {}, "returned by --model's function"), inner
+
+
+def schedule_problem(info: Optional[_ckpt.OptimizerInfo],
+                     inner: Any) -> Optional[str]:
+  """Why `inner`'s learning rate cannot hold the checkpoint's, or None.
+
+  TF 2.x stored a learning rate only when it was a number: its absence
+  means a schedule (or a callable), the job's own code.
+  """
+  if info is None or info.iterations is None or \
+      "learning_rate" in info.hyperparameters:
+    return None
+  if not isinstance(inner.learning_rate, keras.Variable):
+    return None  # A schedule here too: the job's code says its value.
+  return (
+      "The checkpoint stores no learning rate: the job's was a "
+      "LearningRateSchedule (or a callable), which TF 2.x did not store "
+      "since it is the job's code. Have --model's function return the "
+      "model and the job's optimizer with its schedule, e.g. `return "
+      "model, keras.optimizers.SGD(schedule, momentum=0.9)`: convert then "
+      "restores into that optimizer and writes it.")
 
 
 def optimizer_choice(info: Optional[_ckpt.OptimizerInfo], name: Optional[str],

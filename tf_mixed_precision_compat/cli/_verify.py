@@ -71,9 +71,15 @@ def _restore(spec):
     keras.mixed_precision.set_global_policy(spec["policy"])
   # The `--model` function's model, else the `.keras` file's, uncompiled as
   # convert wrote the checkpoint: its optimizer is the root's.
-  model = (_function(spec["model"])() if spec["model"] else
-           keras.models.load_model(spec["keras_file"], compile=False))
-  inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
+  if spec["model"]:
+    model = _function(spec["model"])()
+  else:
+    model = keras.models.load_model(spec["keras_file"], compile=False)
+  if spec.get("builder_optimizer"):
+    model, inner = model  # `(model, optimizer)`: the job's own optimizer.
+    inner = getattr(inner, "inner_optimizer", inner)
+  else:
+    inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
   opt = keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=spec["initial_scale"],
       dynamic_growth_steps=spec["growth_steps"])

@@ -66,6 +66,8 @@ class Restored:
     paths: The object paths (tuples of names) to write the model and the
       optimizer at.
     why_native: Why `paths` are not the old checkpoint's ("" when they are).
+    builder_optimizer: Whether the inner optimizer is `--model`'s own, made
+      afresh by calling it again (its schedule is the job's code).
   """
   model: Any
   source: Any
@@ -78,6 +80,7 @@ class Restored:
   extras: dict = dataclasses.field(default_factory=dict)
   paths: tuple = _sources.NATIVE
   why_native: str = "the model came from an H5 file"
+  builder_optimizer: bool = False
 
 
 def _progress(step: int, text: str, err: TextIO) -> None:
@@ -132,12 +135,13 @@ def _extras(layout: _sources.Layout) -> dict:
   return out
 
 
-def _growth_steps(args: Any, fixed: Optional[float]) -> int:
+def _growth_steps(args: Any, fixed: Optional[float], given: Any = None) -> int:
   if fixed is not None:
     if args.growth_steps is not None:
       raise _plan.UsageError("--growth-steps: a fixed loss scale never grows")
     return FIXED_GROWTH_STEPS
-  return args.growth_steps or _DEFAULT_GROWTH_STEPS
+  return args.growth_steps or getattr(given, "dynamic_growth_steps",
+                                      _DEFAULT_GROWTH_STEPS)
 
 
 def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
@@ -155,7 +159,7 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
   try:
     layout = _sources.find_optimizer(args.old, args.optimizer_path)
     opt_info = check_convertible(info, layout, args.fixed_loss_scale)
-    model = _plan.build_model(args.model, args.policy)
+    model, given = _plan.build_job(args.model, args.policy)
     _sources.find(layout, model, args.model_path, args.weights_h5)
   except _sources.NotConvertible as e:
     raise Refused(str(e)) from None
@@ -163,9 +167,11 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
   where = (f"model at {layout.model_path}" if layout.model_path else
            f"model weights from {args.weights_h5}")
   err.write(f"      {where}, optimizer at {layout.optimizer_path}\n")
-  choice = _plan.optimizer_choice(opt_info, args.optimizer,
-                                  args.optimizer_args)
-  source = _plan.package_optimizer(opt_info, _plan.make_inner(*choice[:2]))
+  choice, inner = _plan.job_optimizer(opt_info, args, given)
+  problem = _plan.schedule_problem(opt_info, inner)
+  if problem:
+    raise Refused(problem)
+  source = _plan.package_optimizer(opt_info, inner)
   report: Any = None
   error: Optional[ValueError] = None
   try:
@@ -178,8 +184,10 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
       model, source, choice,
       fixed if fixed is not None else float(report.loss_scale),
       0 if fixed is not None else int(report.counter),
-      initial_scale=fixed or _DEFAULT_INITIAL_SCALE,
-      growth_steps=_growth_steps(args, fixed), extras=_extras(layout))
+      initial_scale=fixed or getattr(given, "initial_scale",
+                                     _DEFAULT_INITIAL_SCALE),
+      growth_steps=_growth_steps(args, fixed, given), extras=_extras(layout),
+      builder_optimizer=given is not None)
   restored.paths, restored.why_native = _sources.written_paths(layout)
   if fixed is not None:
     restored.notes.append(FIXED_NOTE.format(scale=fixed))
@@ -254,10 +262,15 @@ def _restore_h5(args: Any, err: TextIO) -> Restored:
   return restored
 
 
-def native_optimizer(restored: Restored) -> Any:
+def native_optimizer(restored: Restored, model_spec: Optional[str] = None
+                     ) -> Any:
   """Keras 3's own `LossScaleOptimizer` holding the restored state."""
   name, kwargs, _ = restored.choice
-  inner = _plan.make_inner(name, kwargs)
+  if restored.builder_optimizer:
+    # The builder's optimizer afresh: its schedule may be any code.
+    inner = _plan.given_inner(_plan.build_job(str(model_spec))[1])
+  else:
+    inner = _plan.make_inner(name, kwargs)
   opt = keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=restored.initial_scale,
       dynamic_growth_steps=restored.growth_steps)
@@ -329,6 +342,7 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
   spec = {"model": args.model, "policy": args.policy,
           "keras_file": keras_file, "optimizer": restored.choice[0],
           "kwargs": restored.choice[1],
+          "builder_optimizer": restored.builder_optimizer,
           "initial_scale": restored.initial_scale,
           "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
@@ -415,7 +429,7 @@ def convert(args: Any, err: TextIO) -> dict:
   err.write(f"      optimizer {name}({kwargs}): {why}\n")
   for note in restored.notes:
     err.write(f"      note: {note}\n")
-  opt = native_optimizer(restored)
+  opt = native_optimizer(restored, args.model)
   parent = os.path.dirname(os.path.abspath(args.new))
   os.makedirs(parent, exist_ok=True)  # As `mkdir -p` would.
   work = tempfile.mkdtemp(prefix=".convert-", dir=parent)

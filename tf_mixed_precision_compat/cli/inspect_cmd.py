@@ -98,15 +98,17 @@ def _num(value: Any) -> Any:
 
 def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
   """The dry run of restoring `path` into `args.model`'s fresh model."""
-  model = _plan.build_model(args.model, args.policy)
+  model, given = _plan.build_job(args.model, args.policy)
   found = described["optimizers"]
   opt_info = _ckpt.OptimizerInfo(**found[0]) if found else None
   optimizer = None
   if opt_info is not None:
-    name, kwargs, why = _plan.optimizer_choice(opt_info, args.optimizer,
-                                               args.optimizer_args)
-    optimizer = _plan.package_optimizer(
-        opt_info, _plan.make_inner(name, kwargs))
+    (name, _, why), inner = _plan.job_optimizer(opt_info, args, given)
+    problem = _plan.schedule_problem(opt_info, inner)
+    if problem:
+      return False, {"verdict": "does not restore", "matched": [],
+                     "why": [problem]}
+    optimizer = _plan.package_optimizer(opt_info, inner)
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
   try:

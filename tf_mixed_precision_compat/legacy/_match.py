@@ -103,8 +103,21 @@ def slot_variable(inner, variable, tf2_name):
   return _inner.Keras3Inner(inner).find_slot(variable, keras3_name)
 
 
+# Weights TF 2.x's Keras named otherwise than Keras 3 does, from both
+# versions' layer code: {Keras 3 class: {TF 2.x attribute: Keras 3 one}}.
+# The others keep their names (SeparableConv's depthwise_kernel and
+# pointwise_kernel, Embedding's embeddings, BatchNormalization's four, the
+# RNN cells' kernel, recurrent_kernel and bias, PReLU's alpha).
+RENAMED_WEIGHTS = {
+    "DepthwiseConv1D": {"depthwise_kernel": "kernel"},
+    "DepthwiseConv2D": {"depthwise_kernel": "kernel"},
+}
+
+
 def own_variable(layer, name):
   """The variable of `layer` a TF 2.x checkpoint names `name`, or None."""
+  for cls in type(layer).__mro__:
+    name = RENAMED_WEIGHTS.get(cls.__name__, {}).get(name, name)
   found = getattr(layer, name, None) if not name.startswith("_") else None
   if is_variable(found):
     return found

@@ -1,0 +1,53 @@
+"""The Keras 3 builder of tools/gen_convert_layouts.py's TF 2.4.4 job.
+
+What docs/migration.md tells a user to write for `convert --model`: the
+job's model code, and, since the job's learning rate is a schedule TF 2.x
+did not store, its optimizer too. It does not import the package.
+"""
+
+import keras
+import tensorflow as tf
+
+
+class WarmUp(keras.optimizers.schedules.LearningRateSchedule):
+  """Linear warm-up to `peak` over `steps`, then `after` from there."""
+
+  def __init__(self, peak, steps, after):
+    super().__init__()
+    self.peak, self.steps, self.after = peak, steps, after
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    return tf.where(step < self.steps, self.peak * step / self.steps,
+                    self.after(step - self.steps))
+
+  def get_config(self):
+    return {"peak": self.peak, "steps": self.steps}
+
+
+def make_model():
+  """The job's model, built."""
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  return keras.Sequential([
+      keras.Input((6, 6, 2)),
+      keras.layers.DepthwiseConv2D(3, depth_multiplier=2),
+      keras.layers.BatchNormalization(),
+      keras.layers.Flatten(),
+      keras.layers.Dense(4, activation="relu"),
+      keras.layers.Dense(1),
+      keras.layers.Activation("linear", dtype="float32"),
+  ])
+
+
+def make_optimizer():
+  """The job's optimizer: its schedule is its own code."""
+  schedule = WarmUp(0.05, 4, keras.optimizers.schedules.ExponentialDecay(
+      0.05, 5, 0.5))
+  return keras.optimizers.LossScaleOptimizer(
+      keras.optimizers.SGD(schedule, momentum=0.9), initial_scale=1024,
+      dynamic_growth_steps=5)
+
+
+def make_job():
+  """`(model, optimizer)`: what `--model` takes when a schedule is there."""
+  return make_model(), make_optimizer()

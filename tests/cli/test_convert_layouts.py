@@ -1,0 +1,97 @@
+"""`convert` on the layouts real jobs' TF 2.4.4 checkpoints have.
+
+tests/fixtures/convert/layouts_tf24 (tools/gen_convert_layouts.py) is a
+`fit` job with a learning-rate schedule of its own code (not stored by TF
+2.x) and a DepthwiseConv2D (whose `depthwise_kernel` Keras 3 calls
+`kernel`); tests/cli/job_layouts/builder.py is its Keras 3 builder. The
+converted checkpoint is restored as docs/migration.md prescribes and must
+hold every value TF 2.4.4 recorded, bit for bit.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import testing
+from tests.cli.job_layouts import builder
+from tf_mixed_precision_compat.cli import main
+from tf_mixed_precision_compat.legacy import _match
+
+OLD = testing.fixture_path("convert", "layouts_tf24")
+BUILDER = "tests.cli.job_layouts.builder"
+
+
+def _record():
+  with open(os.path.join(OLD, "job.json")) as f:
+    return json.load(f)
+
+
+def _slot(opt, variable, name):
+  want = f"{variable.path.replace('/', '_')}_{name}"
+  (found,) = [v for v in opt.inner_optimizer.variables if v.name == want]
+  return found
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+  new = str(tmp_path_factory.mktemp("layouts") / "new")
+  assert main(["convert", OLD, new, "--model", f"{BUILDER}:make_job"]) == 0
+  return new
+
+
+def test_schedule_and_renamed_weights_restore_natively(converted):
+  record = _record()
+  model, opt = builder.make_job()
+  opt.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      tf.train.latest_checkpoint(converted)).assert_consumed()
+  assert len(model.weights) == len(record["weights"])
+  for variable, (name, value) in zip(model.weights, record["weights"]):
+    np.testing.assert_array_equal(variable.numpy(), value, err_msg=name)
+  assert model.layers[0].kernel.name == "kernel"  # TF 2.x: depthwise_kernel
+  for index, slots in record["slots"].items():
+    variable = model.trainable_weights[int(index)]
+    np.testing.assert_array_equal(
+        _slot(opt, variable, "momentum").numpy(), slots["momentum"],
+        err_msg=variable.path)
+  inner = opt.inner_optimizer
+  assert int(inner.iterations.numpy()) == record["iterations"]
+  # The job's schedule, at the restored step, gives TF 2.4.4's rate.
+  assert np.float32(inner.learning_rate.numpy()) == np.float32(
+      record["learning_rate"])
+  assert float(opt.dynamic_scale.numpy()) == record["loss_scale"]
+  assert int(opt.step_counter.numpy()) == record["counter"]
+  assert opt.dynamic_growth_steps == record["growth_steps"]
+
+
+def test_without_the_jobs_optimizer_both_commands_say_why(capsys, tmp_path):
+  spec = f"{BUILDER}:make_model"
+  assert main(["convert", OLD, str(tmp_path / "new"), "--model", spec]) == 1
+  err = capsys.readouterr().err
+  assert "stores no learning rate" in err and "optimizer class" not in err
+  assert main(["inspect", OLD, "--model", spec, "--json"]) == 1
+  plan = json.loads(capsys.readouterr().out)["restore_plan"]
+  assert plan["verdict"] == "does not restore"
+  assert len(plan["why"]) == 1 and plan["why"][0] in err
+  assert os.listdir(tmp_path) == []
+
+
+def test_the_dry_run_takes_the_jobs_optimizer(capsys):
+  assert main(["inspect", OLD, "--model", f"{BUILDER}:make_job"]) == 0
+  assert "restores exactly" in capsys.readouterr().out
+  assert main(["inspect", OLD, "--model", f"{BUILDER}:make_job",
+               "--optimizer", "SGD"]) == 2
+  assert "returns the job's optimizer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", sorted(_match.RENAMED_WEIGHTS))
+def test_renamed_weights_are_keras3s_names(name):
+  layer = getattr(keras.layers, name)(3)
+  layer.build((None,) + (5,) * (int(name[-2]) + 1))
+  for old, new in _match.RENAMED_WEIGHTS[name].items():
+    assert not hasattr(layer, old)
+    assert _match.own_variable(layer, old) is getattr(layer, new)

@@ -1,0 +1,108 @@
+"""Writes a TF 2.4.4 checkpoint of the layouts `convert` must carry over.
+
+Run under the TF 2.4.4 reference interpreter:
+
+    .ref/tf24/bin/python tools/gen_convert_layouts.py
+
+Writes tests/fixtures/convert/layouts_tf24/: a `fit` job of a mixed_float16
+Sequential model whose layers Keras 3 names otherwise (DepthwiseConv2D's
+`depthwise_kernel`), compiled with a metric, trained by
+`LossScaleOptimizer(SGD(WarmUp(...), momentum=0.9), initial_scale=1024,
+dynamic_growth_steps=5)`: a learning-rate schedule of the job's own code (a
+linear warm-up, then exponential decay), which TF 2.x does not store.
+Saved by a `CheckpointManager` of `tf.train.Checkpoint(model=model,
+optimizer=model.optimizer)` after two epochs. `job.json` records every
+value the objects held at the save, in `model.weights` order, the slots by
+weight index, and the learning rate the schedule gave at the save.
+tests/cli/job_layouts/builder.py is the same job's model and optimizer code
+in Keras 3.
+"""
+
+import json
+import os
+import shutil
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "convert", "layouts_tf24")
+
+
+class WarmUp(tf.keras.optimizers.schedules.LearningRateSchedule):
+  """Linear warm-up to `peak` over `steps`, then `after` from there."""
+
+  def __init__(self, peak, steps, after):
+    super().__init__()
+    self.peak, self.steps, self.after = peak, steps, after
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    return tf.where(step < self.steps, self.peak * step / self.steps,
+                    self.after(step - self.steps))
+
+  def get_config(self):
+    return {"peak": self.peak, "steps": self.steps}
+
+
+def _model():
+  tf.keras.mixed_precision.set_global_policy("mixed_float16")
+  return tf.keras.Sequential([
+      tf.keras.Input((6, 6, 2)),
+      tf.keras.layers.DepthwiseConv2D(3, depth_multiplier=2),
+      tf.keras.layers.BatchNormalization(),
+      tf.keras.layers.Flatten(),
+      tf.keras.layers.Dense(4, activation="relu"),
+      tf.keras.layers.Dense(1),
+      tf.keras.layers.Activation("linear", dtype="float32"),
+  ])
+
+
+def _slots(opt, model):
+  inner = opt.inner_optimizer
+  return {str(i): {name: inner.get_slot(v, name).numpy().tolist()
+                   for name in inner.get_slot_names()}
+          for i, v in enumerate(model.trainable_weights)}
+
+
+def main():
+  assert tf.__version__.startswith("2.4."), tf.__version__
+  tf.random.set_seed(11)
+  rng = np.random.RandomState(11)
+  x = rng.normal(size=(24, 6, 6, 2)).astype("float32")
+  y = rng.normal(size=(24, 1)).astype("float32")
+  model = _model()
+  schedule = WarmUp(0.05, 4, tf.keras.optimizers.schedules.ExponentialDecay(
+      0.05, 5, 0.5))
+  opt = tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.SGD(schedule, momentum=0.9),
+      initial_scale=1024, dynamic_growth_steps=5)
+  model.compile(opt, loss="mse", metrics=["mae"])
+  model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
+  shutil.rmtree(OUT, ignore_errors=True)
+  ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+  prefix = tf.train.CheckpointManager(ckpt, OUT, max_to_keep=1).save()
+  inner = opt.inner_optimizer
+  record = {
+      "tensorflow_version": tf.__version__,
+      "checkpoint": os.path.basename(prefix),
+      "weights": [[w.name, w.numpy().tolist()] for w in model.weights],
+      "slots": _slots(opt, model),
+      "iterations": int(inner.iterations.numpy()),
+      "learning_rate": float(inner._decayed_lr(tf.float32).numpy()),  # pylint: disable=protected-access
+      "loss_scale": float(opt.loss_scale.numpy()),
+      "counter": int(opt.dynamic_counter.numpy()),
+      "growth_steps": opt.dynamic_growth_steps,
+      "variables": tf.train.list_variables(prefix),
+  }
+  with open(os.path.join(OUT, "job.json"), "w") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+    f.write("\n")
+  print("layouts_tf24:", record["iterations"], record["loss_scale"],
+        record["counter"], record["learning_rate"])
+
+
+if __name__ == "__main__":
+  main()
