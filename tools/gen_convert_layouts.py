@@ -14,8 +14,13 @@ Saved by a `CheckpointManager` of `tf.train.Checkpoint(model=model,
 optimizer=model.optimizer)` after two epochs. `job.json` records every
 value the objects held at the save, in `model.weights` order, the slots by
 weight index, and the learning rate the schedule gave at the save.
-tests/cli/job_layouts/builder.py is the same job's model and optimizer code
-in Keras 3.
+
+Writes tests/fixtures/convert/blocks_tf24/: a custom-loop job of a
+subclassed model holding its layers in a Python list and its loss metric
+as an attribute (`self.tracker = Mean()`), trained by TF 2.4's
+`LossScaleOptimizer(Adam)` for 9 steps, saved the same way; `job.json`
+likewise. tests/cli/job_layouts/builder.py is both jobs' model and
+optimizer code in Keras 3.
 """
 
 import json
@@ -60,6 +65,46 @@ def _model():
   ])
 
 
+class Blocks(tf.keras.Model):
+  """Dense blocks held in a list, and a loss tracker."""
+
+  def __init__(self):
+    super().__init__()
+    self.blocks = [tf.keras.layers.Dense(5, activation="relu"),
+                   tf.keras.layers.Dense(3, activation="relu")]
+    self.head = tf.keras.layers.Dense(1)
+    self.out = tf.keras.layers.Activation("linear", dtype="float32")
+    self.tracker = tf.keras.metrics.Mean(name="loss")
+
+  def call(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return self.out(self.head(x))
+
+
+def blocks_job():
+  """The custom-loop job of `Blocks`; returns its record."""
+  tf.keras.mixed_precision.set_global_policy("mixed_float16")
+  tf.random.set_seed(12)
+  rng = np.random.RandomState(12)
+  x = rng.normal(size=(9, 4, 6)).astype("float32")
+  y = rng.normal(size=(9, 4, 1)).astype("float32")
+  model = Blocks()
+  opt = tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.Adam(0.01), initial_scale=256,
+      dynamic_growth_steps=4)
+  for xb, yb in zip(x, y):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(model(xb) - yb))
+      scaled = opt.get_scaled_loss(loss)
+    grads = opt.get_unscaled_gradients(
+        tape.gradient(scaled, model.trainable_variables))
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    model.tracker.update_state(loss)
+  out = os.path.join(os.path.dirname(OUT), "blocks_tf24")
+  return out, model, opt
+
+
 def _slots(opt, model):
   inner = opt.inner_optimizer
   return {str(i): {name: inner.get_slot(v, name).numpy().tolist()
@@ -67,8 +112,42 @@ def _slots(opt, model):
           for i, v in enumerate(model.trainable_weights)}
 
 
+def _save(out, model, opt, extra=None):
+  """Saves as the jobs did; writes `job.json` with every value held."""
+  shutil.rmtree(out, ignore_errors=True)
+  ckpt = tf.train.Checkpoint(model=model, optimizer=opt)
+  prefix = tf.train.CheckpointManager(ckpt, out, max_to_keep=1).save()
+  inner = opt.inner_optimizer
+  metric_variables = {id(v) for m in model.submodules
+                      if isinstance(m, tf.keras.metrics.Metric)
+                      for v in m.variables}
+  record = {
+      "tensorflow_version": tf.__version__,
+      "checkpoint": os.path.basename(prefix),
+      # Keras 2 counted a metric attribute's total and count as weights.
+      "weights": [[w.name, w.numpy().tolist()] for w in model.weights
+                  if id(w) not in metric_variables],
+      "metrics": [[w.name, w.numpy().tolist()] for w in model.weights
+                  if id(w) in metric_variables],
+      "slots": _slots(opt, model),
+      "iterations": int(inner.iterations.numpy()),
+      "loss_scale": float(opt.loss_scale.numpy()),
+      "counter": int(opt.dynamic_counter.numpy()),
+      "growth_steps": opt.dynamic_growth_steps,
+      "variables": tf.train.list_variables(prefix),
+      **(extra or {}),
+  }
+  with open(os.path.join(out, "job.json"), "w") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+    f.write("\n")
+  print(os.path.basename(out), record["iterations"], record["loss_scale"],
+        record["counter"])
+
+
 def main():
   assert tf.__version__.startswith("2.4."), tf.__version__
+  _save(*blocks_job())
+  tf.keras.backend.clear_session()
   tf.random.set_seed(11)
   rng = np.random.RandomState(11)
   x = rng.normal(size=(24, 6, 6, 2)).astype("float32")
@@ -81,27 +160,8 @@ def main():
       initial_scale=1024, dynamic_growth_steps=5)
   model.compile(opt, loss="mse", metrics=["mae"])
   model.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0)
-  shutil.rmtree(OUT, ignore_errors=True)
-  ckpt = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
-  prefix = tf.train.CheckpointManager(ckpt, OUT, max_to_keep=1).save()
-  inner = opt.inner_optimizer
-  record = {
-      "tensorflow_version": tf.__version__,
-      "checkpoint": os.path.basename(prefix),
-      "weights": [[w.name, w.numpy().tolist()] for w in model.weights],
-      "slots": _slots(opt, model),
-      "iterations": int(inner.iterations.numpy()),
-      "learning_rate": float(inner._decayed_lr(tf.float32).numpy()),  # pylint: disable=protected-access
-      "loss_scale": float(opt.loss_scale.numpy()),
-      "counter": int(opt.dynamic_counter.numpy()),
-      "growth_steps": opt.dynamic_growth_steps,
-      "variables": tf.train.list_variables(prefix),
-  }
-  with open(os.path.join(OUT, "job.json"), "w") as f:
-    json.dump(record, f, indent=1, sort_keys=True)
-    f.write("\n")
-  print("layouts_tf24:", record["iterations"], record["loss_scale"],
-        record["counter"], record["learning_rate"])
+  _save(OUT, model, opt, {"learning_rate": float(
+      opt.inner_optimizer._decayed_lr(tf.float32).numpy())})  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

@@ -189,6 +189,7 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
       growth_steps=_growth_steps(args, fixed, given), extras=_extras(layout),
       builder_optimizer=given is not None)
   restored.paths, restored.why_native = _sources.written_paths(layout)
+  restored.notes += report.notes
   if fixed is not None:
     restored.notes.append(FIXED_NOTE.format(scale=fixed))
   if layout.model_node is None:

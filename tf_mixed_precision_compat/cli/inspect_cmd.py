@@ -139,4 +139,5 @@ def run(args: Any, out: Optional[TextIO] = None) -> int:
     out.write(f"restore into {args.model}: {plan['verdict']}\n")
     out.write(f"  {len(plan.get('matched', []))} values matched\n")
     out.writelines(f"  - {line}\n" for line in plan["why"])
+    out.writelines(f"  note: {line}\n" for line in plan.get("notes", []))
   return code

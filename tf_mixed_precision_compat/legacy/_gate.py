@@ -101,7 +101,8 @@ def assign(plan, optimizers=(), dry_run=False):
   report = RestoreReport(
       plan.source, [(key, d) for key, _, _, d in plan.assignments],
       list(plan.unmatched_checkpoint), list(plan.unmatched_objects),
-      list(plan.ignored), {a: v for a, (_, v) in plan.hyper.items()})
+      list(plan.ignored), {a: v for a, (_, v) in plan.hyper.items()},
+      notes=list(plan.notes))
   if dry_run:
     return report
   # Lifted out of any function being traced: a restore fired while a model

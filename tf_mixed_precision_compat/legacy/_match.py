@@ -53,6 +53,7 @@ class Plan:
     self.hyper = {}
     self.hyper_keys = []
     self.bound_nodes = {}  # model variable node -> its Keras 3 variable
+    self.notes = []
 
   def value(self, key):
     """The checkpoint value of `key`, errors naming the source."""
@@ -255,17 +256,34 @@ def _swapped(recorded, layer, layers_by_name):
                                     is_automatic_name(layer.name, layer))
 
 
+def _through_metric(model, path):
+  """Whether `path` reaches a variable through a metric (one set as an
+  attribute of the model or a layer, as Keras 3 has it too)."""
+  obj = model
+  for name in path:
+    if isinstance(obj, keras.metrics.Metric):
+      return True
+    obj = _step(obj, name)
+    if obj is None:
+      return False
+  return False
+
+
 def _plan_model(plan, model, model_node, optimizer_vars):
   """Binds the model's weights, following each variable's paths."""
   layers_by_name = {layer.name: layer for layer in
                     _private_api.keras_nested_layers(model)}
   graph = plan.graph
+  metric_keys = []
   for node_id, paths in sorted(
       graph.paths(model_node, skip=MODEL_ALIASES).items()):
     var_info = graph.variable(node_id)
     if var_info is None or node_id in optimizer_vars:
       continue
     key, full_name = var_info
+    if any(_through_metric(model, path) for path in paths):
+      metric_keys.append(key)
+      continue
     found = {}
     for path in paths:
       target, layer = _follow(model, path)
@@ -286,6 +304,14 @@ def _plan_model(plan, model, model_node, optimizer_vars):
       continue
     plan.bound_nodes[node_id] = target
     plan.bind(key, target, plan.value(key))
+  if metric_keys:
+    plan.ignored += metric_keys
+    shown = ", ".join(k.replace(_read_checkpoint.VALUE_SUFFIX, "")
+                      for k in metric_keys[:2])
+    shown += ", ..." if len(metric_keys) > 2 else ""
+    plan.notes.append(
+        f"metric state left out ({len(metric_keys)} values: {shown}): "
+        "metrics' accumulators are not training state; they start afresh")
 
 
 def _list_leftovers(plan, ignored, scope):

@@ -51,3 +51,33 @@ def make_optimizer():
 def make_job():
   """`(model, optimizer)`: what `--model` takes when a schedule is there."""
   return make_model(), make_optimizer()
+
+
+class Blocks(keras.Model):
+  """The blocks job's model: Dense blocks in a list, and a loss tracker."""
+
+  def __init__(self):
+    super().__init__()
+    self.blocks = [keras.layers.Dense(5, activation="relu"),
+                   keras.layers.Dense(3, activation="relu")]
+    self.head = keras.layers.Dense(1)
+    self.out = keras.layers.Activation("linear", dtype="float32")
+    self.tracker = keras.metrics.Mean(name="loss")
+
+  def call(self, x):
+    for block in self.blocks:
+      x = block(x)
+    return self.out(self.head(x))
+
+
+def make_blocks():
+  """The blocks job's model, built."""
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  model = Blocks()
+  model(keras.ops.zeros((1, 6)))
+  return model
+
+
+def make_blocks_optimizer():
+  return keras.optimizers.LossScaleOptimizer(
+      keras.optimizers.Adam(0.01), initial_scale=256, dynamic_growth_steps=4)
