@@ -19,8 +19,15 @@ Writes tests/fixtures/convert/blocks_tf24/: a custom-loop job of a
 subclassed model holding its layers in a Python list and its loss metric
 as an attribute (`self.tracker = Mean()`), trained by TF 2.4's
 `LossScaleOptimizer(Adam)` for 9 steps, saved the same way; `job.json`
-likewise. tests/cli/job_layouts/builder.py is both jobs' model and
-optimizer code in Keras 3.
+likewise.
+
+Writes tests/fixtures/convert/tfops_tf24/: a functional model with
+TensorFlow ops between its layers (Keras 2 made each a layer, counted in
+the checkpoint's `layer-N`; Keras 3 makes none), trained by `fit` with
+`LossScaleOptimizer(SGD(momentum=0.9))` for 6 steps, saved the same way.
+
+tests/cli/job_layouts/builder.py is these jobs' model and optimizer code in
+Keras 3.
 """
 
 import json
@@ -105,6 +112,28 @@ def blocks_job():
   return out, model, opt
 
 
+def tfops_job():
+  """A functional model with TF ops between its Dense layers, fit."""
+  tf.keras.mixed_precision.set_global_policy("mixed_float16")
+  tf.random.set_seed(13)
+  rng = np.random.RandomState(13)
+  x = rng.normal(size=(24, 4)).astype("float32")
+  y = rng.normal(size=(24, 1)).astype("float32")
+  inputs = tf.keras.Input((4,))
+  h = tf.keras.layers.Dense(6)(inputs)
+  h = tf.nn.relu(h) * 0.5
+  h = tf.keras.layers.Dense(6)(h)
+  h = tf.keras.layers.Dense(6, activation="relu")(h)
+  h = tf.keras.layers.Dense(1)(h)
+  model = tf.keras.Model(inputs, tf.cast(h, tf.float32))
+  opt = tf.keras.mixed_precision.LossScaleOptimizer(
+      tf.keras.optimizers.SGD(0.05, momentum=0.9), initial_scale=512,
+      dynamic_growth_steps=4)
+  model.compile(opt, loss="mse")
+  model.fit(x, y, batch_size=4, epochs=1, shuffle=False, verbose=0)
+  return os.path.join(os.path.dirname(OUT), "tfops_tf24"), model, opt
+
+
 def _slots(opt, model):
   inner = opt.inner_optimizer
   return {str(i): {name: inner.get_slot(v, name).numpy().tolist()
@@ -147,6 +176,8 @@ def _save(out, model, opt, extra=None):
 def main():
   assert tf.__version__.startswith("2.4."), tf.__version__
   _save(*blocks_job())
+  tf.keras.backend.clear_session()
+  _save(*tfops_job())
   tf.keras.backend.clear_session()
   tf.random.set_seed(11)
   rng = np.random.RandomState(11)

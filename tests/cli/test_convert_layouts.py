@@ -23,6 +23,7 @@ from tf_mixed_precision_compat.legacy import _match
 
 OLD = testing.fixture_path("convert", "layouts_tf24")
 BLOCKS = testing.fixture_path("convert", "blocks_tf24")
+TFOPS = testing.fixture_path("convert", "tfops_tf24")
 BUILDER = "tests.cli.job_layouts.builder"
 
 
@@ -124,3 +125,17 @@ def test_renamed_weights_are_keras3s_names(name):
   for old, new in _match.RENAMED_WEIGHTS[name].items():
     assert not hasattr(layer, old)
     assert _match.own_variable(layer, old) is getattr(layer, new)
+
+
+def test_tf_op_layers_do_not_shift_the_weights(capsys, tmp_path):
+  # TF 2.4's `layer-N` counted the layers Keras 2 made of tf.nn.relu and
+  # the multiply; by it, the second Dense's weights would also reach the
+  # third Dense of the Keras 3 model, which makes no such layers.
+  names = [n for n, _ in _record(TFOPS)["variables"]]
+  assert not any("model/layer-" in n for n in names)  # Only in the graph.
+  new = str(tmp_path / "new")
+  assert main(["convert", TFOPS, new, "--growth-steps", "4",
+               "--model", f"{BUILDER}:make_tfops"]) == 0, \
+      capsys.readouterr().err
+  _restore_and_check(new, builder.make_tfops(),
+                     builder.make_tfops_optimizer(), _record(TFOPS))

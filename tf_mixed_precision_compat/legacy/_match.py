@@ -269,6 +269,20 @@ def _through_metric(model, path):
   return False
 
 
+def _counts_every_layer(path):
+  """Whether `path` steps through TF 2.x's `layer-N` (not `_with_weights`)."""
+  return any(m and not m.group(1) for m in map(LAYER_INDEX.match, path))
+
+
+def _by_weighted_layers(paths):
+  """`paths`, without their `layer-N` ones when others reach the variable:
+  TF 2.x's `layer-N` counted the layers Keras 2 made of TensorFlow ops
+  (`tf.nn.relu(x)` in a functional model), which Keras 3 does not make;
+  `layer_with_weights-N` counts only layers both have."""
+  others = [path for path in paths if not _counts_every_layer(path)]
+  return others or paths
+
+
 def _plan_model(plan, model, model_node, optimizer_vars):
   """Binds the model's weights, following each variable's paths."""
   layers_by_name = {layer.name: layer for layer in
@@ -285,7 +299,7 @@ def _plan_model(plan, model, model_node, optimizer_vars):
       metric_keys.append(key)
       continue
     found = {}
-    for path in paths:
+    for path in _by_weighted_layers(paths):
       target, layer = _follow(model, path)
       if target is not None:
         found[id(target)] = (target, layer)

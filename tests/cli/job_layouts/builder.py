@@ -81,3 +81,21 @@ def make_blocks():
 def make_blocks_optimizer():
   return keras.optimizers.LossScaleOptimizer(
       keras.optimizers.Adam(0.01), initial_scale=256, dynamic_growth_steps=4)
+
+
+def make_tfops():
+  """The TF-ops job's model: Keras 3 makes no layers of the ops."""
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  inputs = keras.Input((4,))
+  h = keras.layers.Dense(6)(inputs)
+  h = keras.ops.relu(h) * 0.5
+  h = keras.layers.Dense(6)(h)
+  h = keras.layers.Dense(6, activation="relu")(h)
+  h = keras.layers.Dense(1)(h)
+  return keras.Model(inputs, keras.ops.cast(h, "float32"))
+
+
+def make_tfops_optimizer():
+  return keras.optimizers.LossScaleOptimizer(
+      keras.optimizers.SGD(0.05, momentum=0.9), initial_scale=512,
+      dynamic_growth_steps=4)
