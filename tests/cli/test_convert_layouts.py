@@ -139,3 +139,44 @@ def test_tf_op_layers_do_not_shift_the_weights(capsys, tmp_path):
       capsys.readouterr().err
   _restore_and_check(new, builder.make_tfops(),
                      builder.make_tfops_optimizer(), _record(TFOPS))
+
+
+@pytest.mark.parametrize("version", ["tf23", "tf24"])
+def test_whole_model_h5_with_a_lambda_takes_the_model_from_code(
+    capsys, tmp_path, version):
+  # The file's Lambda is Python 3.8 bytecode: the model comes from
+  # --model, the weights and optimizer state from the file, by layer order.
+  h5 = testing.fixture_path("legacy", f"lambda_{version}.h5")
+  with open(testing.fixture_path("legacy", f"lambda_{version}.json")) as f:
+    record = json.load(f)
+  new = str(tmp_path / "new")
+  assert main(["convert", h5, new, "--model", f"{BUILDER}:make_lambda"]) \
+      == 0, capsys.readouterr().err
+  assert "never stored the dynamic loss scale" in capsys.readouterr().err
+  assert sorted(os.listdir(new)) == ["checkpoint", "ckpt-1.data-00000-of-00001",
+                                     "ckpt-1.index"]
+  model = builder.make_lambda()
+  opt = keras.optimizers.LossScaleOptimizer(
+      keras.optimizers.SGD(0.05, momentum=0.9))
+  opt.build(model.trainable_variables)
+  tf.train.Checkpoint(model=model, optimizer=opt).restore(
+      tf.train.latest_checkpoint(new)).assert_consumed()
+  layer = model.get_layer("d")
+  for weight in ("kernel", "bias"):
+    variable = getattr(layer, weight)
+    np.testing.assert_array_equal(variable.numpy(),
+                                  record["weights"][f"d/{weight}"])
+    np.testing.assert_array_equal(
+        _slot(opt, variable, "momentum").numpy(),
+        record["slots"][f"d/{weight}"]["momentum"])
+  assert int(opt.inner_optimizer.iterations.numpy()) == record["iterations"]
+  # H5 files never stored the scale: it starts again, as the package's.
+  assert float(opt.dynamic_scale.numpy()) == 2.0**15
+
+
+def test_an_h5_builder_returning_an_optimizer_is_a_usage_error(capsys,
+                                                               tmp_path):
+  h5 = testing.fixture_path("legacy", "lambda_tf24.h5")
+  assert main(["convert", h5, str(tmp_path / "new"),
+               "--model", f"{BUILDER}:make_job"]) == 2
+  assert "its own training config" in capsys.readouterr().err

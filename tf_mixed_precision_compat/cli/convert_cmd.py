@@ -27,6 +27,7 @@ from tf_mixed_precision_compat.cli import _plan
 from tf_mixed_precision_compat.cli import _sources
 from tf_mixed_precision_compat.cli import _verify
 from tf_mixed_precision_compat.cli import inspect_cmd
+from tf_mixed_precision_compat.legacy import _loaders
 from tf_mixed_precision_compat.legacy import _match
 from tf_mixed_precision_compat.legacy import _read_checkpoint
 from tf_mixed_precision_compat.legacy import _read_h5
@@ -240,18 +241,37 @@ def _h5_scale(args: Any, opt: Any, restored: Restored) -> None:
   restored.notes.append(FIXED_NOTE.format(scale=args.fixed_loss_scale))
 
 
+def _load_h5(args: Any, err: TextIO) -> Any:
+  """The H5 file's model, compiled with its optimizer, through the package:
+  built from its config, or `--model`'s (a Lambda's bytecode from another
+  Python, a layer only the job's code has)."""
+  if not args.model:
+    _progress(2, "loading it through the package (legacy.load_model)", err)
+    return legacy.load_model(args.old)
+  model, given = _plan.build_job(args.model, args.policy)
+  if given is not None:
+    raise _plan.UsageError(
+        f"--model {args.model} returned an optimizer: an H5 file's comes "
+        "from its own training config; return the model only")
+  _progress(2, f"loading its weights and optimizer state into {args.model}"
+            " through the package (by layer order, as TF 2.x's "
+            "load_weights)", err)
+  return _loaders.load_h5_into(args.old, model)
+
+
 def _restore_h5(args: Any, err: TextIO) -> Restored:
   """Loads a whole-model TF 2.x H5 file through the package."""
-  for option in ("model", "model_path", "optimizer_path", "weights_h5",
+  for option in ("model_path", "optimizer_path", "weights_h5",
                  "optimizer", "optimizer_args"):
     if getattr(args, option, None):
       raise _plan.UsageError(
           f"--{option.replace('_', '-')} is not used with an H5 model file: "
           "the model and optimizer come from its own config")
-  _progress(2, "loading it through the package (legacy.load_model)", err)
   try:
-    model = legacy.load_model(args.old)
+    model = _load_h5(args, err)
   except ValueError as e:
+    if isinstance(e, _plan.UsageError):
+      raise
     raise Refused(f"The package does not load {args.old}: {e}") from None
   opt = model.optimizer
   if not isinstance(opt, legacy.LossScaleOptimizer):
@@ -396,7 +416,7 @@ def _extra_files(args: Any, restored: Restored, opt: Any, work: str,
                  staged: str) -> list:
   """`--weights` / `--keras` outputs, written under `work` first.
 
-  An H5 file's model is always written as `.keras` too: no user code builds it.
+  An H5 file's model is written as `.keras` too unless `--model` builds it.
   """
   written = []
   if args.weights:
@@ -440,10 +460,11 @@ def convert(args: Any, err: TextIO) -> dict:
     os.makedirs(staged)
     files = _extra_files(args, restored, opt, work, staged) if h5 else []
     if h5:
-      # The `.keras` file's model, uncompiled (else the package's optimizer,
-      # which the model tracks, would be written), and a native optimizer
-      # built for its variables.
-      plain = keras.models.load_model(files[-1][0], compile=False)
+      # The model uncompiled (else the package's optimizer, which the model
+      # tracks, would be written), and a native optimizer built for its
+      # variables: the `.keras` file's, or `--model`'s afresh.
+      plain = (_plan.build_model(args.model) if args.model else
+               keras.models.load_model(files[-1][0], compile=False))
       for target, value in zip(plain.weights, restored.model.weights):
         target.assign(value)
       restored.model = plain
@@ -458,8 +479,9 @@ def convert(args: Any, err: TextIO) -> dict:
       files = _extra_files(args, restored, opt, work, staged)
     _progress(4, "reading it back in a fresh interpreter without the "
               "package", err)
-    seen = verify(work, staged, args, restored,
-                  files[-1][0] if args.keras or h5 else None)
+    keras_file = files[-1][0] if args.keras or (h5 and not args.model) \
+        else None
+    seen = verify(work, staged, args, restored, keras_file)
     _progress(5, f"moving it to {args.new}", err)
     if os.path.exists(args.new):
       os.rmdir(args.new)

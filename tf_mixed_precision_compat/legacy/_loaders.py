@@ -197,8 +197,10 @@ def load_saved_model(path: _PathLike, tags: Any = None, options: Any = None,
     return tf.saved_model.load(path, tags=tags, options=options)
 
 
-def _load_h5(path, safe_mode, custom_objects, compile, allow_partial):  # pylint: disable=redefined-builtin
-  """`load_model` of an H5 file."""
+def _load_h5(path, safe_mode, custom_objects, compile, allow_partial,  # pylint: disable=redefined-builtin
+             model=None):
+  """`load_model` of an H5 file; into `model` (built in code, matched by
+  topology as TF 2.x's `load_weights` did) when given."""
   try:
     f = h5py.File(path, "r")
   except OSError as e:
@@ -212,11 +214,16 @@ def _load_h5(path, safe_mode, custom_objects, compile, allow_partial):  # pylint
                          "file.")
       config = _config.parse_json(f.attrs["model_config"], "model_config",
                                   path)
-      _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f), path)
-      model = _config.build_model(config, path, safe_mode, custom_objects)
       plan = _match.Plan(path)
-      by_tf_name = _match_h5.plan_by_layer_name(
-          _read_h5.layer_groups(f, path), path, model, plan)
+      if model is None:
+        _read_h5.check_lambda_bytecode(config, _read_h5.keras_version(f),
+                                       path)
+        model = _config.build_model(config, path, safe_mode, custom_objects)
+        by_tf_name = _match_h5.plan_by_layer_name(
+            _read_h5.layer_groups(f, path), path, model, plan)
+      else:
+        by_tf_name = _match_h5.plan_topological(
+            _read_h5.layer_groups(f, path, required=True), path, model, plan)
       optimizer = None
       if compile and "training_config" in f.attrs:
         training_config = _config.parse_json(
@@ -256,3 +263,11 @@ def _load_saved_model(path, safe_mode, custom_objects, compile,  # pylint: disab
                                       custom_objects, safe_mode)
   return model, restore_graph(reader, graph, path, model, optimizer, 0,
                               allow_partial)
+
+
+def load_h5_into(path: _PathLike, model: Any, custom_objects: Any = None
+                 ) -> Any:
+  """A whole-model TF 2.x H5 file's weights and compiled optimizer state,
+  into `model` (the job's model built in code), exactly or not at all."""
+  return _load_h5(os.fspath(path), True, custom_objects, True, False,
+                  model=model)

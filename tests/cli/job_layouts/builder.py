@@ -99,3 +99,13 @@ def make_tfops_optimizer():
   return keras.optimizers.LossScaleOptimizer(
       keras.optimizers.SGD(0.05, momentum=0.9), initial_scale=512,
       dynamic_growth_steps=4)
+
+
+def make_lambda():
+  """tests/fixtures/legacy/lambda_tf2X.h5's model, its Lambda in code (the
+  file's Python 3.8 bytecode does not load on Python 3.11)."""
+  keras.mixed_precision.set_global_policy("mixed_float16")
+  return keras.Sequential([
+      keras.Input((4,)), keras.layers.Dense(2, name="d"),
+      keras.layers.Lambda(lambda t: t * 2.0, name="double")],
+                          name="with_lambda")
