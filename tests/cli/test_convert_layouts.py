@@ -180,3 +180,26 @@ def test_an_h5_builder_returning_an_optimizer_is_a_usage_error(capsys,
   assert main(["convert", h5, str(tmp_path / "new"),
                "--model", f"{BUILDER}:make_job"]) == 2
   assert "its own training config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("case, model_fn", [
+    ("weights_tf23_seq_adam_dynamic/ckpt", "seq_model"),  # The model root.
+    ("weights_tf23_seq_adam_dynamic/ckpt", "func_model"),
+    ("ckpt_tf24_func_adam_dynamic", "func_model_swapped"),
+    ("demo_tf23", "demo_model_narrow"),
+])
+def test_inspect_and_convert_give_the_same_verdict_and_reasons(
+    capsys, tmp_path, case, model_fn):
+  old = testing.fixture_path("legacy", case)
+  spec = f"tests.cli.models:{model_fn}"
+  inspected = main(["inspect", old, "--model", spec, "--json"])
+  plan = json.loads(capsys.readouterr().out)["restore_plan"]
+  converted = main(["convert", old, str(tmp_path / "new"), "--model", spec])
+  err = capsys.readouterr().err
+  assert (inspected == 0) == (converted == 0)
+  assert (plan["verdict"] == "restores exactly") == (converted == 0)
+  if converted:
+    assert "does not restore" in err
+    listed = [line[len("  - "):] for line in err.splitlines()
+              if line.startswith("  - ")]
+    assert listed == plan["why"]

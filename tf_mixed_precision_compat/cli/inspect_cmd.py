@@ -15,6 +15,7 @@ from tf_mixed_precision_compat.cli import _ckpt
 from tf_mixed_precision_compat.cli import _explain
 from tf_mixed_precision_compat.cli import _files
 from tf_mixed_precision_compat.cli import _plan
+from tf_mixed_precision_compat.cli import _sources
 
 
 def _optimizer_lines(opt: dict) -> list[str]:
@@ -112,11 +113,23 @@ def plan_for(path: str, described: dict, args: Any) -> tuple[bool, dict]:
     described.setdefault("notes", []).append(
         f"dry run with optimizer {name} ({why})")
   try:
-    report = legacy.restore_checkpoint(path, model, optimizer,
-                                       allow_partial=True, dry_run=True)
+    report = _dry_restore(path, model, optimizer)
   except ValueError as e:  # A RestoreError; not built, malformed: as it is.
     return explain(None, e)
   return explain(report, None)
+
+
+def _dry_restore(path: str, model: Any, optimizer: Any) -> Any:
+  """The report of restoring `path` into the throwaway `model` and
+  `optimizer` as convert does (the same verdict, the same reasons), or,
+  for checkpoints convert does not take, as the package's restore does."""
+  try:
+    layout = _sources.find_optimizer(path)
+    _sources.find(layout, model)
+  except _sources.NotConvertible:
+    return legacy.restore_checkpoint(path, model, optimizer,
+                                     allow_partial=True, dry_run=True)
+  return _sources.restore(layout, model, optimizer)
 
 
 def run(args: Any, out: Optional[TextIO] = None) -> int:
