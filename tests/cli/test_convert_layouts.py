@@ -203,3 +203,29 @@ def test_inspect_and_convert_give_the_same_verdict_and_reasons(
     listed = [line[len("  - "):] for line in err.splitlines()
               if line.startswith("  - ")]
     assert listed == plan["why"]
+
+
+def test_a_name_based_saver_checkpoint_gets_its_native_path(capsys,
+                                                            tmp_path):
+  # TF 2.3.4's tf.compat.v1 graph job (tests/fixtures/v1_optimizer): no
+  # Keras objects; what the statement says restores it, by name, exactly.
+  prefix = testing.fixture_path("v1_optimizer", "tf23_saver", "model.ckpt")
+  assert main(["inspect", prefix]) == 0
+  out = capsys.readouterr().out
+  assert "written by: a name-based TF1 checkpoint" in out
+  assert "note: its native path is the job's own graph code" in out
+  assert "other: good_steps = 1" in out
+  assert main(["convert", prefix, str(tmp_path / "new"),
+               "--model", "tests.cli.models:seq_model"]) == 1
+  assert "tf.compat.v1.train.Saver().restore(sess, path)" in \
+      capsys.readouterr().err
+  reader = tf.train.load_checkpoint(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+    variables = {name: tf.compat.v1.Variable(
+        tf.zeros(shape, reader.get_variable_to_dtype_map()[name]),
+        name=name.replace("/", "_")) for name, shape in shapes.items()}
+    tf.compat.v1.train.Saver(variables).restore(sess, prefix)
+    for name, variable in variables.items():
+      np.testing.assert_array_equal(sess.run(variable),
+                                    reader.get_tensor(name), err_msg=name)

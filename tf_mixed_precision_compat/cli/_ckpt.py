@@ -94,15 +94,31 @@ class CheckpointInfo:
   other: dict = dataclasses.field(default_factory=dict)
 
 
-def _variables(reader: Any) -> dict:
+# What a name-based checkpoint is, and how its job resumes without us.
+NAME_BASED = ("a name-based TF1 checkpoint (tf.compat.v1.train.Saver; no "
+              "object graph)")
+NAME_BASED_PATH = (
+    "its native path is the job's own graph code, which TF 2.21 still runs: "
+    "tf.compat.v1.train.Saver().restore(sess, path) restores every variable "
+    "by name, the loss scale's current_loss_scale and good_steps included "
+    "(tf.compat.v1.mixed_precision's MixedPrecisionLossScaleOptimizer and "
+    "enable_mixed_precision_graph_rewrite are still shipped); there are no "
+    "Keras objects to convert. To move the job to Keras 3, build its model "
+    "and optimizer and assign each variable from "
+    "tf.train.load_checkpoint(path).get_tensor(name)")
+
+
+def _variables(reader: Any, name_based: bool = False) -> dict:
   shapes = reader.get_variable_to_shape_map()
   dtypes = reader.get_variable_to_dtype_map()
+  if name_based:  # Keys are the variables' own names.
+    return {key: (list(shapes[key]), dtypes[key].name) for key in shapes}
   return {key[:-len(_VALUE)]: (list(shapes[key]), dtypes[key].name)
           for key in shapes if key.endswith(_VALUE)}
 
 
-def _scalar(reader: Any, path: str) -> Any:
-  value = reader.get_tensor(path + _VALUE)
+def _scalar(reader: Any, path: str, suffix: str = _VALUE) -> Any:
+  value = reader.get_tensor(path + suffix)
   if getattr(value, "dtype", None) == np.float32:
     # The shortest decimal that reads back as this float32 (0.9, not
     # 0.8999999761581421), which is how the job's author wrote it.
@@ -277,18 +293,21 @@ def describe(path: str) -> CheckpointInfo:
   prefix = legacy.checkpoint_prefix(path)
   reader = legacy.open_checkpoint(prefix)
   _read_checkpoint.check_values(reader, prefix)
-  variables = _variables(reader)
-  roots, writers, graph = [], set(), None
   # TF1's name-based checkpoints have no object graph (nor optimizers).
-  if _read_checkpoint.OBJECT_GRAPH_KEY in reader.get_variable_to_shape_map():
+  name_based = (_read_checkpoint.OBJECT_GRAPH_KEY not in
+                reader.get_variable_to_shape_map())
+  variables = _variables(reader, name_based)
+  roots, writers, graph = [], set(), None
+  if not name_based:
     graph = _read_checkpoint.read_object_graph(reader, "checkpoint")
     roots = _optimizer_roots(graph)
     writers = set(_layout.describe(reader, graph).values())
   optimizers = [_optimizer(reader, graph, variables, *root)
                 for root in roots]
-  info = CheckpointInfo(prefix=prefix,
-                        generation=_generation(optimizers, writers),
-                        optimizers=optimizers)
+  info = CheckpointInfo(
+      prefix=prefix, optimizers=optimizers,
+      generation=(NAME_BASED if name_based else
+                  _generation(optimizers, writers)))
   owned = [o.path + "/" for o in optimizers]
   for var, spec in variables.items():
     if _SLOT in var or any(var.startswith(p) for p in owned):
@@ -296,7 +315,7 @@ def describe(path: str) -> CheckpointInfo:
     if spec[0]:
       info.weights[var] = spec
     else:  # Scalars: counters and flags beside the model (step, epoch).
-      info.other[var] = _scalar(reader, var)
+      info.other[var] = _scalar(reader, var, "" if name_based else _VALUE)
   if any(o.layout.startswith("keras3") for o in optimizers):
     _keras3_model_paths(graph, info, variables)
   return info

@@ -25,7 +25,9 @@ def _checkpoint_dict(info: _ckpt.CheckpointInfo) -> dict:
           "generation": info.generation,
           "weights": [{"name": k, "shape": s, "dtype": d}
                       for k, (s, d) in sorted(info.weights.items())],
-          "optimizers": optimizers, "other": info.other, "notes": []}
+          "optimizers": optimizers, "other": info.other,
+          "notes": ([_ckpt.NAME_BASED_PATH]
+                    if info.generation == _ckpt.NAME_BASED else [])}
 
 
 def _datasets(group: Any) -> list[tuple[str, list, str]]:

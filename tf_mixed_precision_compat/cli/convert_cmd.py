@@ -151,6 +151,9 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
     raise _plan.UsageError("--model MODULE:FUNCTION is needed for a "
                            "checkpoint (only H5 files describe their model)")
   info = _ckpt.describe(args.old)
+  if info.generation == _ckpt.NAME_BASED:
+    raise Refused(f"{info.prefix} is {_ckpt.NAME_BASED}: "
+                  f"{_ckpt.NAME_BASED_PATH}.")
   if any(o.layout != "keras2" for o in info.optimizers):
     raise Refused(
         f"{info.prefix} was written on Keras 3 ({info.generation}); convert "
