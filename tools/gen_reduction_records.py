@@ -8,13 +8,15 @@ Run with each reference TensorFlow:
 Runs every reduction (or only the named ones) as written, its install line
 answered by an empty stand-in package (old TF has no use for it), and keeps
 what it wrote (per-step loss, loss scale, counter, skipped, iterations, and
-the final weights) in tests/fixtures/reductions/tf<23|24>/NAME.json. A
+the final weights) in tests/fixtures/reductions/tf<23|24>/NAME.json (and
+the checkpoints of the jobs in RESUMES in NAME_model_dir/). A
 reduction the old TF cannot run (TF 2.3 lacks TF 2.4's API) is recorded with
 the end of its error.
 """
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,9 +42,19 @@ def _stub():
   return folder
 
 
+# Reductions that save and resume: their checkpoints are kept beside the
+# record (NAME_model_dir/), for the converted resume of
+# tests/cli/test_reductions_resume.py.
+RESUMES = ("mlcommons_resnet_runnable", "model_garden_detection_base_model")
+
+
 def record(name, stub, out_dir):
   out = os.path.join(tempfile.mkdtemp(), "out.json")
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=stub)
+  if name in RESUMES:
+    directory = os.path.join(out_dir, name + "_model_dir")
+    shutil.rmtree(directory, ignore_errors=True)
+    env["REDUCTION_MODEL_DIR"] = directory
   result = subprocess.run(
       [sys.executable, os.path.join(REDUCTIONS, name + ".py"), out],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE,

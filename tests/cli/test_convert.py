@@ -510,3 +510,22 @@ def test_a_read_back_crash_shows_its_error_not_the_log():
             "ValueError: bad\n")
   assert convert_cmd._last_error(output) == (  # pylint: disable=protected-access
       'File "/job/builder.py", line 3, in make\nValueError: bad')
+
+
+def test_no_loss_scale_usage_errors(capsys, tmp_path):
+  # A dynamic scale in the checkpoint, or a fixed one given: not plain.
+  old = testing.fixture_path("legacy", "demo_tf23")
+  assert main(["convert", old, str(tmp_path / "n1"), "--no-loss-scale",
+               "--model", "tests.cli.models:demo_model"]) == 2
+  assert "holds a dynamic loss scale (1024.0)" in capsys.readouterr().err
+  fixed = testing.fixture_path("legacy", "ckpt_tf24_seq_sgd_fixed")
+  assert main(["convert", fixed, str(tmp_path / "n2"), "--no-loss-scale",
+               "--fixed-loss-scale", "128",
+               "--model", "tests.cli.models:seq_model"]) == 2
+  assert "--fixed-loss-scale says the job had one" in \
+      capsys.readouterr().err
+  assert main(["convert", fixed, str(tmp_path / "n3"),
+               "--model", "tests.cli.models:seq_model"]) == 1
+  assert "--no-loss-scale if the job had no loss-scale" in \
+      capsys.readouterr().err
+  assert os.listdir(tmp_path) == []

@@ -98,6 +98,10 @@ def _convert_parser(sub: Any) -> None:
                  "written as a LossScaleOptimizer that starts there and never "
                  "grows; unlike TF's, it skips a step whose gradients "
                  "overflow and halves (docs/migration.md)")
+  p.add_argument("--no-loss-scale", action="store_true",
+                 help="the job had no LossScaleOptimizer (bfloat16 or "
+                 "float32; the checkpoint cannot tell it from a fixed "
+                 "scale): NEW holds the plain Keras 3 optimizer")
   p.add_argument("--growth-steps", type=int, metavar="N",
                  help="dynamic_growth_steps of the written optimizer "
                  "(checkpoints did not store it; default 2000, TF's default,"

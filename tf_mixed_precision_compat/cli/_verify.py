@@ -80,7 +80,7 @@ def _restore(spec):
     inner = getattr(inner, "inner_optimizer", inner)
   else:
     inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
-  opt = keras.optimizers.LossScaleOptimizer(
+  opt = inner if spec.get("plain") else keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=spec["initial_scale"],
       dynamic_growth_steps=spec["growth_steps"])
   extra = {tuple(path): tf.Variable(tf.zeros([], dtype))
@@ -155,10 +155,12 @@ def main(spec_path):
                    if f"keras:{key}" in keras_file})
   got = {**keras_file, **values(model, opt, extra)}
   wrong = differences(got, expected, limit=len(got) + len(expected))
-  print(json.dumps({"wrong": wrong, "iterations": int(
-                        opt.inner_optimizer.iterations.numpy()),
-                    "loss_scale": float(opt.dynamic_scale.numpy()),
-                    "counter": int(opt.step_counter.numpy())}))
+  inner = getattr(opt, "inner_optimizer", opt)
+  scaled = inner is not opt
+  print(json.dumps({
+      "wrong": wrong, "iterations": int(inner.iterations.numpy()),
+      "loss_scale": float(opt.dynamic_scale.numpy()) if scaled else None,
+      "counter": int(opt.step_counter.numpy()) if scaled else None}))
   return 1 if wrong else 0
 
 

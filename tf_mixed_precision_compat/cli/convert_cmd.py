@@ -69,6 +69,7 @@ class Restored:
     why_native: Why `paths` are not the old checkpoint's ("" when they are).
     builder_optimizer: Whether the inner optimizer is `--model`'s own, made
       afresh by calling it again (its schedule is the job's code).
+    plain: Whether NEW holds the plain inner optimizer (no loss scaling).
   """
   model: Any
   source: Any
@@ -82,6 +83,7 @@ class Restored:
   paths: tuple = _sources.NATIVE
   why_native: str = "the model came from an H5 file"
   builder_optimizer: bool = False
+  plain: bool = False
 
 
 def _progress(step: int, text: str, err: TextIO) -> None:
@@ -90,21 +92,30 @@ def _progress(step: int, text: str, err: TextIO) -> None:
 
 
 def check_convertible(info: _ckpt.CheckpointInfo, layout: _sources.Layout,
-                      fixed: Optional[float]) -> _ckpt.OptimizerInfo:
-  """The optimizer `layout` found, if the native layout can hold it."""
+                      fixed: Optional[float], plain: bool = False
+                      ) -> _ckpt.OptimizerInfo:
+  """The optimizer `layout` found, if the native layout can hold it
+  (`plain`: the job had no loss-scale optimizer, as --no-loss-scale says)."""
   opt = next((o for o in info.optimizers if o.inner_path == layout.inner_key),
              None)
   if opt is None:  # The root itself (a checkpoint of an optimizer object).
     raise Refused(f"The optimizer at {layout.optimizer_path} is the "
                   "checkpoint's root; convert reads optimizers below it")
-  if opt.loss_scale is None and fixed is None:
+  if plain and (fixed is not None or opt.loss_scale is not None):
+    raise _plan.UsageError(
+        "--no-loss-scale: " + ("--fixed-loss-scale says the job had one"
+                               if fixed is not None else
+                               "the checkpoint holds a dynamic loss scale "
+                               f"({opt.loss_scale['value']})"))
+  if opt.loss_scale is None and fixed is None and not plain:
     raise Refused(
         "The checkpoint stores no loss scale: the job used a fixed loss "
         "scale (TF never stored its value) or none. Keras 3's "
         "LossScaleOptimizer is dynamic only; pass --fixed-loss-scale VALUE "
         "(the job's value, e.g. LossScaleOptimizer(opt, loss_scale=128) or "
         "(opt, dynamic=False, initial_scale=128)) to write it as one that "
-        "never grows, or keep the package for this job.")
+        "never grows, --no-loss-scale if the job had no loss-scale "
+        "optimizer (bfloat16, float32), or keep the package for this job.")
   if opt.loss_scale is not None and fixed is not None:
     raise _plan.UsageError(
         "--fixed-loss-scale: the checkpoint holds a dynamic loss scale "
@@ -162,7 +173,8 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
         "save it again from a Keras 3 LossScaleOptimizer to leave it.")
   try:
     layout = _sources.find_optimizer(args.old, args.optimizer_path)
-    opt_info = check_convertible(info, layout, args.fixed_loss_scale)
+    opt_info = check_convertible(info, layout, args.fixed_loss_scale,
+                                 getattr(args, "no_loss_scale", False))
     model, given = _plan.build_job(args.model, args.policy)
     _sources.find(layout, model, args.model_path, args.weights_h5)
   except _sources.NotConvertible as e:
@@ -184,14 +196,16 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
     error = e
   _refuse_leftovers(args, report, error)
   fixed = args.fixed_loss_scale
+  plain = bool(getattr(args, "no_loss_scale", False))
   restored = Restored(
       model, source, choice,
-      fixed if fixed is not None else float(report.loss_scale),
-      0 if fixed is not None else int(report.counter),
+      fixed if fixed is not None else
+      (0.0 if plain else float(report.loss_scale)),
+      0 if fixed is not None or plain else int(report.counter),
       initial_scale=fixed or getattr(given, "initial_scale",
                                      _DEFAULT_INITIAL_SCALE),
       growth_steps=_growth_steps(args, fixed, given), extras=_extras(layout),
-      builder_optimizer=given is not None)
+      builder_optimizer=given is not None, plain=plain)
   restored.paths, restored.why_native = _sources.written_paths(layout)
   restored.notes += report.notes
   if fixed is not None:
@@ -295,7 +309,7 @@ def native_optimizer(restored: Restored, model_spec: Optional[str] = None
     inner = _plan.given_inner(_plan.build_job(str(model_spec))[1])
   else:
     inner = _plan.make_inner(name, kwargs)
-  opt = keras.optimizers.LossScaleOptimizer(
+  opt = inner if restored.plain else keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=restored.initial_scale,
       dynamic_growth_steps=restored.growth_steps)
   opt.build(restored.model.trainable_variables)
@@ -306,8 +320,9 @@ def native_optimizer(restored: Restored, model_spec: Optional[str] = None
                   "variables; pass --optimizer with the job's class")
   for target, value in zip(inner.variables, old):
     target.assign(value)
-  opt.dynamic_scale.assign(restored.loss_scale)
-  opt.step_counter.assign(restored.counter)
+  if not restored.plain:
+    opt.dynamic_scale.assign(restored.loss_scale)
+    opt.step_counter.assign(restored.counter)
   return opt
 
 
@@ -367,6 +382,7 @@ def verify(work: str, directory: str, args: Any, restored: Restored,
           "keras_file": keras_file, "optimizer": restored.choice[0],
           "kwargs": restored.choice[1],
           "builder_optimizer": restored.builder_optimizer,
+          "plain": restored.plain,
           "initial_scale": restored.initial_scale,
           "growth_steps": restored.growth_steps, "directory": directory,
           "expected": os.path.join(work, "expected.npz"),
@@ -534,7 +550,9 @@ def run(args: Any, out: Optional[TextIO] = None,
     # interrupt) must not leave a half conversion there.
     _undo(before)
     raise
+  scale = ("no loss scale" if seen["loss_scale"] is None else
+           f"loss scale {seen['loss_scale']}, counter {seen['counter']}")
   out.write(f"wrote {tf.train.latest_checkpoint(args.new)}: iterations "
-            f"{seen['iterations']}, loss scale {seen['loss_scale']}, counter "
-            f"{seen['counter']}; read back exactly without the package\n")
+            f"{seen['iterations']}, {scale}; read back exactly without the "
+            "package\n")
   return 0

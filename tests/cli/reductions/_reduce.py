@@ -15,13 +15,25 @@ Example (the shape of every reduction's loop):
 """
 
 import json
+import os
 import sys
+import tempfile
 
 import numpy as np
 import tensorflow as tf
 
 STEPS = 8
 OVERFLOW = 3  # The batch whose float16 gradients overflow.
+# The step a resumed run starts at: a job that saves and resumes restores
+# the latest checkpoint of `model_dir()` there (tests/cli/
+# test_reductions_resume.py: the old TF's checkpoint, converted).
+START = int(os.environ.get("REDUCTION_START", "0"))
+
+
+def model_dir():
+  """Where a job keeps its checkpoints: `REDUCTION_MODEL_DIR` (the recorder
+  keeps old TF's; a resumed run reads the converted one) or a fresh folder."""
+  return os.environ.get("REDUCTION_MODEL_DIR") or tempfile.mkdtemp()
 
 
 def batch(i, size=8, features=4):

@@ -19,7 +19,8 @@ step that adds the model's L2 losses, REBINDS `loss` to the scaled loss
 and applies them (one accumulation step); the `train_loss` metric is fed
 the returned, SCALED loss, and that is what is logged. The runnable's loop
 is a `tf.function` (`use_tf_function`), one step per loop. After 4 steps
-the checkpoint is saved; a fresh runnable restores it and trains on.
+the checkpoint is saved; a fresh runnable restores the model dir's latest
+and trains on (a run resumed at step 4 restores it without saving first).
 Edits: absl flags are a plain object; no `experimental_compile` (XLA;
 renamed in later TF); the default strategy; the ResNet is two Dense layers
 with L2 regularizers and a float32 softmax; metrics are not reset
@@ -28,13 +29,12 @@ with L2 regularizers and a float32 softmax; metrics are not reset
 """
 
 import os
-import tempfile
 
 import numpy as np
 import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 
-from _reduce import STEPS, Log, batch, seed
+from _reduce import START, STEPS, Log, batch, model_dir, seed
 
 
 class Flags(object):
@@ -148,14 +148,15 @@ def dataset(start):
 flags_obj = Flags()
 set_mixed_precision_policy(get_tf_dtype(flags_obj))
 runnable = ResnetRunnable(flags_obj)
-iterator = dataset(0)
+iterator = dataset(START)
 log = Log(runnable.model)
-model_dir = tempfile.mkdtemp()
-for i in range(STEPS):
+directory = model_dir()
+for i in range(START, STEPS):
   if i == STEPS // 2:
-    path = runnable.checkpoint.save(os.path.join(model_dir, 'ckpt'))
+    if i > START:
+      runnable.checkpoint.save(os.path.join(directory, 'ckpt'))
     runnable = ResnetRunnable(flags_obj)
-    runnable.checkpoint.restore(path)
+    runnable.checkpoint.restore(tf.train.latest_checkpoint(directory))
     iterator = dataset(i)
     log.model = runnable.model
   log.step(runnable.train(iterator), runnable.optimizer)

@@ -17,7 +17,8 @@ replicated step takes the mean loss plus an L2 weight decay, divides it by
 the replica count, takes the gradients of the variables the frozen-prefix
 filter keeps, and applies them, inside a `tf.function` run by the strategy
 (one device here). The loop checkpoints model and optimizer midway; fresh
-objects restore the checkpoint and train on.
+objects restore the latest checkpoint and train on (a run resumed at the
+midway step starts there).
 No loss scale means no skipped step: the overflow batch is left out (its
 1e4-times inputs would only blow up the weights).
 Edits: no `set_learning_phase`, metrics, summaries or evaluation.
@@ -25,12 +26,11 @@ Edits: no `set_learning_phase`, metrics, summaries or evaluation.
 
 import functools
 import re
-import tempfile
 
 import tensorflow as tf
 import tf_mixed_precision_compat.auto  # pylint: disable=unused-import
 
-from _reduce import OVERFLOW, STEPS, Log, batch, seed
+from _reduce import OVERFLOW, START, STEPS, Log, batch, model_dir, seed
 
 PARAMS = {'architecture': {'use_bfloat16': True},
           'train': {'optimizer': {'type': 'momentum', 'momentum': 0.9},
@@ -130,13 +130,14 @@ def create_train_step(strategy, model, loss_fn, optimizer, variables_filter,
 model_builder = DetectionModel(PARAMS)
 strategy = tf.distribute.OneDeviceStrategy('/cpu:0')
 kept = [i for i in range(STEPS + 1) if i != OVERFLOW]
-xs, ys = zip(*[batch(i) for i in kept])
+xs, ys = zip(*[batch(i) for i in kept[START:]])
 dataset = tf.data.Dataset.from_tensor_slices(
     (tf.concat(xs, 0), tf.concat(ys, 0))).batch(8)
 iterator = iter(strategy.experimental_distribute_dataset(dataset))
-directory = tempfile.mkdtemp()
+directory = model_dir()
 log = None
-for part in range(2):  # Half the steps, a checkpoint, fresh objects, the rest.
+# Half the steps, a checkpoint, fresh objects, the rest.
+for part in range(START // (STEPS // 2), 2):
   with strategy.scope():
     model = model_builder.build_model()
     optimizer = model.optimizer
