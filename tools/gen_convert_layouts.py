@@ -26,12 +26,21 @@ TensorFlow ops between its layers (Keras 2 made each a layer, counted in
 the checkpoint's `layer-N`; Keras 3 makes none), trained by `fit` with
 `LossScaleOptimizer(SGD(momentum=0.9))` for 6 steps, saved the same way.
 
+Writes tests/fixtures/convert/adamw_tf24/: a custom loop trained by
+`LossScaleOptimizer(AdamWeightDecay(...))`, Model Garden's (and TTS's) Adam
+with decoupled weight decay (`lr * rate * var` taken from every variable
+whose name no exclusion pattern matches, before Adam's update), in our
+words; float32 compute, so the continued steps compare tightly. 6 steps,
+saved, then 4 more recorded (`continued`: the loss of each, the weights
+after them) for the resumed run to match.
+
 tests/cli/job_layouts/builder.py is these jobs' model and optimizer code in
 Keras 3.
 """
 
 import json
 import os
+import re
 import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -134,6 +143,69 @@ def tfops_job():
   return os.path.join(os.path.dirname(OUT), "tfops_tf24"), model, opt
 
 
+class AdamWeightDecay(tf.keras.optimizers.Adam):
+  """Adam whose variables decay by `lr * weight_decay_rate * var` first,
+  but those a pattern of `exclude_from_weight_decay` matches by name."""
+
+  def __init__(self, learning_rate, weight_decay_rate,
+               exclude_from_weight_decay=None, **kwargs):
+    super().__init__(learning_rate, name="AdamWeightDecay", **kwargs)
+    self.weight_decay_rate = weight_decay_rate
+    self._exclude = exclude_from_weight_decay or []
+
+  def _decay(self, var, apply_state):
+    if any(re.search(p, var.name) for p in self._exclude):
+      return tf.no_op()
+    lr = apply_state[(var.device, var.dtype.base_dtype)]["lr_t"]
+    return var.assign_sub(lr * var * self.weight_decay_rate)
+
+  def _resource_apply_dense(self, grad, var, apply_state=None):
+    with tf.control_dependencies([self._decay(var, apply_state)]):
+      return super()._resource_apply_dense(grad, var, apply_state)
+
+
+def _adamw_batch(i):
+  rng = np.random.RandomState(200 + i)
+  x = rng.normal(size=(8, 5)).astype("float32")
+  return x, (x @ np.linspace(-1.0, 1.0, 5)[:, None]).astype("float32")
+
+
+def adamw_job():
+  """The AdamWeightDecay custom loop; saves after 6 steps, records 4 more."""
+  tf.keras.mixed_precision.set_global_policy("float32")
+  tf.random.set_seed(14)
+  model = tf.keras.Sequential([tf.keras.Input((5,)),
+                               tf.keras.layers.Dense(4, activation="tanh"),
+                               tf.keras.layers.Dense(1)])
+  opt = tf.keras.mixed_precision.LossScaleOptimizer(
+      AdamWeightDecay(0.01, 0.1, exclude_from_weight_decay=["bias"]),
+      initial_scale=128, dynamic_growth_steps=3)
+
+  def step(i):
+    x, y = _adamw_batch(i)
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(model(x) - y))
+      scaled = opt.get_scaled_loss(loss)
+    grads = opt.get_unscaled_gradients(
+        tape.gradient(scaled, model.trainable_variables))
+    opt.apply_gradients(zip(grads, model.trainable_variables))
+    return float(loss.numpy())
+
+  for i in range(6):
+    step(i)
+  out = os.path.join(os.path.dirname(OUT), "adamw_tf24")
+  _save(out, model, opt)
+  losses = [step(i) for i in range(6, 10)]
+  path = os.path.join(out, "job.json")
+  with open(path) as f:
+    record = json.load(f)
+  record["continued"] = {"losses": losses, "weights": [
+      w.numpy().tolist() for w in model.weights]}
+  with open(path, "w") as f:
+    json.dump(record, f, indent=1, sort_keys=True)
+    f.write("\n")
+
+
 def _slots(opt, model):
   inner = opt.inner_optimizer
   return {str(i): {name: inner.get_slot(v, name).numpy().tolist()
@@ -178,6 +250,8 @@ def main():
   _save(*blocks_job())
   tf.keras.backend.clear_session()
   _save(*tfops_job())
+  tf.keras.backend.clear_session()
+  adamw_job()
   tf.keras.backend.clear_session()
   tf.random.set_seed(11)
   rng = np.random.RandomState(11)

@@ -229,3 +229,54 @@ def test_a_name_based_saver_checkpoint_gets_its_native_path(capsys,
     for name, variable in variables.items():
       np.testing.assert_array_equal(sess.run(variable),
                                     reader.get_tensor(name), err_msg=name)
+
+
+ADAMW = testing.fixture_path("convert", "adamw_tf24")
+
+
+def _adamw_batch(i):
+  """tools/gen_convert_layouts.py's batch `i` of the AdamWeightDecay job."""
+  rng = np.random.RandomState(200 + i)
+  x = rng.normal(size=(8, 5)).astype("float32")
+  return x, (x @ np.linspace(-1.0, 1.0, 5)[:, None]).astype("float32")
+
+
+def _continue(model, opt, steps):
+  losses = []
+  for i in steps:
+    x, y = _adamw_batch(i)
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(model(x) - y))
+      scaled = opt.scale_loss(loss)
+    opt.apply(tape.gradient(scaled, model.trainable_variables),
+              model.trainable_variables)
+    losses.append(float(loss.numpy()))
+  return losses
+
+
+def test_adam_weight_decay_resumes_as_keras3s_adamw(capsys, tmp_path):
+  # The state converts exactly into the builder's AdamW; its next steps are
+  # TF 2.4.4's AdamWeightDecay's within float32 rounding (Keras 3's Adam
+  # rounds otherwise than TF's fused kernel: not bit for bit), and not
+  # plain Adam's.
+  new = str(tmp_path / "new")
+  assert main(["convert", ADAMW, new, "--model",
+               f"{BUILDER}:make_adamw_job"]) == 0, capsys.readouterr().err
+  record = _record(ADAMW)
+  model, opt = builder.make_adamw_job()
+  _restore_and_check(new, model, opt, record)
+  losses = _continue(model, opt, range(6, 10))
+  np.testing.assert_allclose(losses, record["continued"]["losses"],
+                             rtol=1e-5)
+  for variable, value in zip(model.weights, record["continued"]["weights"]):
+    np.testing.assert_allclose(variable.numpy(), value, rtol=1e-5,
+                               atol=1e-6)
+  # Without the decay (plain Adam restored from the same NEW) it is not.
+  plain = builder.make_adamw_model()
+  adam = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01),
+                                             initial_scale=128,
+                                             dynamic_growth_steps=3)
+  _restore_and_check(new, plain, adam, record)
+  _continue(plain, adam, range(6, 10))
+  assert not np.allclose(plain.weights[0].numpy(),
+                         record["continued"]["weights"][0], rtol=1e-4)

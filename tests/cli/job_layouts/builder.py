@@ -109,3 +109,25 @@ def make_lambda():
       keras.Input((4,)), keras.layers.Dense(2, name="d"),
       keras.layers.Lambda(lambda t: t * 2.0, name="double")],
                           name="with_lambda")
+
+
+def make_adamw_model():
+  """The AdamWeightDecay job's model (float32 compute)."""
+  keras.mixed_precision.set_global_policy("float32")
+  return keras.Sequential([keras.Input((5,)),
+                           keras.layers.Dense(4, activation="tanh"),
+                           keras.layers.Dense(1)])
+
+
+def make_adamw_job():
+  """`(model, optimizer)`: Keras 3's AdamW for Model Garden's
+  AdamWeightDecay(0.01, weight_decay_rate=0.1,
+  exclude_from_weight_decay=["bias"]): the same decoupled decay, before
+  Adam's update, on the same variables (Keras 3 matches the patterns against
+  a variable's own name, `bias`, TF 2.x against `dense/bias:0`; these
+  agree)."""
+  model = make_adamw_model()
+  inner = keras.optimizers.AdamW(0.01, weight_decay=0.1)
+  inner.exclude_from_weight_decay(var_names=["bias"])
+  return model, keras.optimizers.LossScaleOptimizer(
+      inner, initial_scale=128, dynamic_growth_steps=3)
