@@ -188,7 +188,11 @@ def _step(obj, name):
   if isinstance(obj, dict):
     return obj.get(name)
   if name.startswith("_"):
-    return None
+    # Only a layer's private sub-layers (MultiHeadAttention's `_query_dense`
+    # in both Kerases), never other private state.
+    found = getattr(obj, name, None) if isinstance(
+        obj, keras.layers.Layer) else None
+    return found if isinstance(found, keras.layers.Layer) else None
   try:
     return getattr(obj, name, None)
   except Exception:  # pylint: disable=broad-except
