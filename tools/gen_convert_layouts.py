@@ -16,8 +16,8 @@ value the objects held at the save, in `model.weights` order, the slots by
 weight index, and the learning rate the schedule gave at the save.
 
 Writes tests/fixtures/convert/blocks_tf24/: a custom-loop job of a
-subclassed model holding its layers in a Python list and its loss metric
-as an attribute (`self.tracker = Mean()`), trained by TF 2.4's
+subclassed model holding its layers in a Python list and a dict and its
+loss metric as an attribute (`self.tracker = Mean()`), trained by TF 2.4's
 `LossScaleOptimizer(Adam)` for 9 steps, saved the same way; `job.json`
 likewise.
 
@@ -82,20 +82,20 @@ def _model():
 
 
 class Blocks(tf.keras.Model):
-  """Dense blocks held in a list, and a loss tracker."""
+  """Dense blocks held in a list, a head in a dict, and a loss tracker."""
 
   def __init__(self):
     super().__init__()
     self.blocks = [tf.keras.layers.Dense(5, activation="relu"),
                    tf.keras.layers.Dense(3, activation="relu")]
-    self.head = tf.keras.layers.Dense(1)
+    self.heads = {"main": tf.keras.layers.Dense(1)}
     self.out = tf.keras.layers.Activation("linear", dtype="float32")
     self.tracker = tf.keras.metrics.Mean(name="loss")
 
   def call(self, x):
     for block in self.blocks:
       x = block(x)
-    return self.out(self.head(x))
+    return self.out(self.heads["main"](x))
 
 
 def blocks_job():

@@ -5,7 +5,8 @@ tests/fixtures/convert/layouts_tf24 (tools/gen_convert_layouts.py) is a
 2.x) and a DepthwiseConv2D (whose `depthwise_kernel` Keras 3 calls
 `kernel`); tests/cli/job_layouts/builder.py is its Keras 3 builder. The
 converted checkpoint is restored as docs/migration.md prescribes and must
-hold every value TF 2.4.4 recorded, bit for bit.
+hold every value TF 2.4.4 recorded, bit for bit. The other TF 2.4.4
+fixtures (blocks_tf24, tfops_tf24, adamw_tf24) come from the same tool.
 """
 
 import json
@@ -80,9 +81,10 @@ def test_schedule_and_renamed_weights_restore_natively(converted):
       record["learning_rate"])
 
 
-def test_layers_in_a_list_and_metric_state(capsys, tmp_path):
+def test_layers_in_a_list_and_a_dict_and_metric_state(capsys, tmp_path):
   # The metric's total and count are left out, said in one line; the
-  # weights of the list-held layers and their slots all come back.
+  # weights of the layers held in a list and a dict (model/blocks/0/...,
+  # model/heads/main/...) and their slots all come back.
   new = str(tmp_path / "new")
   assert main(["convert", BLOCKS, new, "--growth-steps", "4",
                "--model", f"{BUILDER}:make_blocks"]) == 0

@@ -54,20 +54,21 @@ def make_job():
 
 
 class Blocks(keras.Model):
-  """The blocks job's model: Dense blocks in a list, and a loss tracker."""
+  """The blocks job's model: Dense blocks in a list, a head in a dict, and
+  a loss tracker."""
 
   def __init__(self):
     super().__init__()
     self.blocks = [keras.layers.Dense(5, activation="relu"),
                    keras.layers.Dense(3, activation="relu")]
-    self.head = keras.layers.Dense(1)
+    self.heads = {"main": keras.layers.Dense(1)}
     self.out = keras.layers.Activation("linear", dtype="float32")
     self.tracker = keras.metrics.Mean(name="loss")
 
   def call(self, x):
     for block in self.blocks:
       x = block(x)
-    return self.out(self.head(x))
+    return self.out(self.heads["main"](x))
 
 
 def make_blocks():
