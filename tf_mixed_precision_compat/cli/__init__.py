@@ -122,10 +122,19 @@ def _migrate_parser(sub: Any) -> None:
       "the rewrites that keep behaviour (formatting and comments kept) and "
       "leaves the others as report entries. Needs libcst (the `migrate` "
       "extra).")
-  p.add_argument("files", nargs="+", metavar="FILE",
-                 help="Python files to report on (and rewrite)")
+  p.add_argument("files", nargs="+", metavar="PATH",
+                 help="Python files, notebooks (.ipynb: code cells "
+                 "rewritten, outputs and metadata kept) or directories "
+                 "(their .py and .ipynb files, recursively)")
   p.add_argument("--write", action="store_true",
                  help="rewrite the files in place")
+  p.add_argument("--outtree", metavar="DIR",
+                 help="with one input directory: copy it to DIR (new or "
+                 "empty), every other file included, and rewrite the copy; "
+                 "the input stays as it is")
+  p.add_argument("--report", metavar="FILE",
+                 help="also write the full report (every use, its "
+                 "replacement and what changes) to FILE")
   p.add_argument("--verbose", action="store_true",
                  help="every use with its replacement and what changes "
                  "(by default: a line per file and the manual ones)")

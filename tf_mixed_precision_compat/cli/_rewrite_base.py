@@ -29,6 +29,7 @@ class Finding:
   change: str
   status: str
   old_api: bool = True  # False: a note on Keras 3 code (no TF 2.x API left)
+  cell: Optional[int] = None  # A notebook's cell (1-based; `line` within it)
 
 
 class RewriterBase(cst.CSTTransformer):
