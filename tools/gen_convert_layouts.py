@@ -98,6 +98,17 @@ class Blocks(tf.keras.Model):
     return self.out(self.heads["main"](x))
 
 
+def _scaled_step(model, opt, x, y):
+  """One custom-loop step as TF 2.4's guide wrote it; returns the loss."""
+  with tf.GradientTape() as tape:
+    loss = tf.reduce_mean(tf.square(model(x) - y))
+    scaled = opt.get_scaled_loss(loss)
+  grads = opt.get_unscaled_gradients(
+      tape.gradient(scaled, model.trainable_variables))
+  opt.apply_gradients(zip(grads, model.trainable_variables))
+  return loss
+
+
 def blocks_job():
   """The custom-loop job of `Blocks`; returns its record."""
   tf.keras.mixed_precision.set_global_policy("mixed_float16")
@@ -110,13 +121,7 @@ def blocks_job():
       tf.keras.optimizers.Adam(0.01), initial_scale=256,
       dynamic_growth_steps=4)
   for xb, yb in zip(x, y):
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(model(xb) - yb))
-      scaled = opt.get_scaled_loss(loss)
-    grads = opt.get_unscaled_gradients(
-        tape.gradient(scaled, model.trainable_variables))
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    model.tracker.update_state(loss)
+    model.tracker.update_state(_scaled_step(model, opt, xb, yb))
   out = os.path.join(os.path.dirname(OUT), "blocks_tf24")
   return out, model, opt
 
@@ -182,14 +187,7 @@ def adamw_job():
       initial_scale=128, dynamic_growth_steps=3)
 
   def step(i):
-    x, y = _adamw_batch(i)
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(model(x) - y))
-      scaled = opt.get_scaled_loss(loss)
-    grads = opt.get_unscaled_gradients(
-        tape.gradient(scaled, model.trainable_variables))
-    opt.apply_gradients(zip(grads, model.trainable_variables))
-    return float(loss.numpy())
+    return float(_scaled_step(model, opt, *_adamw_batch(i)).numpy())
 
   for i in range(6):
     step(i)
