@@ -4,16 +4,20 @@ A tree is migrated in place or copied to `--outtree` (every other file too,
 the input untouched); a notebook's code cells are migrated as one module
 (an import in one cell, its use in another), its magics, markdown, outputs
 and metadata kept; `--report` writes every use to a file. The migrated
-notebook's code runs without the package.
+notebook's code runs without the package, and a real job's reduction (TF's
+own guide notebook) migrated as a notebook runs as its migrated file does.
 """
 
+import ast
 import json
 import os
+import shutil
 import subprocess
 
 import pytest
 
 from tests.cli import job_runs
+from tests.cli import test_reductions
 from tf_mixed_precision_compat.cli import _notebook
 from tf_mixed_precision_compat.cli import main
 
@@ -157,3 +161,53 @@ def test_a_file_that_is_no_notebook(capsys, tmp_path):
 def test_cells_round_trip_without_changes():
   source, masked = _notebook.to_module(CELLS)
   assert _notebook.from_module(source, CELLS, masked) == CELLS
+
+
+def _as_notebook(source, cells=4):
+  """`source` split at top-level statements into `cells` code cells, with
+  a magic line in the first, as TF's guide notebook is laid out."""
+  starts = sorted({node.lineno - 1 for node in ast.parse(source).body})
+  cuts = [starts[round(i * len(starts) / cells)] for i in range(1, cells)]
+  lines = source.splitlines()
+  bounds = [0] + cuts + [len(lines)]
+  texts = ["\n".join(lines[a:b]) for a, b in zip(bounds, bounds[1:])]
+  texts[0] = "%load_ext autoreload\n" + texts[0]
+  return {"cells": [{"cell_type": "code", "execution_count": None,
+                     "metadata": {}, "outputs": [], "source": text}
+                    for text in texts],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_a_reduction_as_a_notebook_migrates_and_runs_as_its_file(tmp_path):
+  # TF 2.3's own mixed-precision guide (a notebook), reduced in
+  # tests/cli/reductions: cut into cells (the import in the first, its uses
+  # in later ones), migrated as a notebook, it becomes the migrated file's
+  # code line for line, and runs without the package as that file does,
+  # bit for bit (test_reductions.py holds that run against TF 2.3.4's and
+  # TF 2.4.4's records).
+  name = "tf_guide_r23_custom_loop"
+  folder = tmp_path / "job"
+  shutil.copytree(test_reductions.REDUCTIONS, folder)
+  source = (folder / f"{name}.py").read_text()
+  notebook = folder / f"{name}.ipynb"
+  notebook.write_text(json.dumps(_as_notebook(source), indent=1) + "\n")
+  assert main(["migrate", str(folder / f"{name}.py"), str(notebook),
+               "--write"]) == 0
+  cells = [c["source"] for c in json.loads(notebook.read_text())["cells"]]
+  assert cells[0].startswith("%load_ext autoreload\n")
+  code = "\n".join(cells)[len("%load_ext autoreload\n"):]
+  migrated = (folder / f"{name}.py").read_text()
+  assert code.rstrip("\n") == migrated.rstrip("\n")
+  assert "mixed_precision.experimental" not in code
+  (folder / "from_notebook.py").write_text(code)
+  runs = []
+  for script in (f"{name}.py", "from_notebook.py"):
+    out = str(tmp_path / f"{script}.json")
+    argv, env = job_runs.command(script, [out], with_package=False)
+    result = subprocess.run(argv, capture_output=True, text=True, env=env,
+                            cwd=folder, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(out) as f:
+      runs.append(json.load(f))
+  assert runs[0] == runs[1]
+  assert any(step["skipped"] for step in runs[0]["steps"])  # An overflow.
