@@ -33,11 +33,6 @@ def _slot_classes() -> dict:
   return out
 
 
-def _default_name(class_name: str) -> str:
-  """Keras 3's default name of an optimizer (RMSprop: rm_sprop)."""
-  return _match.snake_case(class_name)
-
-
 _SLOT_CLASSES = _slot_classes()
 # Same slots, other class: named so a user can correct the guess.
 _LOOKALIKES = {"Adam": "Adamax and Nadam keep the same m and v slots"}
@@ -46,7 +41,7 @@ _SGD_HYPERS = {"learning_rate", "decay", "momentum"}
 # it), and the classes whose default names prefix their variables.
 _KERAS3_SLOTS = sorted({s.keras3 for slots in _keras2_config.SLOTS.values()
                         for s in slots}, key=len, reverse=True)
-_KERAS3_CLASSES = {_default_name(c): c
+_KERAS3_CLASSES = {_match.snake_case(c): c
                    for c in (*_keras2_config.SLOTS, "Lion")}
 
 

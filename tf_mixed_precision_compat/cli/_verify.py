@@ -71,14 +71,12 @@ def _restore(spec):
     keras.mixed_precision.set_global_policy(spec["policy"])
   # The `--model` function's model, else the `.keras` file's, uncompiled as
   # convert wrote the checkpoint: its optimizer is the root's.
-  if spec["model"]:
-    model = _function(spec["model"])()
+  if spec.get("builder_optimizer"):  # `(model, the job's optimizer)`.
+    model, given = _function(spec["model"])()
+    inner = getattr(given, "inner_optimizer", given)
   else:
-    model = keras.models.load_model(spec["keras_file"], compile=False)
-  if spec.get("builder_optimizer"):
-    model, inner = model  # `(model, optimizer)`: the job's own optimizer.
-    inner = getattr(inner, "inner_optimizer", inner)
-  else:
+    model = (_function(spec["model"])() if spec["model"] else
+             keras.models.load_model(spec["keras_file"], compile=False))
     inner = getattr(keras.optimizers, spec["optimizer"])(**spec["kwargs"])
   opt = inner if spec.get("plain") else keras.optimizers.LossScaleOptimizer(
       inner, initial_scale=spec["initial_scale"],

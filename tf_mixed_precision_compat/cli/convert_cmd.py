@@ -171,10 +171,10 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
         "reads TF 2.2-2.4 checkpoints. A checkpoint this package wrote "
         "restores with the package installed (tf.train.Checkpoint.restore); "
         "save it again from a Keras 3 LossScaleOptimizer to leave it.")
+  plain = bool(getattr(args, "no_loss_scale", False))
   try:
     layout = _sources.find_optimizer(args.old, args.optimizer_path)
-    opt_info = check_convertible(info, layout, args.fixed_loss_scale,
-                                 getattr(args, "no_loss_scale", False))
+    opt_info = check_convertible(info, layout, args.fixed_loss_scale, plain)
     model, given = _plan.build_job(args.model, args.policy)
     _sources.find(layout, model, args.model_path, args.weights_h5)
   except _sources.NotConvertible as e:
@@ -196,7 +196,6 @@ def _restore_checkpoint(args: Any, err: TextIO) -> Restored:
     error = e
   _refuse_leftovers(args, report, error)
   fixed = args.fixed_loss_scale
-  plain = bool(getattr(args, "no_loss_scale", False))
   restored = Restored(
       model, source, choice,
       fixed if fixed is not None else
